@@ -1,0 +1,89 @@
+"""Cni: the pod network of a kubeadm cluster, as a pinned Helm release.
+
+flannel (default) or calico (tigera-operator), both told the cluster's pod CIDR so the overlay
+matches what kubeadm gave the nodes. The namespace is created here with the Pod Security level the
+CNI needs: it runs on the host network with hostPath mounts, which only `privileged` admits.
+
+Does not manage: network policies (calico enforces them, flannel does not), BGP peering, or
+changing the backend of a running cluster.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from components import versions
+from components.config import Cni as CniKind
+
+
+@dataclass(frozen=True)
+class CniArgs:
+    kind: CniKind
+    pod_cidr: ipaddress.IPv4Network
+
+
+def flannel_values(pod_cidr: ipaddress.IPv4Network) -> dict[str, Any]:
+    return {"podCidr": str(pod_cidr), "flannel": {"backend": "vxlan"}}
+
+
+def calico_values(pod_cidr: ipaddress.IPv4Network) -> dict[str, Any]:
+    # installation.* is the operator's Installation spec, passed through by the chart.
+    return {
+        "installation": {
+            "enabled": True,
+            "calicoNetwork": {
+                "ipPools": [
+                    {
+                        "cidr": str(pod_cidr),
+                        "encapsulation": "VXLANCrossSubnet",
+                        "natOutgoing": "Enabled",
+                        "nodeSelector": "all()",
+                    }
+                ]
+            },
+        }
+    }
+
+
+_CHARTS = {
+    CniKind.FLANNEL: ("kube-flannel", versions.FLANNEL_CHART, versions.FLANNEL_CHART_VERSION,
+                      versions.FLANNEL_CHART_REPO, flannel_values),
+    CniKind.CALICO: ("tigera-operator", versions.CALICO_CHART, versions.CALICO_CHART_VERSION,
+                     versions.CALICO_CHART_REPO, calico_values),
+}
+
+
+class Cni(pulumi.ComponentResource):
+    release: k8s.helm.v3.Release
+
+    def __init__(self, name: str, args: CniArgs, opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__("gpucluster:k8s:Cni", name, None, opts)
+        namespace, chart, version, repo, values = _CHARTS[args.kind]
+        child = pulumi.ResourceOptions(parent=self)
+        ns = k8s.core.v1.Namespace(
+            f"{name}-ns",
+            metadata=k8s.meta.v1.ObjectMetaArgs(
+                name=namespace,
+                labels={"pod-security.kubernetes.io/enforce": "privileged"},
+            ),
+            opts=child,
+        )
+        self.release = k8s.helm.v3.Release(
+            f"{name}-{args.kind.value}",
+            name=args.kind.value,
+            chart=chart,
+            version=version,
+            repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=repo),
+            namespace=namespace,
+            values=values(args.pod_cidr),
+            # Nodes are NotReady until the CNI runs; waiting here makes "ready" mean ready.
+            wait_for_jobs=True,
+            timeout=600,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[ns]),
+        )
+        self.register_outputs({"kind": args.kind.value, "chartVersion": version})

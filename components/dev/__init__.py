@@ -1,0 +1,1 @@
+"""Components of the dev stack: an existing cluster (minikube --gpus all, kind, a team cluster)."""

@@ -1,0 +1,67 @@
+"""ControlPlane: `kubeadm init` on the first control-plane host, its admin kubeconfig read back as
+a secret, and the explicit Kubernetes provider every in-cluster component receives.
+
+Does not manage: an external load balancer for controlPlaneEndpoint (bring your own when there
+is more than one control plane), etcd backups, or `kubeadm upgrade` between Kubernetes minors.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import pulumi
+import pulumi_kubernetes as k8s
+from pulumi_command import remote
+
+from components.config import StackConfig
+from components.lab import kubeadm, scripts, ssh
+
+
+@dataclass(frozen=True)
+class ControlPlaneArgs:
+    cluster: StackConfig
+    private_key: pulumi.Output[str]
+    prepared: list[pulumi.Resource]  # NodePrep.done of the first control-plane host
+
+
+class ControlPlane(pulumi.ComponentResource):
+    init: remote.Command
+    kubeconfig: pulumi.Output[str]
+    provider: k8s.Provider
+
+    def __init__(self, name: str, args: ControlPlaneArgs, opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__("gpucluster:lab:ControlPlane", name, None, opts)
+        cfg = args.cluster
+        first = cfg.control_planes[0]
+        self.host = first
+        self.connection = ssh.connection(first, args.private_key, cfg.bastion)
+        init_config = kubeadm.init_config(cfg)
+        self.init = remote.Command(
+            f"{name}-init",
+            connection=self.connection,
+            create=scripts.as_root(scripts.kubeadm_init()),
+            delete=scripts.as_root(scripts.kubeadm_reset()),
+            stdin=init_config,
+            # A new version, CIDR or endpoint means a new cluster: re-init rather than edit.
+            triggers=[first.name, str(first.address), init_config],
+            opts=pulumi.ResourceOptions(parent=self, depends_on=args.prepared),
+        )
+        read = remote.Command(
+            f"{name}-kubeconfig",
+            connection=self.connection,
+            create=scripts.as_root(scripts.read_admin_kubeconfig()),
+            logging=remote.Logging.NONE,
+            triggers=[self.init.id],
+            opts=pulumi.ResourceOptions(
+                parent=self, depends_on=[self.init], additional_secret_outputs=["stdout"]
+            ),
+        )
+        self.kubeconfig = pulumi.Output.secret(read.stdout)
+        self.provider = k8s.Provider(
+            f"{name}-k8s",
+            kubeconfig=self.kubeconfig,
+            enable_server_side_apply=True,
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        self.register_outputs({"endpoint": cfg.api_endpoint, "kubeconfig": self.kubeconfig})

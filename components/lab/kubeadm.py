@@ -1,0 +1,96 @@
+"""kubeadm configuration files for the lab stack, built from the validated config.
+
+kubeadm reads a config file rather than flags so every setting (version, CIDRs, endpoint, node
+name and IP, labels, taints, cgroup driver) is in one reviewable document. The init file goes to
+the control plane on stdin; the join file is a template whose secret fields (@TOKEN@, @CA_HASH@,
+@CERT_KEY@) the node fills from the freshly minted token it receives on stdin.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from components.config import Host, StackConfig
+from components.device_plugin import GPU_NODE_LABEL
+
+API_VERSION = "kubeadm.k8s.io/v1beta4"  # kubeadm 1.31+; every supported minor
+CRI_SOCKET = "unix:///run/containerd/containerd.sock"
+GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+CONTROL_PLANE_TAINT = {"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}
+
+
+def _node_registration(cfg: StackConfig, host: Host, control_plane: bool) -> dict[str, Any]:
+    extra = [{"name": "node-ip", "value": str(host.address)}]
+    taints: list[dict[str, str]] = []
+    if control_plane:
+        taints.append(CONTROL_PLANE_TAINT)
+    if host.is_gpu:
+        # kubelet may set labels under nvidia.com/ itself; GPU workloads select on this one.
+        extra.append({"name": "node-labels", "value": "=".join(GPU_NODE_LABEL)})
+        if cfg.gpu_taint and not control_plane:
+            taints.append(GPU_TAINT)
+    return {
+        "name": host.name,
+        "criSocket": CRI_SOCKET,
+        "kubeletExtraArgs": extra,
+        "taints": taints,
+    }
+
+
+def _dump(docs: list[dict[str, Any]]) -> str:
+    return yaml.safe_dump_all(docs, sort_keys=False, explicit_start=True)
+
+
+def init_config(cfg: StackConfig) -> str:
+    first = cfg.control_planes[0]
+    init = {
+        "apiVersion": API_VERSION,
+        "kind": "InitConfiguration",
+        # The init token is only what kubeadm's bootstrap-token phase needs; every join mints
+        # its own 15-minute token, so this one expires quickly.
+        "bootstrapTokens": [{"ttl": "15m0s", "usages": ["signing", "authentication"],
+                             "groups": ["system:bootstrappers:kubeadm:default-node-token"]}],
+        "localAPIEndpoint": {"advertiseAddress": str(first.address), "bindPort": 6443},
+        "nodeRegistration": _node_registration(cfg, first, control_plane=True),
+    }
+    cluster = {
+        "apiVersion": API_VERSION,
+        "kind": "ClusterConfiguration",
+        "kubernetesVersion": f"v{cfg.kubernetes_version}",
+        "clusterName": "gpu-cluster",
+        "controlPlaneEndpoint": cfg.api_endpoint,
+        "networking": {
+            "podSubnet": str(cfg.pod_cidr),
+            "serviceSubnet": str(cfg.service_cidr),
+        },
+    }
+    kubelet = {
+        "apiVersion": "kubelet.config.k8s.io/v1beta1",
+        "kind": "KubeletConfiguration",
+        "cgroupDriver": "systemd",
+    }
+    return _dump([init, cluster, kubelet])
+
+
+def join_config_template(cfg: StackConfig, host: Host) -> str:
+    control_plane = host.role.value == "control-plane"
+    doc: dict[str, Any] = {
+        "apiVersion": API_VERSION,
+        "kind": "JoinConfiguration",
+        "discovery": {
+            "bootstrapToken": {
+                "apiServerEndpoint": cfg.api_endpoint,
+                "token": "@TOKEN@",
+                "caCertHashes": ["@CA_HASH@"],
+            }
+        },
+        "nodeRegistration": _node_registration(cfg, host, control_plane=control_plane),
+    }
+    if control_plane:
+        doc["controlPlane"] = {
+            "localAPIEndpoint": {"advertiseAddress": str(host.address), "bindPort": 6443},
+            "certificateKey": "@CERT_KEY@",
+        }
+    return _dump([doc])

@@ -1,0 +1,76 @@
+"""NodeJoin: one host joining the cluster, with a token minted for it at join time.
+
+  token (on the control plane): `kubeadm token create --ttl 15m`, a secret output
+  join  (on the host): kubeadm join with a JoinConfiguration filled from the token on stdin;
+        delete = `kubeadm reset -f`
+  ready (on the control plane): wait for the node to be Ready; delete = drain and delete the
+        node, which therefore runs before the host is reset.
+
+Because every join mints its own short-lived token, a worker added months later joins like the
+first ones did (no 24-hour token to renew by hand).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import pulumi
+from pulumi_command import remote
+
+from components.config import Host, Role, StackConfig
+from components.lab import kubeadm, scripts, ssh
+from components.lab.control_plane import ControlPlane
+
+
+@dataclass(frozen=True)
+class NodeJoinArgs:
+    cluster: StackConfig
+    host: Host
+    control_plane: ControlPlane
+    private_key: pulumi.Output[str]
+    prepared: list[pulumi.Resource]  # NodePrep.done of this host
+    network: list[pulumi.Resource]  # the CNI: nodes are Ready only once it runs
+
+
+class NodeJoin(pulumi.ComponentResource):
+    ready: remote.Command
+
+    def __init__(self, name: str, args: NodeJoinArgs, opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__("gpucluster:lab:NodeJoin", name, None, opts)
+        cfg, host, cp = args.cluster, args.host, args.control_plane
+        is_cp = host.role is Role.CONTROL_PLANE
+        # Re-join when the host or the cluster it joins is replaced.
+        triggers = [host.name, str(host.address), cp.init.id]
+        token = remote.Command(
+            f"{name}-token",
+            connection=cp.connection,
+            create=scripts.as_root(scripts.mint_join_token(host.name, control_plane=is_cp)),
+            # No delete: the token expires 15 minutes after it is minted.
+            logging=remote.Logging.NONE,
+            triggers=triggers,
+            opts=pulumi.ResourceOptions(
+                parent=self, depends_on=[cp.init], additional_secret_outputs=["stdout"]
+            ),
+        )
+        join = remote.Command(
+            f"{name}-join",
+            connection=ssh.connection(host, args.private_key, cfg.bastion),
+            create=scripts.as_root(scripts.kubeadm_join()),
+            delete=scripts.as_root(scripts.kubeadm_reset()),
+            stdin=pulumi.Output.secret(
+                pulumi.Output.concat(token.stdout, "\n", kubeadm.join_config_template(cfg, host))
+            ),
+            logging=remote.Logging.STDERR,
+            triggers=triggers,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[token, *args.prepared]),
+        )
+        self.ready = remote.Command(
+            f"{name}-ready",
+            connection=cp.connection,
+            create=scripts.as_root(scripts.node_ready(host.name)),
+            delete=scripts.as_root(scripts.node_drain(host.name)),
+            triggers=triggers,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[join, *args.network]),
+        )
+        self.register_outputs({"node": host.name})

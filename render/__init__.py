@@ -1,0 +1,1 @@
+"""Offline plan of a gpu-cluster stack: `python -m render <stack> --out DIR`."""

@@ -1,0 +1,196 @@
+"""Evaluate the real gpu-cluster program under the Pulumi SDK's mocks and record what it registers.
+
+This is what `python -m render`, the stack smoke tests and the benchmarks share: the stack file is
+read as `pulumi up` would read it (project defaults from Pulumi.yaml, then the stack's values;
+`secure:` values replaced by a marker, never decrypted), `__main__.py` runs under a recording mock
+monitor, and every registration is kept with its parent, dependencies and inputs.
+"""
+
+from __future__ import annotations
+
+import json
+import runpy
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import pulumi
+import yaml
+from pulumi.runtime import mocks as pulumi_mocks
+from pulumi.runtime import rpc
+from pulumi.runtime.config import set_all_config
+from pulumi.runtime.settings import get_root_resource
+
+PROJECT_DIR = Path(__file__).resolve().parent.parent
+PROJECT = "gpu-cluster"
+SECRET_MARKER = "[secret]"
+# The signature the SDK uses to tag a secret value in serialized properties.
+_SECRET_SIG = rpc._special_sig_key  # pylint: disable=protected-access
+_SECRET_VALUE = rpc._special_secret_sig  # pylint: disable=protected-access
+
+# Mocked outputs of resources whose outputs feed other resources.
+_FAKE_KUBECONFIG = "apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\nusers: []\n"
+
+
+@dataclass
+class Registration:
+    urn: str
+    type: str
+    name: str
+    custom: bool
+    parent: str
+    dependencies: list[str]
+    provider: str
+    inputs: dict[str, Any]  # secrets replaced by SECRET_MARKER
+
+
+@dataclass
+class Plan:
+    stack: str
+    resources: list[Registration] = field(default_factory=list)
+    outputs: dict[str, Any] = field(default_factory=dict)
+
+    def of_type(self, type_: str) -> list[Registration]:
+        return [r for r in self.resources if r.type == type_]
+
+
+def mask_secrets(value: Any) -> Any:
+    """Replace every secret-wrapped value (the SDK's serialized form) by SECRET_MARKER."""
+    if isinstance(value, dict):
+        if value.get(_SECRET_SIG) == _SECRET_VALUE:
+            return SECRET_MARKER
+        return {k: mask_secrets(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [mask_secrets(v) for v in value]
+    return value
+
+
+# The command provider marks a whole SSH `connection` secret because it carries the private key;
+# the plan shows where a command runs, so only these fields of it are masked.
+_CONNECTION_SECRETS = ("privateKey", "privateKeyPassword", "password")
+
+
+def _reveal_connection(value: Any) -> Any:
+    if isinstance(value, dict) and value.get(_SECRET_SIG) == _SECRET_VALUE:
+        value = value.get("value")
+    if not isinstance(value, dict):
+        return SECRET_MARKER
+    shown = {k: SECRET_MARKER if k in _CONNECTION_SECRETS else mask_secrets(v) for k, v in value.items()}
+    if isinstance(shown.get("proxy"), dict):
+        shown["proxy"] = _reveal_connection(value["proxy"])
+    return shown
+
+
+def _deserialize_keeping_secrets(struct: Any, type_: str = "") -> dict[str, Any]:
+    """Struct -> plain Python, with secrets masked (the mocks' deserializer unwraps them)."""
+    from google.protobuf import json_format
+
+    raw = json_format.MessageToDict(struct)
+    if type_.startswith("command:remote:") and "connection" in raw:
+        connection = _reveal_connection(raw.pop("connection"))
+        return {**mask_secrets(raw), "connection": connection}
+    return mask_secrets(raw)
+
+
+class ProgramMocks(pulumi.runtime.Mocks):
+    """Outputs = inputs plus what downstream resources read (ids, names, command stdout)."""
+
+    def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[Optional[str], dict]:
+        outputs = dict(args.inputs)
+        if args.typ == "command:remote:Command":
+            outputs["stdout"] = _FAKE_KUBECONFIG if args.name.endswith("-kubeconfig") else ""
+            outputs["stderr"] = ""
+        if args.typ.startswith("kubernetes:") and isinstance(outputs.get("metadata"), dict):
+            outputs["metadata"] = {"name": args.name, **outputs["metadata"]}
+        outputs.setdefault("name", args.name)
+        return f"{args.name}-id", outputs
+
+    def call(self, args: pulumi.runtime.MockCallArgs) -> dict:
+        return {}
+
+
+class RecordingMonitor(pulumi_mocks.MockMonitor):
+    def __init__(self, mocks: pulumi.runtime.Mocks, plan: Plan):
+        super().__init__(mocks)
+        self.plan = plan
+
+    def RegisterResource(self, request):  # noqa: N802 (gRPC method name)
+        response = super().RegisterResource(request)
+        if request.type != "pulumi:pulumi:Stack":
+            self.plan.resources.append(
+                Registration(
+                    urn=response.urn,
+                    type=request.type,
+                    name=request.name,
+                    custom=bool(request.custom),
+                    parent=request.parent,
+                    dependencies=sorted(set(request.dependencies)),
+                    provider=request.provider,
+                    inputs=_deserialize_keeping_secrets(request.object, request.type),
+                )
+            )
+        return response
+
+
+def stack_config(stack: str, project_dir: Path = PROJECT_DIR, secret_value: str = SECRET_MARKER) -> tuple[dict[str, str], list[str]]:
+    """The config map `pulumi up -s <stack>` would hand the program, and its secret keys."""
+    project = yaml.safe_load((project_dir / "Pulumi.yaml").read_text())
+    stack_file = project_dir / f"Pulumi.{stack}.yaml"
+    if not stack_file.exists():
+        raise FileNotFoundError(f"no stack file {stack_file.name} in {project_dir}")
+    values: dict[str, Any] = {}
+    for key, decl in (project.get("config") or {}).items():
+        full = key if ":" in key else f"{PROJECT}:{key}"
+        if isinstance(decl, dict) and "default" in decl:
+            values[full] = decl["default"]
+        elif not isinstance(decl, dict):
+            values[full] = decl
+    secret_keys: list[str] = []
+    for key, value in ((yaml.safe_load(stack_file.read_text()) or {}).get("config") or {}).items():
+        full = key if ":" in key else f"{PROJECT}:{key}"
+        if isinstance(value, dict) and set(value) == {"secure"}:
+            values[full] = secret_value
+            secret_keys.append(full)
+        else:
+            values[full] = value
+    as_strings = {k: v if isinstance(v, str) else json.dumps(v) for k, v in values.items()}
+    return as_strings, secret_keys
+
+
+def run(
+    stack: str,
+    project_dir: Path = PROJECT_DIR,
+    config: Optional[tuple[dict[str, str], list[str]]] = None,
+    secret_value: str = SECRET_MARKER,
+) -> Plan:
+    """Run __main__.py of the project for `stack` under mocks; return everything it registered.
+
+    `config` overrides the stack file (tests and benchmarks generate configs).
+    Raises components.config.ConfigError for a bad stack config, before anything is registered.
+    """
+    values, secret_keys = config if config is not None else stack_config(stack, project_dir, secret_value)
+    plan = Plan(stack=stack)
+    mocks = ProgramMocks()
+    set_all_config(values, secret_keys)
+    pulumi.runtime.set_mocks(mocks, project=PROJECT, stack=stack, preview=False,
+                             monitor=RecordingMonitor(mocks, plan))
+    main = str(project_dir / "__main__.py")
+    if str(project_dir) not in sys.path:
+        sys.path.insert(0, str(project_dir))
+
+    @pulumi.runtime.test
+    def evaluate():
+        runpy.run_path(main, run_name="__main__")
+        exported = dict(get_root_resource().outputs)
+
+        async def collect() -> None:
+            for key, value in exported.items():
+                output = pulumi.Output.from_input(value)
+                secret = await output.is_secret()
+                plan.outputs[key] = SECRET_MARKER if secret else await output.future()
+
+        return collect()
+
+    evaluate()
+    return plan

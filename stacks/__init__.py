@@ -1,0 +1,1 @@
+"""Stack wiring: one module per platform, each a function from the validated config to outputs."""

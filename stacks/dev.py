@@ -1,0 +1,16 @@
+"""dev: an existing cluster (e.g. `minikube start --gpus all`): no provisioning, same layers."""
+
+from __future__ import annotations
+
+from components.config import StackConfig, StackSecrets
+from components.dev.existing_cluster import ExistingCluster, ExistingClusterArgs
+from stacks import layers
+
+
+def build(cfg: StackConfig, secrets: StackSecrets) -> dict[str, object]:
+    cluster = ExistingCluster(
+        "cluster",
+        ExistingClusterArgs(kubeconfig=secrets.kubeconfig, context=cfg.kube_context, gpu_nodes=cfg.gpu_nodes),
+    )
+    layers.deploy(cfg, cluster.provider, after=list(cluster.gpu_labels))
+    return {"kubeContext": cfg.kube_context, "gpuNodes": list(cfg.gpu_nodes)}

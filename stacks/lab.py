@@ -1,0 +1,51 @@
+"""lab: a kubeadm cluster on the user's own servers over SSH."""
+
+from __future__ import annotations
+
+import pulumi
+
+from components.cni import Cni, CniArgs
+from components.config import StackConfig, StackSecrets
+from components.lab.control_plane import ControlPlane, ControlPlaneArgs
+from components.lab.node_join import NodeJoin, NodeJoinArgs
+from components.lab.node_prep import NodePrep, NodePrepArgs
+from stacks import layers
+
+
+def build(cfg: StackConfig, secrets: StackSecrets) -> dict[str, object]:
+    assert secrets.ssh_private_key is not None  # the config model requires it for lab
+    key = secrets.ssh_private_key
+    # Every host is prepared independently, in parallel.
+    prep = {h.name: NodePrep(h.name, NodePrepArgs(host=h, cluster=cfg, private_key=key)) for h in cfg.hosts}
+    first = cfg.control_planes[0]
+    cp = ControlPlane(
+        "control-plane",
+        ControlPlaneArgs(cluster=cfg, private_key=key, prepared=prep[first.name].done),
+    )
+    k8s_opts = pulumi.ResourceOptions(provider=cp.provider)
+    cni = Cni("cni", CniArgs(kind=cfg.cni, pod_cidr=cfg.pod_cidr), opts=k8s_opts)
+    joins = [
+        NodeJoin(
+            h.name,
+            NodeJoinArgs(
+                cluster=cfg,
+                host=h,
+                control_plane=cp,
+                private_key=key,
+                prepared=prep[h.name].done,
+                network=[cni],
+            ),
+        )
+        for h in cfg.hosts
+        if h is not first
+    ]
+    layers.deploy(cfg, cp.provider, after=[cni])
+    return {
+        "kubeconfig": cp.kubeconfig,
+        "apiEndpoint": cfg.api_endpoint,
+        "nodes": [h.name for h in cfg.hosts],
+        "gpuNodes": {h.name: h.gpus for h in cfg.hosts if h.is_gpu},
+        "joinedNodes": pulumi.Output.all(*[j.ready.id for j in joins]).apply(
+            lambda _: [h.name for h in cfg.hosts if h is not first]
+        ),
+    }

@@ -1,0 +1,13 @@
+"""Which wiring builds which platform."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from components.config import Platform, StackConfig, StackSecrets
+from stacks import dev, lab
+
+BUILDERS: dict[Platform, Callable[[StackConfig, StackSecrets], dict[str, object]]] = {
+    Platform.LAB: lab.build,
+    Platform.DEV: dev.build,
+}

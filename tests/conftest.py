@@ -1,0 +1,60 @@
+"""Shared fixtures: the Pulumi mocks (set per test, never at module level), the upstream data
+folder, and small builders of valid configs."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pulumi
+import pytest
+
+from components import config
+from render import program
+
+PROJECT_DIR = Path(__file__).resolve().parent.parent
+
+ED25519 = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIE8N2wz1xVb2cNQv7m4s1M8pC1xq2mC5yY0d3x7lW9eJ"
+
+
+@pytest.fixture
+def mocks() -> program.ProgramMocks:
+    """Fresh mocks for this test: every resource registered is recorded in `mocks.plan`."""
+    plan = program.Plan(stack="test")
+    m = program.ProgramMocks()
+    pulumi.runtime.set_mocks(m, project="gpu-cluster", stack="test", preview=False,
+                             monitor=program.RecordingMonitor(m, plan))
+    m.plan = plan  # type: ignore[attr-defined]
+    return m
+
+
+@pytest.fixture(scope="session")
+def upstream_dir() -> Path:
+    """../shared/upstream (or $GPU_CLUSTER_UPSTREAM): upstream chart defaults and CRDs."""
+    path = Path(os.environ.get("GPU_CLUSTER_UPSTREAM", PROJECT_DIR.parent / "shared" / "upstream"))
+    if not path.is_dir():
+        pytest.skip(f"upstream reference data not found at {path} (set GPU_CLUSTER_UPSTREAM)")
+    return path
+
+
+def host(name: str, address: str, role: str = "worker", gpus: int = 0, **extra: Any) -> dict[str, Any]:
+    return {"name": name, "address": address, "role": role, "gpus": gpus, "hostKey": ED25519, **extra}
+
+
+def lab_raw(**overrides: Any) -> dict[str, Any]:
+    """A valid lab config (keys as in the stack file, without the namespace)."""
+    raw: dict[str, Any] = {
+        "platform": "lab",
+        "hosts": [
+            host("cp-1", "192.0.2.10", "control-plane"),
+            host("gpu-1", "192.0.2.11", gpus=2),
+            host("cpu-1", "192.0.2.12"),
+        ],
+    }
+    raw.update(overrides)
+    return raw
+
+
+def lab_config(**overrides: Any) -> config.StackConfig:
+    return config.parse(lab_raw(**overrides), {"sshPrivateKey"})
