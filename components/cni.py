@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import ipaddress
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -61,7 +61,7 @@ _CHARTS = {
 class Cni(pulumi.ComponentResource):
     release: k8s.helm.v3.Release
 
-    def __init__(self, name: str, args: CniArgs, opts: Optional[pulumi.ResourceOptions] = None):
+    def __init__(self, name: str, args: CniArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gpucluster:k8s:Cni", name, None, opts)
         namespace, chart, version, repo, values = _CHARTS[args.kind]
         child = pulumi.ResourceOptions(parent=self)

@@ -16,7 +16,7 @@ import ipaddress
 import json
 import re
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
 import pulumi
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -39,17 +39,17 @@ class ConfigError(pulumi.RunError):
         super().__init__("invalid stack configuration:\n  " + "\n  ".join(lines))
 
 
-class Platform(str, enum.Enum):
+class Platform(enum.StrEnum):
     LAB = "lab"  # own servers over SSH, kubeadm
     DEV = "dev"  # an existing cluster (minikube --gpus all, kind, ...)
 
 
-class Cni(str, enum.Enum):
+class Cni(enum.StrEnum):
     FLANNEL = "flannel"
     CALICO = "calico"
 
 
-class Role(str, enum.Enum):
+class Role(enum.StrEnum):
     CONTROL_PLANE = "control-plane"
     WORKER = "worker"
 
@@ -137,7 +137,7 @@ class NvidiaDriver(_Model):
         default=versions.NVIDIA_DRIVER_BRANCH_DEFAULT,
         description="Driver branch: installs nvidia-driver-<branch>-server and holds it.",
     )
-    version: Optional[str] = Field(
+    version: str | None = Field(
         default=None, description="Exact Debian version of that package (optional, pins fully)."
     )
     preinstalled: bool = Field(
@@ -153,7 +153,7 @@ class NvidiaDriver(_Model):
 
     @field_validator("version")
     @classmethod
-    def _version(cls, v: Optional[str]) -> Optional[str]:
+    def _version(cls, v: str | None) -> str | None:
         if v is not None and not _APT_VERSION.match(v):
             raise ValueError("must be a Debian package version such as '570.172.08-0ubuntu0.22.04.1'")
         return v
@@ -169,7 +169,7 @@ class StackConfig(_Model):
     )
     # lab
     hosts: tuple[Host, ...] = Field(default=(), description="lab: the servers (see hosts[] keys).")
-    control_plane_endpoint: Optional[str] = Field(
+    control_plane_endpoint: str | None = Field(
         default=None,
         description="lab: stable 'host:port' of the API server (required with >1 control plane).",
     )
@@ -190,9 +190,9 @@ class StackConfig(_Model):
         default=True,
         description="lab: taint GPU workers nvidia.com/gpu=present:NoSchedule (as GKE does).",
     )
-    bastion: Optional[Bastion] = Field(default=None, description="lab: optional SSH jump host.")
+    bastion: Bastion | None = Field(default=None, description="lab: optional SSH jump host.")
     # dev
-    kube_context: Optional[str] = Field(
+    kube_context: str | None = Field(
         default=None, description="dev: context of the local kubeconfig (when no kubeconfig secret)."
     )
     gpu_nodes: tuple[str, ...] = Field(
@@ -248,8 +248,8 @@ class StackConfig(_Model):
 class StackSecrets:
     """Secret config values, kept as Pulumi secrets; None when not set."""
 
-    ssh_private_key: Optional[pulumi.Output[str]] = None
-    kubeconfig: Optional[pulumi.Output[str]] = None
+    ssh_private_key: pulumi.Output[str] | None = None
+    kubeconfig: pulumi.Output[str] | None = None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -279,7 +279,9 @@ def _describe(err: dict[str, Any]) -> str:
     return msg.removeprefix("Value error, ")
 
 
-def _cross_checks(cfg: StackConfig, secret_keys: set[str]) -> list[tuple[str, str]]:
+def _cross_checks(
+    cfg: StackConfig, secret_keys: set[str], plaintext_secrets: frozenset[str] = frozenset()
+) -> list[tuple[str, str]]:
     problems: list[tuple[str, str]] = []
     if cfg.platform is Platform.DEV:
         if "kubeconfig" not in secret_keys and not cfg.kube_context:
@@ -305,7 +307,7 @@ def _cross_checks(cfg: StackConfig, secret_keys: set[str]) -> list[tuple[str, st
         r"[A-Za-z0-9.-]+:\d{1,5}", cfg.control_plane_endpoint
     ):
         problems.append(("controlPlaneEndpoint", "must be 'host:port', e.g. 'k8s-api.lab.example:6443'"))
-    if "sshPrivateKey" not in secret_keys:
+    if "sshPrivateKey" not in secret_keys and not plaintext_secrets:
         problems.append(
             (
                 "sshPrivateKey",
@@ -354,20 +356,28 @@ def parse(raw: dict[str, Any], secret_keys: set[str] | frozenset[str] = frozense
         for err in exc.errors():
             problems.append((_key_path(err["loc"]), _describe(err)))
         raise ConfigError(problems) from None
-    problems += _cross_checks(cfg, set(secret_keys))
+    problems += _cross_checks(cfg, set(secret_keys), frozenset(k for k in SECRET_KEYS if k in raw))
     if problems:
         raise ConfigError(problems)
     return cfg
 
 
-def _decode(value: str) -> Any:
+# Keys whose values are structured: Pulumi hands them over as JSON text. Every other value is
+# a string (pydantic reads "22" or "true" as the declared int or bool), so a version such as
+# "1.34" never turns into a float.
+_STRUCTURED_KEYS = ("hosts", "nvidiaDriver", "bastion", "gpuNodes")
+
+
+def _decode(key: str, value: Any) -> Any:
+    if key not in _STRUCTURED_KEYS or not isinstance(value, str):
+        return value
     try:
         return json.loads(value)
     except ValueError:
         return value
 
 
-def load(config: Optional[pulumi.Config] = None) -> tuple[StackConfig, StackSecrets]:
+def load(config: pulumi.Config | None = None) -> tuple[StackConfig, StackSecrets]:
     """Read the `gpu-cluster:` namespace of the running stack, validate it, return model + secrets."""
     from pulumi.runtime import config as runtime_config
 
@@ -389,7 +399,7 @@ def load(config: Optional[pulumi.Config] = None) -> tuple[StackConfig, StackSecr
             else:
                 raw[key] = "<plaintext>"  # reported by parse(); the value itself is never echoed
             continue
-        raw[key] = _decode(value)
+        raw[key] = _decode(key, value)
     cfg = parse(raw, secret_keys)
     secrets = StackSecrets(
         ssh_private_key=config.get_secret("sshPrivateKey") if "sshPrivateKey" in secret_keys else None,

@@ -2,8 +2,8 @@
 
 Follows the upstream static manifest (deployments/static/nvidia-device-plugin.yml, pinned in
 versions.py) with two changes: it runs only on GPU nodes (nodes labelled
-nvidia.com/gpu.present=true by this program, or GKE accelerator nodes), and it tolerates every
-NoSchedule/NoExecute taint a GPU node may carry. Not privileged: it needs only the kubelet's
+nvidia.com/gpu.present=true by this program, or GKE accelerator nodes), and it tolerates the
+nvidia.com/gpu taint this program and GKE put on GPU nodes, plus CriticalAddonsOnly. Not privileged: it needs only the kubelet's
 device-plugin socket directory.
 
 Does not manage: GPU sharing, GPU Feature Discovery or the DCGM exporter (the GPU-stack layer).
@@ -12,7 +12,6 @@ Does not manage: GPU sharing, GPU Feature Discovery or the DCGM exporter (the GP
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -94,8 +93,8 @@ class NvidiaDevicePlugin(pulumi.ComponentResource):
     def __init__(
         self,
         name: str,
-        args: Optional[NvidiaDevicePluginArgs] = None,
-        opts: Optional[pulumi.ResourceOptions] = None,
+        args: NvidiaDevicePluginArgs | None = None,
+        opts: pulumi.ResourceOptions | None = None,
     ):
         super().__init__("gpucluster:gpu:DevicePlugin", name, None, opts)
         args = args or NvidiaDevicePluginArgs()

@@ -9,20 +9,23 @@ monitor, and every registration is kept with its parent, dependencies and inputs
 from __future__ import annotations
 
 import json
+import os
 import runpy
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import pulumi
 import yaml
 from pulumi.runtime import mocks as pulumi_mocks
 from pulumi.runtime import rpc
 from pulumi.runtime.config import set_all_config
-from pulumi.runtime.settings import get_root_resource
+from pulumi.runtime.settings import get_root_resource, set_root_resource
 
-PROJECT_DIR = Path(__file__).resolve().parent.parent
+# The project is the directory holding this package as imported (symlinks not resolved), so a
+# project dir that links render/ in (python -m render from that dir) reads its own stack files.
+PROJECT_DIR = Path(os.path.abspath(__file__)).parent.parent
 PROJECT = "gpu-cluster"
 SECRET_MARKER = "[secret]"
 # The signature the SDK uses to tag a secret value in serialized properties.
@@ -82,21 +85,34 @@ def _reveal_connection(value: Any) -> Any:
     return shown
 
 
+def _sorted_keys(value: Any) -> Any:
+    """The same value with every dict's keys in sorted order, recursively."""
+    if isinstance(value, dict):
+        return {k: _sorted_keys(value[k]) for k in sorted(value)}
+    if isinstance(value, list):
+        return [_sorted_keys(v) for v in value]
+    return value
+
+
 def _deserialize_keeping_secrets(struct: Any, type_: str = "") -> dict[str, Any]:
-    """Struct -> plain Python, with secrets masked (the mocks' deserializer unwraps them)."""
+    """Struct -> plain Python, with secrets masked (the mocks' deserializer unwraps them).
+
+    Keys come out sorted: a protobuf Struct is a map whose iteration order (upb) differs from one
+    process to the next, and render's output must be byte-identical across runs.
+    """
     from google.protobuf import json_format
 
     raw = json_format.MessageToDict(struct)
     if type_.startswith("command:remote:") and "connection" in raw:
         connection = _reveal_connection(raw.pop("connection"))
-        return {**mask_secrets(raw), "connection": connection}
-    return mask_secrets(raw)
+        return _sorted_keys({**mask_secrets(raw), "connection": connection})
+    return _sorted_keys(mask_secrets(raw))
 
 
 class ProgramMocks(pulumi.runtime.Mocks):
     """Outputs = inputs plus what downstream resources read (ids, names, command stdout)."""
 
-    def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[Optional[str], dict]:
+    def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str | None, dict]:
         outputs = dict(args.inputs)
         if args.typ == "command:remote:Command":
             outputs["stdout"] = _FAKE_KUBECONFIG if args.name.endswith("-kubeconfig") else ""
@@ -161,7 +177,7 @@ def stack_config(stack: str, project_dir: Path = PROJECT_DIR, secret_value: str 
 def run(
     stack: str,
     project_dir: Path = PROJECT_DIR,
-    config: Optional[tuple[dict[str, str], list[str]]] = None,
+    config: tuple[dict[str, str], list[str]] | None = None,
     secret_value: str = SECRET_MARKER,
 ) -> Plan:
     """Run __main__.py of the project for `stack` under mocks; return everything it registered.
@@ -173,6 +189,9 @@ def run(
     plan = Plan(stack=stack)
     mocks = ProgramMocks()
     set_all_config(values, secret_keys)
+    # set_mocks keeps an existing root Stack: without this, a second run in the same process would
+    # parent its resources to the first run's stack and export the first run's outputs too.
+    set_root_resource(None)  # type: ignore[arg-type]
     pulumi.runtime.set_mocks(mocks, project=PROJECT, stack=stack, preview=False,
                              monitor=RecordingMonitor(mocks, plan))
     main = str(project_dir / "__main__.py")
@@ -193,4 +212,7 @@ def run(
         return collect()
 
     evaluate()
+    # Registrations arrive in the order their inputs resolve, which asyncio does not fix from one
+    # run to the next; the URN (unique in a stack) gives the plan a stable order.
+    plan.resources.sort(key=lambda r: r.urn)
     return plan

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from components.config import Platform, StackConfig, StackSecrets
 from stacks import dev, lab

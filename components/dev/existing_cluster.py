@@ -11,7 +11,6 @@ Does not manage: the cluster's lifecycle, its CNI, or drivers on its nodes.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -21,8 +20,8 @@ from components.device_plugin import GPU_NODE_LABEL
 
 @dataclass(frozen=True)
 class ExistingClusterArgs:
-    kubeconfig: Optional[pulumi.Output[str]] = None
-    context: Optional[str] = None
+    kubeconfig: pulumi.Output[str] | None = None
+    context: str | None = None
     gpu_nodes: tuple[str, ...] = field(default=())
 
 
@@ -30,7 +29,7 @@ class ExistingCluster(pulumi.ComponentResource):
     provider: k8s.Provider
     gpu_labels: list[k8s.core.v1.NodePatch]
 
-    def __init__(self, name: str, args: ExistingClusterArgs, opts: Optional[pulumi.ResourceOptions] = None):
+    def __init__(self, name: str, args: ExistingClusterArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gpucluster:dev:ExistingCluster", name, None, opts)
         if args.kubeconfig is None and not args.context:
             raise ValueError("ExistingCluster needs a kubeconfig or a context")

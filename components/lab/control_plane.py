@@ -8,7 +8,6 @@ is more than one control plane), etcd backups, or `kubeadm upgrade` between Kube
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -30,7 +29,7 @@ class ControlPlane(pulumi.ComponentResource):
     kubeconfig: pulumi.Output[str]
     provider: k8s.Provider
 
-    def __init__(self, name: str, args: ControlPlaneArgs, opts: Optional[pulumi.ResourceOptions] = None):
+    def __init__(self, name: str, args: ControlPlaneArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gpucluster:lab:ControlPlane", name, None, opts)
         cfg = args.cluster
         first = cfg.control_planes[0]

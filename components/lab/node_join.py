@@ -13,7 +13,6 @@ first ones did (no 24-hour token to renew by hand).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
 
 import pulumi
 from pulumi_command import remote
@@ -36,7 +35,7 @@ class NodeJoinArgs:
 class NodeJoin(pulumi.ComponentResource):
     ready: remote.Command
 
-    def __init__(self, name: str, args: NodeJoinArgs, opts: Optional[pulumi.ResourceOptions] = None):
+    def __init__(self, name: str, args: NodeJoinArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gpucluster:lab:NodeJoin", name, None, opts)
         cfg, host, cp = args.cluster, args.host, args.control_plane
         is_cp = host.role is Role.CONTROL_PLANE

@@ -13,7 +13,6 @@ Does not manage: the OS itself, apt mirrors, firewalls, or removing the NVIDIA d
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
 
 import pulumi
 from pulumi_command import remote
@@ -35,7 +34,7 @@ class NodePrep(pulumi.ComponentResource):
 
     done: list[pulumi.Resource]
 
-    def __init__(self, name: str, args: NodePrepArgs, opts: Optional[pulumi.ResourceOptions] = None):
+    def __init__(self, name: str, args: NodePrepArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gpucluster:lab:NodePrep", name, None, opts)
         host, cfg = args.host, args.cluster
         conn = ssh.connection(host, args.private_key, cfg.bastion)
@@ -45,7 +44,7 @@ class NodePrep(pulumi.ComponentResource):
         def step(
             step_name: str,
             create: str,
-            delete: Optional[str],
+            delete: str | None,
             after: list[pulumi.Resource],
             connection: remote.ConnectionArgs = conn,
         ) -> remote.Command:

@@ -22,6 +22,9 @@ export DEBIAN_FRONTEND=noninteractive
 readonly STATE_DIR=/var/lib/gpu-cluster
 
 # put_file PATH MODE: write stdin to PATH only if the content differs; say whether it changed.
+# Callers test its status (`if put_file`, `put_file || true`), which turns off `set -e` inside it,
+# so a failed write exits the script explicitly; never call it in a pipeline, where that exit
+# would only end the pipeline's subshell.
 put_file() {
   local path=$1 mode=$2 tmp
   tmp=$(mktemp)
@@ -30,7 +33,11 @@ put_file() {
     rm -f "$tmp"
     return 1
   fi
-  install -D -m "$mode" "$tmp" "$path"
+  if ! install -D -m "$mode" "$tmp" "$path"; then
+    rm -f "$tmp"
+    echo "cannot write $path" >&2
+    exit 1
+  fi
   rm -f "$tmp"
   echo "updated $path"
 }
@@ -77,7 +84,7 @@ apt_repo() {
     curl -fsSL --retry 5 "$key_url" | gpg --dearmor --yes -o "$keyring"
     chmod 0644 "$keyring"
   fi
-  printf '%s\n' "${line/@KEYRING@/$keyring}" | put_file "/etc/apt/sources.list.d/$name.list" 0644 || true
+  put_file "/etc/apt/sources.list.d/$name.list" 0644 <<<"${line/@KEYRING@/$keyring}" || true
 }
 
 install -d -m 0755 "$STATE_DIR"
@@ -95,6 +102,8 @@ def as_root(script: str) -> str:
     """The command line sent over SSH: the script runs under sudo with stdin passed through."""
     if HEREDOC_END in script:
         raise ValueError("script contains the here-document terminator")
+    if not script.endswith("\n"):
+        script += "\n"  # else the terminator would not start a line and the command would not parse
     return f"sudo -n /bin/bash -c \"$(cat <<'{HEREDOC_END}'\n{script}{HEREDOC_END}\n)\" gpu-cluster\n"
 
 
@@ -122,8 +131,8 @@ def kernel_prep() -> str:
         # kubelet refuses to run with swap on: off now, and commented out (marked) in fstab.
         swapoff -a
         if grep -Eq '^[^#[:space:]][^#]*[[:space:]]swap[[:space:]]' /etc/fstab; then
-          sed -E 's/^([^#[:space:]][^#]*[[:space:]]swap[[:space:]].*)$/#gpu-cluster# \1/' /etc/fstab \
-            | put_file /etc/fstab 0644 || true
+          fstab=$(sed -E 's/^([^#[:space:]][^#]*[[:space:]]swap[[:space:]].*)$/#gpu-cluster# \1/' /etc/fstab)
+          put_file /etc/fstab 0644 <<<"$fstab" || true
         fi
         """
     )
@@ -135,7 +144,8 @@ def kernel_prep_delete() -> str:
         rm -f /etc/modules-load.d/gpu-cluster-k8s.conf /etc/sysctl.d/99-gpu-cluster-k8s.conf
         sysctl --system >/dev/null
         if grep -q '^#gpu-cluster# ' /etc/fstab; then
-          sed 's/^#gpu-cluster# //' /etc/fstab | put_file /etc/fstab 0644 || true
+          fstab=$(sed 's/^#gpu-cluster# //' /etc/fstab)
+          put_file /etc/fstab 0644 <<<"$fstab" || true
           swapon -a || true
         fi
         """

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Optional
-
 import pulumi
 from pulumi_command import remote
 
@@ -18,7 +16,7 @@ REBOOT_PER_DIAL_TIMEOUT = 10
 def connection(
     host: Host,
     private_key: pulumi.Output[str],
-    bastion: Optional[Bastion] = None,
+    bastion: Bastion | None = None,
     *,
     survive_reboot: bool = False,
 ) -> remote.ConnectionArgs:
