@@ -9,6 +9,7 @@ from typing import Any
 
 import pulumi
 import pytest
+from pulumi.runtime.settings import set_root_resource
 
 from components import config
 from render import program
@@ -23,6 +24,7 @@ def mocks() -> program.ProgramMocks:
     """Fresh mocks for this test: every resource registered is recorded in `mocks.plan`."""
     plan = program.Plan(stack="test")
     m = program.ProgramMocks()
+    set_root_resource(None)  # set_mocks reuses an existing root stack; start from none
     pulumi.runtime.set_mocks(m, project="gpu-cluster", stack="test", preview=False,
                              monitor=program.RecordingMonitor(m, plan))
     m.plan = plan  # type: ignore[attr-defined]

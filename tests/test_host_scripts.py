@@ -1,0 +1,546 @@
+"""The bash the lab hosts run (components/lab/scripts.py), checked without a lab:
+
+  - shellcheck on every script the module can produce, and on the as_root() wrapper;
+  - the wrapper hands the script and stdin through unchanged (bash and dash login shells);
+  - node prep run twice in an isolated root (tests/hostsim.py) changes nothing the second time,
+    installs the pinned versions, and the delete scripts undo it;
+  - the NVIDIA driver's reboot path and driver_ready's GPU count check;
+  - the join script fills the token into the config kubeadm reads and removes it afterwards;
+  - no rendered command text of the lab stack carries a secret.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from components import versions
+from components.config import Host, StackConfig
+from components.lab import kubeadm, scripts
+from render import program
+from tests.conftest import lab_config
+from tests.hostsim import TIMEOUT, HostSim, isolation_unavailable, snapshot
+
+DRIVER_EXACT = "570.172.08-0ubuntu0.22.04.1"
+FSTAB = (
+    "# /etc/fstab: static file system information.\n"
+    "UUID=0b6e5b7a-1d2c-4e8f-9a3b-5c6d7e8f9a0b / ext4 defaults 0 1\n"
+    "/swap.img none swap sw 0 0\n"
+    "#/old.swap none swap sw 0 0\n"
+)
+JOIN_CONFIG = "/etc/gpu-cluster/kubeadm-join.yaml"
+
+
+def _host(cfg: StackConfig, name: str) -> Host:
+    return next(h for h in cfg.hosts if h.name == name)
+
+
+# ---------------------------------------------------------------------------------------------
+# 1. shellcheck on every script
+
+
+def _script_cases() -> dict[str, str]:
+    """Every script the module produces, with representative arguments (as NodePrep, ControlPlane
+    and NodeJoin call them)."""
+    cfg = lab_config()
+    minor = cfg.kubernetes_minor
+    pause = versions.PAUSE_IMAGE[minor]
+    return {
+        "kernel_prep": scripts.kernel_prep(),
+        "kernel_prep_delete": scripts.kernel_prep_delete(),
+        "nvidia_driver-branch": scripts.nvidia_driver(cfg.nvidia_driver.branch, None),
+        "nvidia_driver-exact": scripts.nvidia_driver(cfg.nvidia_driver.branch, DRIVER_EXACT),
+        "nvidia_driver_delete": scripts.nvidia_driver_delete(cfg.nvidia_driver.branch),
+        "driver_ready": scripts.driver_ready(2),
+        "nvidia_toolkit": scripts.nvidia_toolkit(versions.NVIDIA_CONTAINER_TOOLKIT),
+        "nvidia_toolkit_delete": scripts.nvidia_toolkit_delete(),
+        "containerd-gpu": scripts.containerd(cfg.containerd_version, pause, nvidia_default=True),
+        "containerd-cpu": scripts.containerd(cfg.containerd_version, pause, nvidia_default=False),
+        "containerd_delete": scripts.containerd_delete(),
+        "kube_packages": scripts.kube_packages(cfg.kubernetes_version, minor, versions.KUBE_PACKAGE_REVISION),
+        "kube_packages_delete": scripts.kube_packages_delete(),
+        "kubeadm_init": scripts.kubeadm_init(),
+        "kubeadm_reset": scripts.kubeadm_reset(),
+        "read_admin_kubeconfig": scripts.read_admin_kubeconfig(),
+        "mint_join_token-worker": scripts.mint_join_token("gpu-1", control_plane=False),
+        "mint_join_token-control-plane": scripts.mint_join_token("cp-2", control_plane=True),
+        "kubeadm_join": scripts.kubeadm_join(),
+        "node_ready": scripts.node_ready("gpu-1"),
+        "node_drain": scripts.node_drain("gpu-1"),
+    }
+
+
+SCRIPTS = _script_cases()
+# The wrapped command as remote.Command sends it; the login shell may be bash or a POSIX sh.
+WRAPPED = {
+    f"as_root({name})-{dialect}": (scripts.as_root(SCRIPTS[name]), dialect)
+    for name in ("kernel_prep", "kubeadm_join")
+    for dialect in ("bash", "sh")
+}
+
+
+def test_every_public_script_function_is_covered():
+    public = {
+        name
+        for name, fn in inspect.getmembers(scripts, inspect.isfunction)
+        if not name.startswith("_") and fn.__module__ == scripts.__name__
+    }
+    covered = {case.split("-")[0] for case in SCRIPTS} | {"as_root"}
+    assert public - covered == set(), "add the new script function to _script_cases()"
+
+
+def _shellcheck(text: str, dialect: str) -> subprocess.CompletedProcess[str]:
+    if shutil.which("shellcheck") is None:
+        pytest.skip("shellcheck is not installed (CI installs it: apt-get install shellcheck)")
+    return subprocess.run(
+        ["shellcheck", "--shell", dialect, "--severity", "style", "--format", "gcc", "-"],
+        input=text, capture_output=True, text=True, timeout=TIMEOUT, check=False,
+    )
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_shellcheck_script(name):
+    result = _shellcheck(SCRIPTS[name], "bash")
+    assert result.returncode == 0, f"shellcheck findings in scripts.{name}:\n{result.stdout}{result.stderr}"
+
+
+@pytest.mark.parametrize("name", WRAPPED)
+def test_shellcheck_as_root_command(name):
+    command, dialect = WRAPPED[name]
+    result = _shellcheck(command, dialect)
+    assert result.returncode == 0, f"shellcheck findings in {name}:\n{result.stdout}{result.stderr}"
+
+
+@pytest.mark.parametrize("shell", ["bash", "sh"])
+def test_as_root_passes_script_and_stdin_through(tmp_path, shell):
+    """Whatever the login shell, sudo gets `-n /bin/bash -c <the script> gpu-cluster` and the
+    command's stdin is left for the script."""
+    if shutil.which(shell) is None:
+        pytest.skip(f"{shell} is not installed")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    sudo = bin_dir / "sudo"
+    sudo.write_text(
+        "#!/bin/bash\n"
+        f'printf "%s\\0" "$@" >{tmp_path}/argv\n'
+        f"cat >{tmp_path}/stdin\n"
+    )
+    sudo.chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    for name, script in SCRIPTS.items():
+        subprocess.run(
+            [shell, "-c", scripts.as_root(script)],
+            input="line 1\nline 2 @TOKEN@ $HOME `x`\n", env=env, timeout=TIMEOUT, check=True, text=True,
+        )
+        argv = (tmp_path / "argv").read_text().split("\0")[:-1]
+        # $(...) drops the trailing newline; nothing else may change.
+        assert argv == ["-n", "/bin/bash", "-c", script.rstrip("\n"), "gpu-cluster"], name
+        assert (tmp_path / "stdin").read_text() == "line 1\nline 2 @TOKEN@ $HOME `x`\n", name
+
+
+def test_as_root_refuses_the_terminator_and_tolerates_a_missing_final_newline(tmp_path):
+    with pytest.raises(ValueError):
+        scripts.as_root(f"echo hi\n{scripts.HEREDOC_END}\necho injected\n")
+    wrapped = scripts.as_root("echo no-final-newline")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "sudo").write_text('#!/bin/bash\nwhile [ "${1#-}" != "$1" ]; do shift; done\nexec "$@"\n')
+    (bin_dir / "sudo").chmod(0o755)
+    out = subprocess.run(
+        ["bash", "-c", wrapped], env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"},
+        capture_output=True, text=True, timeout=TIMEOUT, check=False,
+    )
+    assert (out.returncode, out.stdout, out.stderr) == (0, "no-final-newline\n", "")
+
+
+# ---------------------------------------------------------------------------------------------
+# helpers for the isolated runs
+
+_WHY_NOT = isolation_unavailable()
+needs_isolation = pytest.mark.skipif(_WHY_NOT is not None, reason=f"isolated host runs: {_WHY_NOT}")
+
+# Paths of the real machine the scripts would write; they must be untouched by the tests.
+_REAL_WATCHED = (
+    "/etc/fstab", "/etc/modules-load.d", "/etc/sysctl.d", "/etc/modprobe.d", "/etc/apt",
+    "/etc/containerd", "/etc/gpu-cluster", "/etc/kubernetes", "/var/lib/gpu-cluster", "/var/log/gpu-cluster",
+)
+
+
+def _real_state() -> dict[str, object]:
+    state: dict[str, object] = {}
+    for p in map(Path, _REAL_WATCHED):
+        if p.is_dir():
+            state[str(p)] = snapshot(p)
+        elif p.exists():
+            state[str(p)] = (p.read_bytes(), p.stat().st_mode)
+        else:
+            state[str(p)] = None
+    return state
+
+
+@pytest.fixture
+def real_machine_untouched():
+    before = _real_state()
+    yield
+    assert _real_state() == before, "a test changed the real machine"
+
+
+def _changed(a: dict, b: dict) -> list[str]:
+    return sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
+
+
+def _calls(calls: list[list[str]], *prefix: str) -> list[list[str]]:
+    return [c for c in calls if c[: len(prefix)] == list(prefix)]
+
+
+def _installed_specs(calls: list[list[str]]) -> set[str]:
+    return {a for c in _calls(calls, "apt-get", "install") for a in c[2:] if not a.startswith("-")}
+
+
+def _run_all(sim: HostSim, steps: list[tuple[str, str]]) -> dict[str, str]:
+    """Run (name, script) steps in order through as_root(); each must exit 0. Returns stdouts."""
+    out = {}
+    for name, script in steps:
+        result = sim.run(scripts.as_root(script))
+        assert result.returncode == 0, f"{name} exited {result.returncode}:\n{result.stdout}\n{result.stderr}"
+        out[name] = result.stdout
+    return out
+
+
+def _prep_steps(cfg: StackConfig, host: Host) -> list[tuple[str, str, str | None]]:
+    """(step, create, delete) in NodePrep's dependency order."""
+    minor = cfg.kubernetes_minor
+    drv = cfg.nvidia_driver
+    steps: list[tuple[str, str, str | None]] = [("kernel", scripts.kernel_prep(), scripts.kernel_prep_delete())]
+    if host.is_gpu:
+        steps += [
+            ("nvidia-driver", scripts.nvidia_driver(drv.branch, drv.version), scripts.nvidia_driver_delete(drv.branch)),
+            ("driver-ready", scripts.driver_ready(host.gpus), None),
+            ("nvidia-toolkit", scripts.nvidia_toolkit(versions.NVIDIA_CONTAINER_TOOLKIT), scripts.nvidia_toolkit_delete()),
+        ]
+    steps += [
+        (
+            "containerd",
+            scripts.containerd(cfg.containerd_version, versions.PAUSE_IMAGE[minor], nvidia_default=host.is_gpu),
+            scripts.containerd_delete(),
+        ),
+        (
+            "kube-packages",
+            scripts.kube_packages(cfg.kubernetes_version, minor, versions.KUBE_PACKAGE_REVISION),
+            scripts.kube_packages_delete(),
+        ),
+    ]
+    return steps
+
+
+# ---------------------------------------------------------------------------------------------
+# 2. node prep: idempotent, pinned, undone by delete
+
+_VARIANTS = {
+    "gpu": (lambda: lab_config(), "gpu-1"),
+    "gpu-exact-driver": (lambda: lab_config(nvidiaDriver={"branch": "570", "version": DRIVER_EXACT}), "gpu-1"),
+    "cpu": (lambda: lab_config(), "cpu-1"),
+}
+
+
+@needs_isolation
+@pytest.mark.parametrize("variant", _VARIANTS)
+def test_node_prep_twice_changes_nothing_and_delete_undoes_it(tmp_path, real_machine_untouched, variant):
+    make_cfg, host_name = _VARIANTS[variant]
+    cfg = make_cfg()
+    host = _host(cfg, host_name)
+    gpu = host.is_gpu
+    sim = HostSim(tmp_path, fstab=FSTAB, gpus=host.gpus)
+    steps = _prep_steps(cfg, host)
+    creates = [(name, create) for name, create, _ in steps]
+    deletes = [(name, delete) for name, _, delete in reversed(steps) if delete]
+    original = sim.snapshot()
+
+    # -- run 1: installs and configures
+    start = sim.mark()
+    out1 = _run_all(sim, creates)
+    calls1 = sim.calls_since(start)
+    after1 = sim.snapshot()
+
+    kube = f"{cfg.kubernetes_version}-{versions.KUBE_PACKAGE_REVISION}"
+    pinned = {f"kubelet={kube}", f"kubeadm={kube}", f"kubectl={kube}", f"containerd.io={cfg.containerd_version}"}
+    assert "kubelet=1.34.2-1.1" in pinned and "containerd.io=1.7.27-1" in pinned  # the defaults lab_config uses
+    driver_pkg = f"nvidia-driver-{cfg.nvidia_driver.branch}-server"
+    if gpu:
+        pinned |= {
+            f"{p}={versions.NVIDIA_CONTAINER_TOOLKIT}"
+            for p in ("nvidia-container-toolkit", "nvidia-container-toolkit-base",
+                      "libnvidia-container-tools", "libnvidia-container1")
+        }
+        assert "nvidia-container-toolkit=1.17.8-1" in pinned
+        pinned.add(f"{driver_pkg}={cfg.nvidia_driver.version}" if cfg.nvidia_driver.version else driver_pkg)
+    assert _installed_specs(calls1) == pinned
+    installed = sim.installed()
+    for spec in pinned:
+        pkg, _, ver = spec.partition("=")
+        assert pkg in installed and (not ver or installed[pkg] == ver), spec
+    assert sorted(sim.holds()) == sorted(spec.partition("=")[0] for spec in pinned)
+
+    ctk = _calls(calls1, "nvidia-ctk", "runtime", "configure", "--runtime=containerd", "--set-as-default")
+    assert len(ctk) == (1 if gpu else 0)
+    assert not _calls(calls1, "nvidia-ctk") or gpu
+    assert _calls(calls1, "sysctl", "--system") and _calls(calls1, "swapoff", "-a")
+    assert _calls(calls1, "systemctl", "restart", "containerd")
+    assert not _calls(calls1, "systemd-run") and not _calls(calls1, "reboot"), "no reboot needed here"
+    if gpu:
+        assert _calls(calls1, "update-initramfs", "-u")
+        assert "driver loaded without reboot" in out1["nvidia-driver"]
+        assert f"{host.gpus} GPU(s) visible" in out1["driver-ready"]
+        blacklist = sim.path("/etc/modprobe.d/gpu-cluster-blacklist-nouveau.conf").read_text()
+        assert "blacklist nouveau" in blacklist
+
+    fstab1 = sim.path("/etc/fstab").read_text()
+    assert fstab1 == FSTAB.replace("\n/swap.img", "\n#gpu-cluster# /swap.img")
+    assert sim.path("/etc/modules-load.d/gpu-cluster-k8s.conf").read_text() == "overlay\nbr_netfilter\n"
+    assert "net.ipv4.ip_forward" in sim.path("/etc/sysctl.d/99-gpu-cluster-k8s.conf").read_text()
+
+    toml = sim.path("/etc/containerd/config.toml").read_text()
+    assert "SystemdCgroup = true" in toml and "SystemdCgroup = false" not in toml
+    assert f'sandbox_image = "{versions.PAUSE_IMAGE[cfg.kubernetes_minor]}"' in toml
+    assert ('default_runtime_name = "nvidia"' in toml) == gpu
+    assert ("runtimes.nvidia]" in toml) == gpu
+    assert 'default_runtime_name = "runc"' in toml or gpu
+
+    docker_list = sim.path("/etc/apt/sources.list.d/docker.list").read_text()
+    assert "signed-by=/etc/apt/keyrings/docker.gpg" in docker_list and "arch=amd64" in docker_list
+    assert "https://download.docker.com/linux/ubuntu jammy stable" in docker_list
+    kube_list = sim.path(f"/etc/apt/sources.list.d/kubernetes-v{cfg.kubernetes_minor}.list").read_text()
+    assert f"signed-by=/etc/apt/keyrings/kubernetes-v{cfg.kubernetes_minor}.gpg" in kube_list
+    assert sim.path(f"/etc/apt/keyrings/kubernetes-v{cfg.kubernetes_minor}.gpg").stat().st_mode & 0o777 == 0o644
+
+    # -- run 2: nothing left to do
+    start = sim.mark()
+    out2 = _run_all(sim, creates)
+    calls2 = sim.calls_since(start)
+    assert _changed(after1, sim.snapshot()) == [], "the second run changed files"
+    assert sim.path("/etc/fstab").read_text() == fstab1
+    assert not _calls(calls2, "apt-get"), "the second run called apt-get"
+    assert not _calls(calls2, "apt-mark", "hold")
+    for tool in ("curl", "gpg", "sysctl", "update-initramfs", "systemd-run", "reboot", "modprobe"):
+        if tool == "modprobe":
+            assert not _calls(calls2, "modprobe", "nvidia")
+            continue
+        assert not _calls(calls2, tool), f"the second run called {tool}"
+    assert not _calls(calls2, "systemctl", "restart", "containerd")
+    assert not any("updated " in out for out in out2.values()), out2
+    if gpu:
+        assert "driver ready" in out2["nvidia-driver"]
+
+    # -- delete (reverse order), twice: the second finds nothing to undo
+    start = sim.mark()
+    _run_all(sim, deletes)
+    calls_d1 = sim.calls_since(start)
+    after_delete = sim.snapshot()
+    assert sim.path("/etc/fstab").read_text() == FSTAB
+    assert _calls(calls_d1, "swapon", "-a") and _calls(calls_d1, "sysctl", "--system")
+    for gone in (
+        "/etc/modules-load.d/gpu-cluster-k8s.conf", "/etc/sysctl.d/99-gpu-cluster-k8s.conf",
+        "/etc/containerd/config.toml", "/etc/apt/sources.list.d/docker.list", "/etc/apt/keyrings/docker.gpg",
+        f"/etc/apt/sources.list.d/kubernetes-v{cfg.kubernetes_minor}.list",
+        f"/etc/apt/keyrings/kubernetes-v{cfg.kubernetes_minor}.gpg",
+        "/etc/apt/sources.list.d/nvidia-container-toolkit.list", "/etc/apt/keyrings/nvidia-container-toolkit.gpg",
+    ):
+        assert not sim.path(gone).exists(), gone
+    assert sim.holds() == []
+    # The driver stays installed (removing it needs a reboot), and so does its nouveau blacklist.
+    assert set(sim.installed()) == ({driver_pkg} if gpu else set())
+    left = {"etc/modprobe.d/gpu-cluster-blacklist-nouveau.conf"} if gpu else set()
+    assert set(_changed(original, after_delete)) == left
+
+    start = sim.mark()
+    _run_all(sim, deletes)
+    assert _changed(after_delete, sim.snapshot()) == []
+    assert not _calls(sim.calls_since(start), "apt-get")
+
+
+@needs_isolation
+def test_failed_file_write_fails_the_step(tmp_path, real_machine_untouched):
+    """put_file must not report success (or "updated") when it could not write."""
+    sim = HostSim(tmp_path, fstab=FSTAB)
+    # A regular file where a directory must be: install -D cannot create the target.
+    modules = sim.path("/etc/modules-load.d")
+    shutil.rmtree(modules, ignore_errors=True)
+    modules.write_text("not a directory\n")
+    result = sim.run(scripts.as_root(scripts.kernel_prep()))
+    assert result.returncode != 0
+    assert "updated /etc/modules-load.d" not in result.stdout
+    # Same for a file written from a pipeline (the apt source of a repository).
+    sources = sim.path("/etc/apt/sources.list.d")
+    shutil.rmtree(sources, ignore_errors=True)
+    sources.write_text("not a directory\n")
+    start = sim.mark()
+    cfg = lab_config()
+    result = sim.run(scripts.as_root(
+        scripts.kube_packages(cfg.kubernetes_version, cfg.kubernetes_minor, versions.KUBE_PACKAGE_REVISION)
+    ))
+    assert result.returncode != 0
+    assert not _calls(sim.calls_since(start), "apt-get", "install"), "went on without its apt source"
+
+
+# ---------------------------------------------------------------------------------------------
+# 3. the driver's reboot path and the GPU count check
+
+
+@needs_isolation
+def test_nvidia_driver_reboots_when_nouveau_holds_the_gpus(tmp_path, real_machine_untouched):
+    sim = HostSim(tmp_path, gpus=2)
+    sim.flag("nouveau-loaded")  # nvidia-smi fails and modprobe nvidia cannot help until a reboot
+    driver = scripts.as_root(scripts.nvidia_driver("570", None))
+
+    start = sim.mark()
+    result = sim.run(driver)
+    assert result.returncode == 0, result.stderr
+    assert "rebooting to load the NVIDIA driver" in result.stdout
+    calls = sim.calls_since(start)
+    assert _calls(calls, "apt-get", "install")
+    stop = calls.index(["systemctl", "stop", "ssh.socket", "ssh.service"])
+    reboot = calls.index(["systemd-run", "--on-active=5", "--unit=gpu-cluster-reboot", "systemctl", "reboot"])
+    assert stop < reboot, "SSH must refuse new sessions before the reboot is scheduled"
+    assert not _calls(calls, "reboot"), "the reboot is delayed through systemd-run, never immediate"
+    marker = sim.path("/var/lib/gpu-cluster/reboot-requested")
+    assert marker.read_text() == Path("/proc/sys/kernel/random/boot_id").read_text()
+
+    # After the reboot: nouveau is gone and the driver is loaded.
+    sim.flag("nouveau-loaded", False)
+    sim.flag("nvidia-loaded")
+    start = sim.mark()
+    ready = sim.run(scripts.as_root(scripts.driver_ready(2)))
+    assert ready.returncode == 0, ready.stderr
+    assert "2 GPU(s) visible" in ready.stdout
+    assert not marker.exists()
+    assert not _calls(sim.calls_since(start), "sleep")
+
+    start = sim.mark()
+    again = sim.run(driver)
+    assert again.returncode == 0 and "driver ready" in again.stdout
+    assert not _calls(sim.calls_since(start), "systemd-run")
+    assert not _calls(sim.calls_since(start), "apt-get")
+
+
+@needs_isolation
+@pytest.mark.parametrize("visible", [0, 1])
+def test_driver_ready_fails_when_fewer_gpus_than_configured(tmp_path, real_machine_untouched, visible):
+    sim = HostSim(tmp_path, gpus=visible)
+    if visible:
+        sim.flag("nvidia-loaded")  # else nvidia-smi fails outright: 0 GPUs
+    began = time.monotonic()
+    result = sim.run(scripts.as_root(scripts.driver_ready(2)))
+    assert time.monotonic() - began < 30, "the retry loop must be bounded (sleep is a stand-in here)"
+    assert result.returncode != 0
+    assert f"nvidia-smi sees {visible} GPU(s) but the config says 2" in result.stderr
+    sleeps = _calls(sim.calls(), "sleep")
+    assert 0 < len(sleeps) <= 30 and all(s == ["sleep", "5"] for s in sleeps)
+
+
+# ---------------------------------------------------------------------------------------------
+# 4. the join script
+
+
+def _join_input(host_name: str, first_line: str) -> tuple[str, str]:
+    cfg = lab_config()
+    template = kubeadm.join_config_template(cfg, _host(cfg, host_name))
+    return template, first_line + template
+
+
+@needs_isolation
+@pytest.mark.parametrize(
+    ("host_name", "first_line", "cert_key"),
+    [("gpu-1", "TOKEN123 sha256:abc\n", None), ("cp-1", "TOKEN123 sha256:abc CERTKEY456\n", "CERTKEY456")],
+    ids=["worker", "control-plane"],
+)
+def test_kubeadm_join_fills_the_token_and_removes_the_config(tmp_path, real_machine_untouched, host_name, first_line, cert_key):
+    sim = HostSim(tmp_path)
+    template, stdin = _join_input(host_name, first_line)
+    join = scripts.as_root(scripts.kubeadm_join())
+
+    result = sim.run(join, stdin=stdin)
+    assert result.returncode == 0, result.stderr
+    assert "node joined" in result.stdout
+    assert _calls(sim.calls(), "kubeadm", "join") == [["kubeadm", "join", "--config", JOIN_CONFIG]]
+    seen_text = (sim.sim / "kubeadm-join-seen.yaml").read_text()
+    assert "@" not in seen_text
+    seen = yaml.safe_load(seen_text)
+    assert seen["discovery"]["bootstrapToken"]["token"] == "TOKEN123"
+    assert seen["discovery"]["bootstrapToken"]["caCertHashes"] == ["sha256:abc"]
+    if cert_key:
+        assert seen["controlPlane"]["certificateKey"] == cert_key
+    else:
+        assert "controlPlane" not in seen
+    expected = (template.replace("@TOKEN@", "TOKEN123").replace("@CA_HASH@", "sha256:abc")
+                .replace("@CERT_KEY@", cert_key or ""))
+    assert seen == yaml.safe_load(expected)
+    assert (sim.sim / "kubeadm-join-seen.mode").read_text().strip() == "600"
+    assert not sim.path(JOIN_CONFIG).exists(), "the join config holds the token and must be removed"
+    assert sim.path("/etc/gpu-cluster").stat().st_mode & 0o777 == 0o700
+
+    # Joined already (kubelet.conf exists): a rerun does nothing.
+    start = sim.mark()
+    again = sim.run(join, stdin=stdin)
+    assert again.returncode == 0 and "node already joined" in again.stdout
+    assert not _calls(sim.calls_since(start), "kubeadm")
+
+
+@needs_isolation
+@pytest.mark.parametrize("first_line", ["", "\n", "TOKEN123\n"], ids=["empty", "blank-line", "no-hash"])
+def test_kubeadm_join_without_token_fails(tmp_path, real_machine_untouched, first_line):
+    sim = HostSim(tmp_path)
+    stdin = _join_input("gpu-1", first_line)[1] if first_line else ""
+    result = sim.run(scripts.as_root(scripts.kubeadm_join()), stdin=stdin)
+    assert result.returncode != 0
+    assert "no join token" in result.stderr
+    assert not _calls(sim.calls(), "kubeadm")
+    assert not sim.path(JOIN_CONFIG).exists()
+
+
+@needs_isolation
+def test_kubeadm_join_failure_keeps_the_token_out_of_the_output(tmp_path, real_machine_untouched):
+    sim = HostSim(tmp_path)
+    sim.flag("kubeadm-join-fails")
+    result = sim.run(scripts.as_root(scripts.kubeadm_join()), stdin=_join_input("gpu-1", "TOKEN123 sha256:abc\n")[1])
+    assert result.returncode == 3, "kubeadm's exit status is passed on"
+    assert "port 10250 is in use" in result.stderr
+    assert "TOKEN123" not in result.stdout + result.stderr
+    assert not sim.path(JOIN_CONFIG).exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# 5. no secret in any command text
+
+
+def test_no_host_command_text_contains_a_secret():
+    canary = "CANARY-SECRET-7f3a"
+    values, secret_keys = program.stack_config("lab", secret_value=canary)
+    assert secret_keys and all(values[k] == canary for k in secret_keys), "the canary must reach the program"
+    plan = program.run("lab", secret_value=canary)
+
+    commands = plan.of_type("command:remote:Command")
+    joins = [c for c in commands if c.name.endswith("-join")]
+    assert commands and joins
+    for cmd in commands:
+        for field in ("create", "delete"):
+            text = cmd.inputs.get(field)
+            if text is None:
+                continue
+            assert isinstance(text, str) and text != program.SECRET_MARKER, f"{cmd.name}.{field} is not plain text"
+            assert canary not in text, f"{cmd.name}.{field}"
+        stdin = cmd.inputs.get("stdin")
+        if cmd in joins:
+            assert stdin == program.SECRET_MARKER, f"{cmd.name}.stdin carries the join token: must be secret"
+        elif stdin is not None:
+            assert canary not in stdin, f"{cmd.name}.stdin"
+        assert cmd.inputs["connection"]["privateKey"] == program.SECRET_MARKER
+    assert canary not in json.dumps([r.inputs for r in plan.resources])
+    assert canary not in json.dumps(plan.outputs, default=str)

@@ -1,0 +1,496 @@
+"""Each component built from its typed args under the recording mocks: what it registers, where
+each child hangs, what it depends on and which inputs stay secret."""
+
+from __future__ import annotations
+
+import pulumi
+import pytest
+import yaml
+from pulumi.runtime import rpc
+
+from components import versions
+from components.cni import Cni, CniArgs
+from components.config import Cni as CniKind
+from components.dev.existing_cluster import ExistingCluster, ExistingClusterArgs
+from components.device_plugin import GPU_NODE_LABEL, NvidiaDevicePlugin
+from components.lab.control_plane import ControlPlane, ControlPlaneArgs
+from components.lab.node_join import NodeJoin, NodeJoinArgs
+from components.lab.node_prep import NodePrep, NodePrepArgs
+from render.program import SECRET_MARKER, Plan, Registration
+from tests.conftest import ED25519, host, lab_config
+
+BASTION_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIKq7Zb2xN4mP9sV1cR6tY3uW8eL5oJ0hG2fD7aQ1kB9z"
+PRIVATE_KEY = "-----BEGIN OPENSSH PRIVATE KEY-----\nnot-a-real-key\n-----END OPENSSH PRIVATE KEY-----\n"
+COMMAND = "command:remote:Command"
+
+GPU_STEPS = ("kernel", "kube-packages", "nvidia-driver", "driver-ready", "nvidia-toolkit", "containerd")
+CPU_STEPS = ("kernel", "kube-packages", "containerd")
+
+
+# ---------------------------------------------------------------------------------------------
+# helpers
+
+
+def short(urn: str) -> str:
+    return urn.split("::")[-1]
+
+
+def one(plan: Plan, name: str, type_: str | None = None) -> Registration:
+    found = [r for r in plan.resources if r.name == name and (type_ is None or r.type == type_)]
+    assert len(found) == 1, f"{name}: {len(found)} registrations"
+    return found[0]
+
+
+def deps(reg: Registration) -> set[str]:
+    return {short(u) for u in reg.dependencies}
+
+
+def children(plan: Plan, parent: Registration) -> list[Registration]:
+    return [r for r in plan.resources if r.parent == parent.urn]
+
+
+def closure(plan: Plan, reg: Registration) -> set[str]:
+    """Names of everything `reg` depends on, transitively."""
+    by_urn = {r.urn: r for r in plan.resources}
+    seen: set[str] = set()
+    todo = list(reg.dependencies)
+    while todo:
+        urn = todo.pop()
+        if urn in seen:
+            continue
+        seen.add(urn)
+        if urn in by_urn:
+            todo += by_urn[urn].dependencies
+    return {short(u) for u in seen}
+
+
+def revealed(value):
+    """A value as the mocks receive it (secret-wrapped), unwrapped: to check what a masked input holds."""
+    if isinstance(value, dict) and value.get(rpc._special_sig_key) == rpc._special_secret_sig:
+        return value["value"]
+    return value
+
+
+def recording_inputs(mocks) -> dict[str, dict]:
+    """Every resource's inputs as the mocks see them, by name (secrets still wrapped)."""
+    seen: dict[str, dict] = {}
+    new_resource = mocks.new_resource
+
+    def recording(args):
+        seen[args.name] = args.inputs
+        return new_resource(args)
+
+    mocks.new_resource = recording
+    return seen
+
+
+def build(fn) -> None:
+    """Run `fn` as a Pulumi program under the test's mocks and wait for every registration."""
+    pulumi.runtime.test(fn)()
+
+
+def key() -> pulumi.Output[str]:
+    return pulumi.Output.secret(PRIVATE_KEY)
+
+
+def prep(cfg, name: str) -> NodePrep:
+    h = next(h for h in cfg.hosts if h.name == name)
+    return NodePrep(name, NodePrepArgs(host=h, cluster=cfg, private_key=key()))
+
+
+# ---------------------------------------------------------------------------------------------
+# NodePrep
+
+
+def test_node_prep_gpu_host_steps_parented_and_ordered(mocks):
+    cfg = lab_config()
+    build(lambda: prep(cfg, "gpu-1"))
+    plan = mocks.plan
+
+    component = one(plan, "gpu-1", "gpucluster:lab:NodePrep")
+    steps = children(plan, component)
+    assert sorted(r.name for r in steps) == sorted(f"gpu-1-{s}" for s in GPU_STEPS)
+    assert all(r.type == COMMAND for r in steps)
+    assert len(plan.of_type(COMMAND)) == len(GPU_STEPS)  # nothing outside the component
+
+    step = {s: one(plan, f"gpu-1-{s}") for s in GPU_STEPS}
+    assert deps(step["kernel"]) == set()
+    assert deps(step["nvidia-driver"]) == {"gpu-1-kernel"}
+    assert deps(step["driver-ready"]) == {"gpu-1-nvidia-driver"}
+    assert deps(step["nvidia-toolkit"]) == {"gpu-1-driver-ready"}
+    assert deps(step["containerd"]) == {"gpu-1-nvidia-toolkit"}
+    assert deps(step["kube-packages"]) == {"gpu-1-kernel"}
+    # The runtime is configured only once the driver is up: the whole chain is behind containerd.
+    assert closure(plan, step["containerd"]) == {
+        "gpu-1-kernel", "gpu-1-nvidia-driver", "gpu-1-driver-ready", "gpu-1-nvidia-toolkit"
+    }
+    assert "nvidia-ctk runtime configure" in step["containerd"].inputs["create"]
+
+
+def test_node_prep_cpu_host_has_no_nvidia_steps(mocks):
+    cfg = lab_config()
+    build(lambda: prep(cfg, "cpu-1"))
+    plan = mocks.plan
+
+    component = one(plan, "cpu-1", "gpucluster:lab:NodePrep")
+    assert sorted(r.name for r in children(plan, component)) == sorted(f"cpu-1-{s}" for s in CPU_STEPS)
+    assert len(plan.of_type(COMMAND)) == len(CPU_STEPS)
+    containerd = one(plan, "cpu-1-containerd")
+    assert deps(containerd) == {"cpu-1-kernel"}
+    assert deps(one(plan, "cpu-1-kube-packages")) == {"cpu-1-kernel"}
+    assert "nvidia-ctk" not in containerd.inputs["create"]
+
+
+def test_node_prep_preinstalled_driver_skips_install_keeps_check(mocks):
+    cfg = lab_config(nvidiaDriver={"branch": "570", "preinstalled": True})
+    build(lambda: prep(cfg, "gpu-1"))
+    plan = mocks.plan
+
+    names = {r.name for r in plan.of_type(COMMAND)}
+    assert "gpu-1-nvidia-driver" not in names
+    assert names == {f"gpu-1-{s}" for s in GPU_STEPS if s != "nvidia-driver"}
+    assert deps(one(plan, "gpu-1-driver-ready")) == {"gpu-1-kernel"}
+    assert deps(one(plan, "gpu-1-nvidia-toolkit")) == {"gpu-1-driver-ready"}
+    assert deps(one(plan, "gpu-1-containerd")) == {"gpu-1-nvidia-toolkit"}
+
+
+def test_node_prep_driver_ready_survives_reboot_and_only_it_has_no_delete(mocks):
+    cfg = lab_config()
+    build(lambda: prep(cfg, "gpu-1"))
+    plan = mocks.plan
+
+    ready = one(plan, "gpu-1-driver-ready")
+    assert ready.inputs["connection"]["dialErrorLimit"] == 60
+    assert "delete" not in ready.inputs or not ready.inputs["delete"]
+    for reg in plan.of_type(COMMAND):
+        if reg.name == "gpu-1-driver-ready":
+            continue
+        assert reg.inputs["connection"].get("dialErrorLimit") != 60, reg.name
+        assert reg.inputs.get("delete"), f"{reg.name} has no delete"
+
+
+def test_node_prep_triggers_and_pinned_connection(mocks):
+    cfg = lab_config()
+    build(lambda: (prep(cfg, "gpu-1"), prep(cfg, "cpu-1")))
+    plan = mocks.plan
+
+    addresses = {"gpu-1": "192.0.2.11", "cpu-1": "192.0.2.12"}
+    commands = plan.of_type(COMMAND)
+    assert len(commands) == len(GPU_STEPS) + len(CPU_STEPS)
+    for reg in commands:
+        node = "gpu-1" if reg.name.startswith("gpu-1-") else "cpu-1"
+        assert node in reg.inputs["triggers"], reg.name
+        assert addresses[node] in reg.inputs["triggers"], reg.name
+        conn = reg.inputs["connection"]
+        assert conn["host"] == addresses[node]
+        assert conn["hostKey"] == ED25519
+        assert conn["privateKey"] == SECRET_MARKER
+        assert conn["user"] == "ubuntu"
+        assert "proxy" not in conn
+        assert PRIVATE_KEY not in repr(reg.inputs)
+
+
+def test_node_prep_bastion_is_a_pinned_proxy(mocks):
+    cfg = lab_config(bastion={"host": "bastion.lab.example", "sshUser": "jump", "hostKey": BASTION_KEY})
+    build(lambda: prep(cfg, "gpu-1"))
+    plan = mocks.plan
+
+    commands = plan.of_type(COMMAND)
+    assert commands
+    for reg in commands:
+        conn = reg.inputs["connection"]
+        assert conn["hostKey"] == ED25519
+        proxy = conn["proxy"]
+        assert proxy["host"] == "bastion.lab.example"
+        assert proxy["user"] == "jump"
+        assert proxy["hostKey"] == BASTION_KEY
+        assert proxy["privateKey"] == SECRET_MARKER
+        assert PRIVATE_KEY not in repr(reg.inputs)
+
+
+# ---------------------------------------------------------------------------------------------
+# ControlPlane
+
+
+def control_plane(cfg, preps: dict[str, NodePrep] | None = None) -> ControlPlane:
+    first = cfg.control_planes[0].name
+    preps = preps if preps is not None else {first: prep(cfg, first)}
+    return ControlPlane(
+        "control-plane", ControlPlaneArgs(cluster=cfg, private_key=key(), prepared=preps[first].done)
+    )
+
+
+def test_control_plane_init_reads_kubeadm_config_on_stdin(mocks):
+    cfg = lab_config(podCidr="10.50.0.0/16", serviceCidr="10.60.0.0/16", kubernetesVersion="1.33.4")
+    build(lambda: control_plane(cfg))
+    plan = mocks.plan
+
+    component = one(plan, "control-plane", "gpucluster:lab:ControlPlane")
+    init = one(plan, "control-plane-init")
+    assert init.parent == component.urn
+    stdin = init.inputs["stdin"]
+    assert "kubernetesVersion: v1.33.4" in stdin
+    docs = {d["kind"]: d for d in yaml.safe_load_all(stdin)}
+    assert docs["ClusterConfiguration"]["kubernetesVersion"] == "v1.33.4"
+    assert docs["ClusterConfiguration"]["networking"] == {
+        "podSubnet": "10.50.0.0/16", "serviceSubnet": "10.60.0.0/16"
+    }
+    assert docs["InitConfiguration"]["localAPIEndpoint"]["advertiseAddress"] == "192.0.2.10"
+    assert init.inputs["connection"]["host"] == "192.0.2.10"
+    assert "kubeadm reset -f" in init.inputs["delete"]
+    # kubeadm init runs once the first control plane is prepared.
+    assert {"cp-1-containerd", "cp-1-kube-packages"} <= deps(init)
+
+
+def test_control_plane_kubeconfig_is_secret(mocks):
+    cfg = lab_config()
+
+    @pulumi.runtime.test
+    def check():
+        cp = control_plane(cfg)
+
+        async def verify() -> None:
+            assert await cp.kubeconfig.is_secret()
+            assert "kind: Config" in await cp.kubeconfig.future()
+
+        return verify()
+
+    check()
+
+
+def test_control_plane_kubeconfig_read_not_logged_and_provider_secret(mocks):
+    cfg = lab_config()
+    build(lambda: control_plane(cfg))
+    plan = mocks.plan
+
+    component = one(plan, "control-plane", "gpucluster:lab:ControlPlane")
+    read = one(plan, "control-plane-kubeconfig")
+    assert read.parent == component.urn
+    assert read.inputs["logging"] == "none"
+    assert "control-plane-init" in deps(read)
+
+    provider = one(plan, "control-plane-k8s", "pulumi:providers:kubernetes")
+    assert provider.parent == component.urn
+    assert provider.inputs["kubeconfig"] == SECRET_MARKER
+    assert "control-plane-kubeconfig" in deps(provider)
+
+
+# ---------------------------------------------------------------------------------------------
+# NodeJoin
+
+
+def join_all(cfg, joiner: str) -> dict[str, object]:
+    """The pieces a NodeJoin needs (both hosts prepared, control plane, CNI), then the join."""
+    first = cfg.control_planes[0].name
+    preps = {first: prep(cfg, first), joiner: prep(cfg, joiner)}
+    cp = control_plane(cfg, preps)
+    cni = Cni("cni", CniArgs(kind=cfg.cni, pod_cidr=cfg.pod_cidr),
+              opts=pulumi.ResourceOptions(provider=cp.provider))
+    h = next(h for h in cfg.hosts if h.name == joiner)
+    join = NodeJoin(joiner, NodeJoinArgs(cluster=cfg, host=h, control_plane=cp, private_key=key(),
+                                         prepared=preps[joiner].done, network=[cni]))
+    return {"cp": cp, "cni": cni, "join": join}
+
+
+def test_node_join_worker(mocks):
+    cfg = lab_config()
+    build(lambda: join_all(cfg, "gpu-1"))
+    plan = mocks.plan
+
+    component = one(plan, "gpu-1", "gpucluster:lab:NodeJoin")
+    assert sorted(r.name for r in children(plan, component)) == ["gpu-1-join", "gpu-1-ready", "gpu-1-token"]
+
+    token = one(plan, "gpu-1-token")
+    assert token.inputs["connection"]["host"] == "192.0.2.10"
+    assert token.inputs["logging"] == "none"
+    assert "kubeadm token create --ttl 15m" in token.inputs["create"]
+    assert "upload-certs" not in token.inputs["create"]
+    assert "control-plane-init" in deps(token)
+
+    join = one(plan, "gpu-1-join")
+    assert join.inputs["connection"]["host"] == "192.0.2.11"
+    assert join.inputs["connection"]["privateKey"] == SECRET_MARKER
+    assert join.inputs["stdin"] == SECRET_MARKER
+    assert {"gpu-1-token", "gpu-1-containerd", "gpu-1-kube-packages"} <= deps(join)
+    # ... and so, transitively, on every step of the host's NodePrep.
+    prep_steps = {r.name for r in children(plan, one(plan, "gpu-1", "gpucluster:lab:NodePrep"))}
+    assert prep_steps == {f"gpu-1-{s}" for s in GPU_STEPS}
+    assert prep_steps <= closure(plan, join)
+    assert "kubeadm reset -f" in join.inputs["delete"]
+
+    ready = one(plan, "gpu-1-ready")
+    assert ready.inputs["connection"]["host"] == "192.0.2.10"
+    assert {"gpu-1-join", "cni-flannel", "cni-ns"} <= deps(ready)
+    delete = ready.inputs["delete"]
+    assert "kubectl" in delete
+    assert "drain gpu-1" in delete
+    assert "delete node gpu-1" in delete
+    assert "node/gpu-1" in ready.inputs["create"]
+
+    for reg in (token, join, ready):
+        assert {"gpu-1", "192.0.2.11", "control-plane-init-id"} <= set(reg.inputs["triggers"]), reg.name
+
+
+def test_node_join_stdin_carries_token_and_join_template(mocks):
+    """The stdin is masked in the plan; the mocks themselves see the unmasked value."""
+    cfg = lab_config()
+    seen = recording_inputs(mocks)
+    build(lambda: join_all(cfg, "gpu-1"))
+
+    stdin = revealed(seen["gpu-1-join"]["stdin"])
+    first_line, template = stdin.split("\n", 1)
+    assert first_line == ""  # the mocked token command prints nothing
+    doc = yaml.safe_load(template)
+    assert doc["kind"] == "JoinConfiguration"
+    assert doc["discovery"]["bootstrapToken"]["token"] == "@TOKEN@"
+    assert doc["discovery"]["bootstrapToken"]["apiServerEndpoint"] == "192.0.2.10:6443"
+    assert doc["nodeRegistration"]["name"] == "gpu-1"
+    assert {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"} in doc["nodeRegistration"]["taints"]
+    assert "controlPlane" not in doc
+
+
+def test_node_join_control_plane_joiner_uploads_certs(mocks):
+    cfg = lab_config(
+        hosts=[
+            host("cp-1", "192.0.2.10", "control-plane"),
+            host("cp-2", "192.0.2.20", "control-plane"),
+        ],
+        controlPlaneEndpoint="k8s-api.lab.example:6443",
+    )
+    seen = recording_inputs(mocks)
+    build(lambda: join_all(cfg, "cp-2"))
+    plan = mocks.plan
+
+    token = one(plan, "cp-2-token")
+    assert "upload-certs" in token.inputs["create"]
+    assert "certificate-key" in token.inputs["create"]
+    join = one(plan, "cp-2-join")
+    assert join.inputs["stdin"] == SECRET_MARKER
+    doc = yaml.safe_load(revealed(seen["cp-2-join"]["stdin"]).split("\n", 1)[1])
+    assert doc["controlPlane"]["certificateKey"] == "@CERT_KEY@"
+    assert doc["controlPlane"]["localAPIEndpoint"]["advertiseAddress"] == "192.0.2.20"
+    assert doc["discovery"]["bootstrapToken"]["apiServerEndpoint"] == "k8s-api.lab.example:6443"
+
+
+# ---------------------------------------------------------------------------------------------
+# Cni
+
+
+@pytest.mark.parametrize(
+    ("kind", "namespace", "chart", "version", "repo"),
+    [
+        (CniKind.FLANNEL, "kube-flannel", versions.FLANNEL_CHART, versions.FLANNEL_CHART_VERSION,
+         versions.FLANNEL_CHART_REPO),
+        (CniKind.CALICO, "tigera-operator", versions.CALICO_CHART, versions.CALICO_CHART_VERSION,
+         versions.CALICO_CHART_REPO),
+    ],
+)
+def test_cni_release(mocks, kind, namespace, chart, version, repo):
+    cfg = lab_config(cni=kind.value, podCidr="10.32.0.0/16")
+    build(lambda: Cni("cni", CniArgs(kind=cfg.cni, pod_cidr=cfg.pod_cidr)))
+    plan = mocks.plan
+
+    component = one(plan, "cni", "gpucluster:k8s:Cni")
+    releases = plan.of_type("kubernetes:helm.sh/v3:Release")
+    assert len(releases) == 1
+    release = releases[0]
+    assert release.name == f"cni-{kind.value}"
+    assert release.parent == component.urn
+    assert release.inputs["namespace"] == namespace
+    assert release.inputs["chart"] == chart
+    assert release.inputs["version"] == version
+    assert release.inputs["repositoryOpts"]["repo"] == repo
+    values = release.inputs["values"]
+    if kind is CniKind.FLANNEL:
+        assert values["podCidr"] == "10.32.0.0/16"
+    else:
+        assert values["installation"]["calicoNetwork"]["ipPools"][0]["cidr"] == "10.32.0.0/16"
+
+    ns = one(plan, "cni-ns", "kubernetes:core/v1:Namespace")
+    assert ns.parent == component.urn
+    assert ns.inputs["metadata"]["name"] == namespace
+    assert ns.inputs["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
+    assert "cni-ns" in deps(release)
+
+
+# ---------------------------------------------------------------------------------------------
+# NvidiaDevicePlugin
+
+
+def test_device_plugin_daemonset(mocks):
+    build(lambda: NvidiaDevicePlugin("nvidia-device-plugin"))
+    plan = mocks.plan
+
+    component = one(plan, "nvidia-device-plugin", "gpucluster:gpu:DevicePlugin")
+    ds = one(plan, "nvidia-device-plugin", "kubernetes:apps/v1:DaemonSet")
+    assert ds.parent == component.urn
+    pod = ds.inputs["spec"]["template"]["spec"]
+
+    containers = pod["containers"] + pod.get("initContainers", [])
+    assert [c["image"] for c in pod["containers"]] == [versions.NVIDIA_DEVICE_PLUGIN_IMAGE]
+    for c in containers:
+        sc = c.get("securityContext", {})
+        assert not sc.get("privileged", False), c["name"]
+        assert sc.get("allowPrivilegeEscalation") is False, c["name"]
+        assert sc.get("capabilities", {}).get("drop") == ["ALL"], c["name"]
+        assert not sc.get("capabilities", {}).get("add"), c["name"]
+    assert not pod.get("hostNetwork") and not pod.get("hostPID")
+
+    assert any(t.get("key") == "nvidia.com/gpu" and t.get("operator") == "Exists" for t in pod["tolerations"])
+
+    terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    gpu_term = {"key": GPU_NODE_LABEL[0], "operator": "In", "values": [GPU_NODE_LABEL[1]]}
+    gke_term = {"key": "cloud.google.com/gke-accelerator", "operator": "Exists"}
+    # Terms are ORed, expressions within a term ANDed: every term must select GPU nodes only.
+    assert terms
+    for term in terms:
+        assert term["matchExpressions"] in ([gpu_term], [gke_term]), term
+    assert GPU_NODE_LABEL == ("nvidia.com/gpu.present", "true")
+
+
+# ---------------------------------------------------------------------------------------------
+# ExistingCluster (dev)
+
+
+def test_existing_cluster_context_and_gpu_labels(mocks):
+    build(lambda: ExistingCluster(
+        "cluster", ExistingClusterArgs(context="minikube", gpu_nodes=("node-a", "node-b"))
+    ))
+    plan = mocks.plan
+
+    component = one(plan, "cluster", "gpucluster:dev:ExistingCluster")
+    provider = one(plan, "cluster-k8s", "pulumi:providers:kubernetes")
+    assert provider.parent == component.urn
+    assert provider.inputs["context"] == "minikube"
+    assert "kubeconfig" not in provider.inputs
+
+    patches = plan.of_type("kubernetes:core/v1:NodePatch")
+    assert sorted(p.inputs["metadata"]["name"] for p in patches) == ["node-a", "node-b"]
+    for patch in patches:
+        assert patch.parent == component.urn
+        assert patch.inputs["metadata"]["labels"] == {"nvidia.com/gpu.present": "true"}
+        assert patch.provider.startswith(provider.urn)
+    assert len({p.name for p in patches}) == 2
+    assert plan.of_type(COMMAND) == []
+
+
+def test_existing_cluster_kubeconfig_secret(mocks):
+    build(lambda: ExistingCluster(
+        "cluster",
+        ExistingClusterArgs(kubeconfig=pulumi.Output.secret("apiVersion: v1\nkind: Config\n"),
+                            context="ignored", gpu_nodes=()),
+    ))
+    plan = mocks.plan
+
+    provider = one(plan, "cluster-k8s", "pulumi:providers:kubernetes")
+    assert provider.inputs["kubeconfig"] == SECRET_MARKER
+    assert "context" not in provider.inputs
+    assert plan.of_type("kubernetes:core/v1:NodePatch") == []
+
+
+def test_existing_cluster_needs_kubeconfig_or_context(mocks):
+    def bad():
+        ExistingCluster("cluster", ExistingClusterArgs())
+
+    with pytest.raises(ValueError, match="kubeconfig or a context"):
+        build(bad)
