@@ -159,6 +159,55 @@ class NvidiaDriver(_Model):
         return v
 
 
+class GpuStack(enum.StrEnum):
+    DEVICE_PLUGIN = "device-plugin"  # drivers on the hosts; device plugin, GFD, DCGM exporter
+    OPERATOR = "operator"  # the NVIDIA GPU Operator owns driver, toolkit and the rest
+
+
+class SharingMode(enum.StrEnum):
+    NONE = "none"
+    TIME_SLICING = "time-slicing"
+    MIG = "mig"
+
+
+class MigStrategy(enum.StrEnum):
+    SINGLE = "single"
+    MIXED = "mixed"
+
+
+# Profiles of the MIG manager's default config (all GPUs of a node partitioned alike).
+_MIG_PROFILE = re.compile(r"^all-(disabled|balanced|\d+g\.\d+gb)$")
+
+
+class GpuSharing(_Model):
+    """How one physical GPU is offered to pods."""
+
+    mode: SharingMode = Field(default=SharingMode.NONE, description="none, time-slicing or mig.")
+    replicas: int = Field(default=1, description="time-slicing: pods sharing each GPU (2-48).")
+    mig_strategy: MigStrategy = Field(default=MigStrategy.SINGLE, description="mig: single or mixed.")
+    mig_profile: str = Field(default="all-disabled", description="mig: MIG manager profile, e.g. all-1g.10gb.")
+
+    @field_validator("mig_profile")
+    @classmethod
+    def _profile(cls, v: str) -> str:
+        if not _MIG_PROFILE.match(v):
+            raise ValueError("must be a MIG manager profile: all-disabled, all-balanced or all-<N>g.<M>gb")
+        return v
+
+
+class GpuGate(_Model):
+    """The GPU-ready gate: a Job that must pass on every GPU node before GPU workloads start."""
+
+    enabled: bool = Field(default=True)
+    timeout_minutes: int = Field(default=30, ge=5, le=240, description="How long `up` waits for it.")
+
+
+class GpuConfig(_Model):
+    stack: GpuStack = Field(default=GpuStack.DEVICE_PLUGIN, description="device-plugin or operator.")
+    sharing: GpuSharing = Field(default_factory=GpuSharing)
+    gate: GpuGate = Field(default_factory=GpuGate)
+
+
 class StackConfig(_Model):
     """Everything a stack file says, validated. Field docs become the README config table."""
 
@@ -191,6 +240,10 @@ class StackConfig(_Model):
         description="lab: taint GPU workers nvidia.com/gpu=present:NoSchedule (as GKE does).",
     )
     bastion: Bastion | None = Field(default=None, description="lab: optional SSH jump host.")
+    # every platform
+    gpu: GpuConfig = Field(
+        default_factory=GpuConfig, description="GPU software stack, sharing and the GPU-ready gate."
+    )
     # dev
     kube_context: str | None = Field(
         default=None, description="dev: context of the local kubeconfig (when no kubeconfig secret)."
@@ -223,6 +276,18 @@ class StackConfig(_Model):
         if not _APT_VERSION.match(v):
             raise ValueError("must be a Debian package version such as '1.7.27-1'")
         return v
+
+    @property
+    def gpu_node_count(self) -> int:
+        """Nodes with GPUs, as far as the config knows (lab: hosts with gpus > 0; dev: gpuNodes)."""
+        if self.platform is Platform.DEV:
+            return len(self.gpu_nodes)
+        return sum(1 for h in self.hosts if h.is_gpu)
+
+    @property
+    def host_installs_driver(self) -> bool:
+        """lab: whether node prep installs the NVIDIA driver and toolkit on GPU hosts."""
+        return self.gpu.stack is GpuStack.DEVICE_PLUGIN and not self.nvidia_driver.preinstalled
 
     @property
     def kubernetes_minor(self) -> str:
@@ -279,10 +344,31 @@ def _describe(err: dict[str, Any]) -> str:
     return msg.removeprefix("Value error, ")
 
 
+def _gpu_checks(cfg: StackConfig) -> list[tuple[str, str]]:
+    problems: list[tuple[str, str]] = []
+    sharing = cfg.gpu.sharing
+    if sharing.mode is SharingMode.TIME_SLICING and not 2 <= sharing.replicas <= 48:
+        problems.append(("gpu.sharing.replicas", "time-slicing needs 2 to 48 replicas per GPU"))
+    if sharing.mode is not SharingMode.TIME_SLICING and sharing.replicas != 1:
+        problems.append(("gpu.sharing.replicas", "applies only to mode time-slicing; leave it at 1"))
+    if sharing.mode is SharingMode.MIG:
+        if cfg.gpu.stack is not GpuStack.OPERATOR:
+            problems.append(
+                ("gpu.sharing.mode", "mig needs gpu.stack operator (its MIG manager partitions the GPUs)")
+            )
+        if sharing.mig_strategy is MigStrategy.MIXED and sharing.mig_profile == "all-balanced" and cfg.gpu.gate.enabled:
+            problems.append(
+                ("gpu.sharing.migProfile", "the GPU-ready gate needs one MIG slice type under mixed; use all-<N>g.<M>gb")
+            )
+        if sharing.mig_profile == "all-disabled":
+            problems.append(("gpu.sharing.migProfile", "mig needs a profile such as all-1g.10gb or all-balanced"))
+    return problems
+
+
 def _cross_checks(
     cfg: StackConfig, secret_keys: set[str], plaintext_secrets: frozenset[str] = frozenset()
 ) -> list[tuple[str, str]]:
-    problems: list[tuple[str, str]] = []
+    problems: list[tuple[str, str]] = _gpu_checks(cfg)
     if cfg.platform is Platform.DEV:
         if "kubeconfig" not in secret_keys and not cfg.kube_context:
             problems.append(
@@ -365,7 +451,7 @@ def parse(raw: dict[str, Any], secret_keys: set[str] | frozenset[str] = frozense
 # Keys whose values are structured: Pulumi hands them over as JSON text. Every other value is
 # a string (pydantic reads "22" or "true" as the declared int or bool), so a version such as
 # "1.34" never turns into a float.
-_STRUCTURED_KEYS = ("hosts", "nvidiaDriver", "bastion", "gpuNodes")
+_STRUCTURED_KEYS = ("hosts", "nvidiaDriver", "bastion", "gpuNodes", "gpu")
 
 
 def _decode(key: str, value: Any) -> Any:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import pulumi
 import pulumi_kubernetes as k8s
+import yaml
 
 from components import versions
 
@@ -32,11 +33,28 @@ GPU_NODE_SELECTOR_TERMS = [
 class NvidiaDevicePluginArgs:
     namespace: str = "kube-system"
     image: str = versions.NVIDIA_DEVICE_PLUGIN_IMAGE
+    # Time-slicing: pods that share each GPU (1 = no sharing, no config file).
+    time_slicing_replicas: int = 1
+
+
+CONFIG_MOUNT = "/etc/nvidia-device-plugin"
+
+
+def plugin_config(replicas: int) -> str:
+    """The device plugin's config file (version v1) for time-slicing."""
+    return yaml.safe_dump(
+        {
+            "version": "v1",
+            "flags": {"migStrategy": "none"},
+            "sharing": {"timeSlicing": {"resources": [{"name": "nvidia.com/gpu", "replicas": replicas}]}},
+        },
+        sort_keys=False,
+    )
 
 
 def daemonset_manifest(name: str, args: NvidiaDevicePluginArgs) -> dict:
     labels = {"app.kubernetes.io/name": "nvidia-device-plugin", "app.kubernetes.io/instance": name}
-    return {
+    manifest = {
         "apiVersion": "apps/v1",
         "kind": "DaemonSet",
         "metadata": {"name": name, "namespace": args.namespace, "labels": labels},
@@ -85,6 +103,12 @@ def daemonset_manifest(name: str, args: NvidiaDevicePluginArgs) -> dict:
             },
         },
     }
+    if args.time_slicing_replicas > 1:
+        pod = manifest["spec"]["template"]["spec"]
+        pod["containers"][0]["env"] = [{"name": "CONFIG_FILE", "value": f"{CONFIG_MOUNT}/config.yaml"}]
+        pod["containers"][0]["volumeMounts"].append({"name": "config", "mountPath": CONFIG_MOUNT, "readOnly": True})
+        pod["volumes"].append({"name": "config", "configMap": {"name": f"{name}-config"}})
+    return manifest
 
 
 class NvidiaDevicePlugin(pulumi.ComponentResource):
@@ -99,10 +123,22 @@ class NvidiaDevicePlugin(pulumi.ComponentResource):
         super().__init__("gpucluster:gpu:DevicePlugin", name, None, opts)
         args = args or NvidiaDevicePluginArgs()
         manifest = daemonset_manifest(name, args)
+        depends: list[pulumi.Resource] = []
+        if args.time_slicing_replicas > 1:
+            depends.append(
+                k8s.core.v1.ConfigMap(
+                    f"{name}-config",
+                    metadata=k8s.meta.v1.ObjectMetaArgs(name=f"{name}-config", namespace=args.namespace),
+                    data={"config.yaml": plugin_config(args.time_slicing_replicas)},
+                    opts=pulumi.ResourceOptions(parent=self),
+                )
+            )
         self.daemonset = k8s.apps.v1.DaemonSet(
             name,
             metadata=manifest["metadata"],
             spec=manifest["spec"],
-            opts=pulumi.ResourceOptions(parent=self),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=depends),
         )
-        self.register_outputs({"image": args.image, "namespace": args.namespace})
+        self.register_outputs(
+            {"image": args.image, "namespace": args.namespace, "timeSlicingReplicas": args.time_slicing_replicas}
+        )

@@ -40,3 +40,20 @@ FLANNEL_CHART_REPO = "https://flannel-io.github.io/flannel/"
 CALICO_CHART = "tigera-operator"
 CALICO_CHART_VERSION = "v3.32.1"
 CALICO_CHART_REPO = "https://docs.tigera.io/calico/charts"
+
+# GPU software stack (gpu.stack). device-plugin path: our typed device plugin DaemonSet plus
+# GPU Feature Discovery (with NFD) from the device plugin's chart and the DCGM exporter chart.
+NVIDIA_DEVICE_PLUGIN_CHART = "nvidia-device-plugin"
+NVIDIA_DEVICE_PLUGIN_CHART_VERSION = "0.20.0"
+NVIDIA_DEVICE_PLUGIN_CHART_REPO = "https://nvidia.github.io/k8s-device-plugin"
+DCGM_EXPORTER_CHART = "dcgm-exporter"
+DCGM_EXPORTER_CHART_VERSION = "4.8.2"
+DCGM_EXPORTER_CHART_REPO = "https://nvidia.github.io/dcgm-exporter/helm-charts"
+# operator path.
+GPU_OPERATOR_CHART = "gpu-operator"
+GPU_OPERATOR_CHART_VERSION = "v26.7.0"
+GPU_OPERATOR_CHART_REPO = "https://helm.ngc.nvidia.com/nvidia"
+GPU_OPERATOR_DRIVER_VERSION = "595.91.07"  # the driver container the operator installs
+
+# The GPU-ready gate's check: CUDA vector add (and nvidia-smi, injected by the toolkit).
+CUDA_VECTORADD_IMAGE = "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0"

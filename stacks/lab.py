@@ -39,8 +39,9 @@ def build(cfg: StackConfig, secrets: StackSecrets) -> dict[str, object]:
         for h in cfg.hosts
         if h is not first
     ]
-    layers.deploy(cfg, cp.provider, after=[cni])
+    in_cluster = layers.deploy(cfg, cp.provider, after=[cni])
     return {
+        **in_cluster.outputs(),
         "kubeconfig": cp.kubeconfig,
         "apiEndpoint": cfg.api_endpoint,
         "nodes": [h.name for h in cfg.hosts],

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import ipaddress
+import json
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -34,8 +35,9 @@ from typing import Any
 import pytest
 import yaml
 
-from components import cni, versions
+from components import cni, gpu_stack, versions
 from components.config import Cni as CniKind
+from components.config import GpuConfig
 from render import program
 
 POD_CIDR = ipaddress.IPv4Network("10.244.0.0/16")
@@ -115,11 +117,19 @@ ALLOWED: dict[str, dict[str, str]] = {
 UPSTREAM_CHART_DIR = {
     versions.FLANNEL_CHART: "flannel",
     versions.CALICO_CHART: f"calico/{versions.CALICO_CHART_VERSION}",
+    versions.NVIDIA_DEVICE_PLUGIN_CHART: "nvidia-device-plugin",
+    versions.DCGM_EXPORTER_CHART: "dcgm-exporter",
+    versions.GPU_OPERATOR_CHART: "gpu-operator",
 }
 
 PINNED = {
     versions.FLANNEL_CHART: (versions.FLANNEL_CHART_VERSION, versions.FLANNEL_CHART_REPO),
     versions.CALICO_CHART: (versions.CALICO_CHART_VERSION, versions.CALICO_CHART_REPO),
+    versions.NVIDIA_DEVICE_PLUGIN_CHART: (
+        versions.NVIDIA_DEVICE_PLUGIN_CHART_VERSION, versions.NVIDIA_DEVICE_PLUGIN_CHART_REPO
+    ),
+    versions.DCGM_EXPORTER_CHART: (versions.DCGM_EXPORTER_CHART_VERSION, versions.DCGM_EXPORTER_CHART_REPO),
+    versions.GPU_OPERATOR_CHART: (versions.GPU_OPERATOR_CHART_VERSION, versions.GPU_OPERATOR_CHART_REPO),
 }
 
 
@@ -154,25 +164,48 @@ def _commented_block(text: str, key: str) -> tuple[dict[str, Any], str]:
 
 
 # ------------------------------------------------------------------------------------------------
-# plans with Helm releases (lab with each CNI)
+# plans with Helm releases (lab with each CNI, and with each GPU stack and sharing mode)
+
+GPU_OPERATOR_TIME_SLICING = {"stack": "operator", "sharing": {"mode": "time-slicing", "replicas": 4}}
+GPU_OPERATOR_MIG = {
+    "stack": "operator",
+    "sharing": {"mode": "mig", "migStrategy": "mixed", "migProfile": "all-1g.10gb"},
+}
+
+# variant -> config keys replaced in the committed lab stack (None: the stack file as committed)
+VARIANTS: dict[str, dict[str, str] | None] = {
+    "lab": None,
+    "lab-calico": {"gpu-cluster:cni": "calico"},
+    "lab-operator-time-slicing": {"gpu-cluster:gpu": json.dumps(GPU_OPERATOR_TIME_SLICING)},
+    "lab-operator-mig": {"gpu-cluster:gpu": json.dumps(GPU_OPERATOR_MIG)},
+}
+
+# variant -> every chart its plan installs
+EXPECTED_CHARTS = {
+    "lab": [versions.DCGM_EXPORTER_CHART, versions.FLANNEL_CHART, versions.NVIDIA_DEVICE_PLUGIN_CHART],
+    "lab-calico": [versions.DCGM_EXPORTER_CHART, versions.NVIDIA_DEVICE_PLUGIN_CHART, versions.CALICO_CHART],
+    "lab-operator-time-slicing": [versions.FLANNEL_CHART, versions.GPU_OPERATOR_CHART],
+    "lab-operator-mig": [versions.FLANNEL_CHART, versions.GPU_OPERATOR_CHART],
+}
 
 
-def _lab_config(cni_kind: str) -> tuple[dict[str, str], list[str]]:
+def _lab_config(overrides: dict[str, str]) -> tuple[dict[str, str], list[str]]:
     values, secret_keys = program.stack_config("lab")
-    return {**values, "gpu-cluster:cni": cni_kind}, secret_keys
+    return {**values, **overrides}, secret_keys
 
 
 @functools.cache
 def _releases(variant: str) -> list[dict[str, Any]]:
-    """Inputs of every Release in the lab plan: the committed stack, and the stack with calico."""
-    plan = program.run("lab") if variant == "lab" else program.run("lab", config=_lab_config(variant.split("-", 1)[1]))
+    """Inputs of every Release in the lab plan of `variant` (see VARIANTS)."""
+    overrides = VARIANTS[variant]
+    plan = program.run("lab") if overrides is None else program.run("lab", config=_lab_config(overrides))
     return [r.inputs for r in plan.of_type(RELEASE_TYPE)]
 
 
 def _release_params() -> list[Any]:
     return [
         pytest.param(variant, i, id=f"{variant}-{r.get('chart')}")
-        for variant in ("lab", "lab-calico")
+        for variant in VARIANTS
         for i, r in enumerate(_releases(variant))
     ]
 
@@ -283,9 +316,39 @@ def test_calico_example_check_catches_a_typo(upstream_dir: Path) -> None:
 # every Release the lab plan registers
 
 
-def test_plans_register_the_expected_charts() -> None:
-    assert [r["chart"] for r in _releases("lab")] == [versions.FLANNEL_CHART]
-    assert [r["chart"] for r in _releases("lab-calico")] == [versions.CALICO_CHART]
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_plans_register_the_expected_charts(variant: str) -> None:
+    assert sorted(r["chart"] for r in _releases(variant)) == sorted(EXPECTED_CHARTS[variant])
+
+
+def test_gpu_releases_install_into_the_gpu_namespace() -> None:
+    gpu_charts = {versions.NVIDIA_DEVICE_PLUGIN_CHART, versions.DCGM_EXPORTER_CHART, versions.GPU_OPERATOR_CHART}
+    for variant in VARIANTS:
+        for release in _releases(variant):
+            if release["chart"] in gpu_charts:
+                expected = "gpu-operator" if release["chart"] == versions.GPU_OPERATOR_CHART else "gpu-system"
+                assert release["namespace"] == expected, (variant, release["chart"])
+
+
+def test_device_plugin_chart_installs_only_gfd() -> None:
+    """The device plugin itself is this program's typed DaemonSet: its chart brings only GFD (+NFD)."""
+    (release,) = [r for r in _releases("lab") if r["chart"] == versions.NVIDIA_DEVICE_PLUGIN_CHART]
+    assert release["values"]["devicePlugin"] == {"enabled": False}
+    assert release["values"]["gfd"] == {"enabled": True}
+
+
+def test_operator_releases_carry_the_sharing_mode() -> None:
+    (ts,) = [r for r in _releases("lab-operator-time-slicing") if r["chart"] == versions.GPU_OPERATOR_CHART]
+    config = ts["values"]["devicePlugin"]["config"]
+    assert config["create"] is True and config["default"] in config["data"]
+    assert yaml.safe_load(config["data"][config["default"]])["sharing"]["timeSlicing"]["resources"] == [
+        {"name": "nvidia.com/gpu", "replicas": 4}
+    ]
+    assert ts["values"]["migManager"]["enabled"] is False
+    (mig,) = [r for r in _releases("lab-operator-mig") if r["chart"] == versions.GPU_OPERATOR_CHART]
+    assert mig["values"]["mig"] == {"strategy": "mixed"}
+    assert mig["values"]["migManager"] == {"enabled": True, "config": {"default": "all-1g.10gb"}}
+    assert "config" not in mig["values"]["devicePlugin"]
 
 
 @pytest.mark.parametrize(("variant", "index"), _release_params())
@@ -305,6 +368,38 @@ def test_release_pins_version_and_repo(variant: str, index: int) -> None:
     version, repo = PINNED[release["chart"]]
     assert release["version"] == version
     assert release["repositoryOpts"]["repo"] == repo
+
+
+# ------------------------------------------------------------------------------------------------
+# the GPU charts' values against upstream, for every GPU config the walker has not seen in a plan
+
+
+@pytest.mark.parametrize("driver_on_host", [False, True])
+@pytest.mark.parametrize(
+    "gpu",
+    [{}, {"stack": "operator"}, GPU_OPERATOR_TIME_SLICING, GPU_OPERATOR_MIG,
+     {"stack": "operator", "sharing": {"mode": "mig", "migProfile": "all-balanced"}}],
+    ids=["default", "operator", "operator-time-slicing", "operator-mig-mixed", "operator-mig-single"],
+)
+def test_operator_values_declared_upstream(upstream_dir: Path, gpu: dict[str, Any], driver_on_host: bool) -> None:
+    values = gpu_stack.operator_values(GpuConfig.model_validate(gpu), driver_on_host)
+    defaults = _defaults(upstream_dir, versions.GPU_OPERATOR_CHART)
+    assert undeclared_paths(values, defaults, ALLOWED.get(versions.GPU_OPERATOR_CHART, {})) == []
+
+
+def test_gfd_and_dcgm_exporter_values_declared_upstream(upstream_dir: Path) -> None:
+    for chart, values in (
+        (versions.NVIDIA_DEVICE_PLUGIN_CHART, gpu_stack.gfd_values()),
+        (versions.DCGM_EXPORTER_CHART, gpu_stack.dcgm_exporter_values()),
+    ):
+        assert undeclared_paths(values, _defaults(upstream_dir, chart), ALLOWED.get(chart, {})) == [], chart
+
+
+def test_negative_operator_typo_against_real_upstream(upstream_dir: Path) -> None:
+    defaults = _defaults(upstream_dir, versions.GPU_OPERATOR_CHART)
+    typo = gpu_stack.operator_values(GpuConfig.model_validate(GPU_OPERATOR_MIG), False)
+    typo["migManager"]["confg"] = typo["migManager"].pop("config")
+    assert undeclared_paths(typo, defaults) == ["migManager.confg: not declared in the chart's default values"]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -335,3 +430,40 @@ def test_every_cni_maps_to_upstream_data(upstream_dir: Path, kind: CniKind) -> N
     assert chart in UPSTREAM_CHART_DIR
     assert PINNED[chart][0] == version
     assert undeclared_paths(values(POD_CIDR), _defaults(upstream_dir, chart), ALLOWED.get(chart, {})) == []
+
+
+@pytest.mark.parametrize(
+    ("chart", "pinned", "expected"),
+    [
+        (versions.NVIDIA_DEVICE_PLUGIN_CHART, versions.NVIDIA_DEVICE_PLUGIN_CHART_VERSION, "0.20.0"),
+        (versions.DCGM_EXPORTER_CHART, versions.DCGM_EXPORTER_CHART_VERSION, "4.8.2"),
+    ],
+)
+def test_gpu_chart_version_is_upstreams(upstream_dir: Path, chart: str, pinned: str, expected: str) -> None:
+    meta = _load_yaml(upstream_dir / UPSTREAM_CHART_DIR[chart] / "Chart.yaml")
+    assert meta["name"] == chart
+    assert pinned == str(meta["version"]) == expected
+
+
+def test_device_plugin_chart_matches_pinned_image(upstream_dir: Path) -> None:
+    # the typed DaemonSet's image and the chart (GFD) come from the same device plugin release
+    meta = _load_yaml(upstream_dir / UPSTREAM_CHART_DIR[versions.NVIDIA_DEVICE_PLUGIN_CHART] / "Chart.yaml")
+    assert versions.NVIDIA_DEVICE_PLUGIN_IMAGE.endswith(f":v{meta['appVersion']}")
+
+
+def test_gpu_operator_chart_version_is_upstream_tag(upstream_dir: Path) -> None:
+    # gpu-operator's Chart.yaml on main says v1.0.0-devel (versions are injected at release);
+    # SOURCES.md records that the copied deployments/ is identical to the pinned release tag.
+    meta = _load_yaml(upstream_dir / UPSTREAM_CHART_DIR[versions.GPU_OPERATOR_CHART] / "Chart.yaml")
+    assert meta["name"] == versions.GPU_OPERATOR_CHART
+    assert meta["version"] == "v1.0.0-devel"
+    assert versions.GPU_OPERATOR_CHART_VERSION == "v26.7.0"
+    sources = (upstream_dir / "SOURCES.md").read_text()
+    assert f"`deployments/` identical to tag {versions.GPU_OPERATOR_CHART_VERSION}" in sources
+    assert re.search(
+        rf"gpu-operator: .*`deployments/` at HEAD is identical to tag {re.escape(versions.GPU_OPERATOR_CHART_VERSION)}\b",
+        sources,
+    ), "SOURCES.md no longer says gpu-operator's deployments/ is the pinned tag"
+    # the driver the operator installs is the chart's default at that tag
+    defaults = _defaults(upstream_dir, versions.GPU_OPERATOR_CHART)
+    assert defaults["driver"]["version"] == versions.GPU_OPERATOR_DRIVER_VERSION

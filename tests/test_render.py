@@ -109,12 +109,25 @@ def test_kubernetes_yaml_written(rendered: tuple[str, Path]) -> None:
 
 def test_device_plugin_daemonset_written(rendered: tuple[str, Path]) -> None:
     _, out = rendered
-    f = out / "kubernetes" / "daemonset-kube-system-nvidia-device-plugin.yaml"
+    f = out / "kubernetes" / "daemonset-gpu-system-gpu-device-plugin.yaml"
     assert f.is_file(), sorted(p.name for p in (out / "kubernetes").iterdir())
     obj = yaml.safe_load(f.read_text())
     assert obj["kind"] == "DaemonSet"
+    assert obj["metadata"]["namespace"] == "gpu-system"
     images = [c["image"] for c in obj["spec"]["template"]["spec"]["containers"]]
     assert images == [versions.NVIDIA_DEVICE_PLUGIN_IMAGE]
+
+
+def test_gpu_ready_gate_job_written(rendered: tuple[str, Path]) -> None:
+    _, out = rendered
+    f = out / "kubernetes" / "job-gpu-cluster-system-gpu-ready.yaml"
+    assert f.is_file(), sorted(p.name for p in (out / "kubernetes").iterdir())
+    obj = yaml.safe_load(f.read_text())
+    assert obj["kind"] == "Job"
+    containers = obj["spec"]["template"]["spec"]["containers"]
+    assert [c["image"] for c in containers] == [versions.CUDA_VECTORADD_IMAGE]
+    for ns in ("gpu-system", "gpu-cluster-system"):
+        assert (out / "kubernetes" / f"namespace-cluster-{ns}.yaml").is_file(), ns
 
 
 _NODE = re.compile(r'^  "(?P<id>[^"]+)" \[label="(?P<label>[^"]*)"\];$')
@@ -198,11 +211,14 @@ def test_lab_flannel_helm_file(lab_out: Path) -> None:
     assert release["values"]["podCidr"] == "10.244.0.0/16"
 
 
-def test_hosts_and_helm_only_on_lab(rendered: tuple[str, Path]) -> None:
-    """lab provisions hosts and installs its CNI with Helm; dev touches neither."""
+def test_hosts_only_on_lab_and_helm_per_stack(rendered: tuple[str, Path]) -> None:
+    """lab provisions hosts and installs its CNI with Helm; dev touches no host. Both install the
+    GPU stack's charts (GPU Feature Discovery from the device plugin chart, the DCGM exporter)."""
     stack, out = rendered
     assert (out / "hosts").is_dir() == (stack == "lab")
-    assert (out / "helm").is_dir() == (stack == "lab")
+    gpu_charts = {f"{versions.NVIDIA_DEVICE_PLUGIN_CHART}.yaml", f"{versions.DCGM_EXPORTER_CHART}.yaml"}
+    expected = gpu_charts | ({f"{versions.FLANNEL_CHART}.yaml"} if stack == "lab" else set())
+    assert {p.name for p in (out / "helm").iterdir()} == expected
 
 
 def test_bad_stack_exits_2(tmp_path: Path) -> None:
@@ -255,7 +271,7 @@ def test_runs_in_one_process_are_independent() -> None:
     are parented to its own stack and it exports only its own outputs."""
     lab = program.run("lab")
     dev = program.run("dev")
-    assert set(dev.outputs) == {"kubeContext", "gpuNodes"}
+    assert set(dev.outputs) == {"kubeContext", "gpuNodes", "gpuStack", "gpuReadyGate"}
     roots = {r.parent for r in dev.resources if "::pulumi:pulumi:Stack::" in r.parent}
     assert roots == {"urn:pulumi:dev::gpu-cluster::pulumi:pulumi:Stack::gpu-cluster-dev"}
     again = program.run("lab")

@@ -123,6 +123,30 @@ def longest_chain(graph: dict[str, set[str]]) -> int:
 
 
 # ---------------------------------------------------------------------------------------------
+# the GPU layers every stack gets
+
+
+def assert_gpu_layers(plan: Plan, gpu_nodes: int) -> None:
+    """The device-plugin GPU stack in gpu-system and the GPU-ready gate Job waiting for it."""
+    (stack,) = plan.of_type("gpucluster:gpu:SoftwareStack")
+    (gate,) = plan.of_type("gpucluster:gpu:ReadyGate")
+    (ds,) = plan.of_type("kubernetes:apps/v1:DaemonSet")
+    assert (ds.name, ds.inputs["metadata"]["namespace"]) == ("gpu-device-plugin", "gpu-system")
+    (plugin,) = plan.of_type("gpucluster:gpu:DevicePlugin")
+    assert plugin.parent == stack.urn and ds.parent == plugin.urn
+    releases = plan.of_type("kubernetes:helm.sh/v3:Release")
+    gpu_releases = [r for r in releases if r.parent == stack.urn]
+    assert {r.inputs["namespace"] for r in gpu_releases} == {"gpu-system"}
+    (job,) = plan.of_type("kubernetes:batch/v1:Job")
+    assert job.parent == gate.urn
+    assert (job.name, job.inputs["metadata"]["namespace"]) == ("gpu-ready", "gpu-cluster-system")
+    assert job.inputs["spec"]["completions"] == gpu_nodes
+    # The gate waits for everything the GPU stack installs.
+    assert {ds.urn, *(r.urn for r in gpu_releases)} <= set(gate.dependencies)
+    assert plan.outputs["gpuStack"] == "device-plugin"
+
+
+# ---------------------------------------------------------------------------------------------
 # lab
 
 
@@ -144,9 +168,13 @@ def test_lab_stack_registrations():
     for prep in plan.of_type(NODE_PREP):
         assert {f"{prep.name}-kernel", f"{prep.name}-containerd"} <= {r.name for r in children(plan, prep)}
     assert len(plan.of_type("gpucluster:k8s:Cni")) == 1
-    assert len(plan.of_type("kubernetes:helm.sh/v3:Release")) == 1
+    # flannel, plus the GPU stack's GFD (device plugin chart) and DCGM exporter
+    assert sorted(r.inputs["chart"] for r in plan.of_type("kubernetes:helm.sh/v3:Release")) == [
+        "dcgm-exporter", "flannel", "nvidia-device-plugin"
+    ]
     assert len(plan.of_type("kubernetes:apps/v1:DaemonSet")) == 1
     assert len(plan.of_type("gpucluster:gpu:DevicePlugin")) == 1
+    assert_gpu_layers(plan, gpu_nodes=sum(1 for h in hosts if h.get("gpus", 0) > 0))
     # Every in-cluster object goes through the control plane's provider.
     (provider,) = plan.of_type("pulumi:providers:kubernetes")
     assert provider.name == "control-plane-k8s"
@@ -184,7 +212,16 @@ def test_dev_stack_registrations():
     patches = plan.of_type("kubernetes:core/v1:NodePatch")
     assert [p.inputs["metadata"]["name"] for p in patches] == ["minikube"]
     assert patches[0].inputs["metadata"]["labels"] == {"nvidia.com/gpu.present": "true"}
-    assert plan.outputs == {"kubeContext": "minikube", "gpuNodes": ["minikube"]}
+    assert sorted(r.inputs["chart"] for r in plan.of_type("kubernetes:helm.sh/v3:Release")) == [
+        "dcgm-exporter", "nvidia-device-plugin"
+    ]
+    assert_gpu_layers(plan, gpu_nodes=1)
+    assert plan.outputs == {
+        "kubeContext": "minikube",
+        "gpuNodes": ["minikube"],
+        "gpuStack": "device-plugin",
+        "gpuReadyGate": {"job": "gpu-cluster-system/gpu-ready", "gpuNodes": 1, "passed": 0},
+    }
     assert all(r.urn.startswith("urn:pulumi:dev::") for r in plan.resources)
 
 

@@ -18,7 +18,7 @@ import pulumi
 from pulumi_command import remote
 
 from components import versions
-from components.config import Host, StackConfig
+from components.config import GpuStack, Host, StackConfig
 from components.lab import scripts, ssh
 
 
@@ -67,9 +67,13 @@ class NodePrep(pulumi.ComponentResource):
             [kernel],
         )
         runtime_after: list[pulumi.Resource] = [kernel]
-        if host.is_gpu:
+        # With gpu.stack operator the GPU Operator installs driver and toolkit in containers;
+        # the host keeps runc as containerd's default and the toolkit container adds nvidia.
+        host_toolkit = host.is_gpu and cfg.gpu.stack is GpuStack.DEVICE_PLUGIN
+        check_driver = host.is_gpu and (cfg.host_installs_driver or cfg.nvidia_driver.preinstalled)
+        if check_driver:
             driver_done: list[pulumi.Resource] = [kernel]
-            if not cfg.nvidia_driver.preinstalled:
+            if cfg.host_installs_driver:
                 driver = step(
                     "nvidia-driver",
                     scripts.nvidia_driver(cfg.nvidia_driver.branch, cfg.nvidia_driver.version),
@@ -86,11 +90,13 @@ class NodePrep(pulumi.ComponentResource):
                 driver_done,
                 connection=ssh.connection(host, args.private_key, cfg.bastion, survive_reboot=True),
             )
+            runtime_after = [ready]
+        if host_toolkit:
             toolkit = step(
                 "nvidia-toolkit",
                 scripts.nvidia_toolkit(versions.NVIDIA_CONTAINER_TOOLKIT),
                 scripts.nvidia_toolkit_delete(),
-                [ready],
+                runtime_after,
             )
             runtime_after = [toolkit]
         containerd = step(
@@ -98,7 +104,7 @@ class NodePrep(pulumi.ComponentResource):
             scripts.containerd(
                 cfg.containerd_version,
                 versions.PAUSE_IMAGE[cfg.kubernetes_minor],
-                nvidia_default=host.is_gpu,
+                nvidia_default=host_toolkit,
             ),
             scripts.containerd_delete(),
             runtime_after,

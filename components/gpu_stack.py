@@ -1,0 +1,135 @@
+"""GpuSoftwareStack: what makes GPUs usable in the cluster, by one of two paths (gpu.stack).
+
+device-plugin: drivers live on the hosts (lab node prep, GKE, or the dev cluster's nodes). This
+  program's typed device plugin DaemonSet (time-slicing config when asked), GPU Feature Discovery
+  with Node Feature Discovery from the device plugin's own chart (its device plugin disabled), and
+  the DCGM exporter chart with its Service and pod labels on metrics (its ServiceMonitor once a
+  monitoring layer provides the prometheus-operator CRDs: `service_monitor`).
+operator: the NVIDIA GPU Operator Helm release owns driver (unless the hosts bring one), container
+  toolkit, device plugin, DCGM exporter (pod labels; ServiceMonitor as above), GFD and MIG manager.
+
+Both namespaces are labelled Pod Security `privileged`: GFD reads host PCI/vGPU data and the
+operator's driver and toolkit containers load kernel modules and write host paths; neither can run
+under a stricter level. Everything else keeps the defaults of its chart.
+
+Does not manage: the monitoring stack that scrapes the ServiceMonitors (the observability layer),
+MIG on the device-plugin path (partitioning needs the operator's MIG manager; the config model
+rejects it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from components import versions
+from components.config import GpuConfig, GpuStack, SharingMode
+from components.device_plugin import NvidiaDevicePlugin, NvidiaDevicePluginArgs, plugin_config
+
+GPU_NAMESPACE = "gpu-system"
+OPERATOR_NAMESPACE = "gpu-operator"
+SHARING_CONFIG_NAME = "gpu-cluster-sharing"
+
+
+@dataclass(frozen=True)
+class GpuSoftwareStackArgs:
+    gpu: GpuConfig
+    # The nodes already have a working NVIDIA driver (lab with nvidiaDriver.preinstalled, a dev
+    # cluster's nodes): the operator must not install its own.
+    driver_on_host: bool
+    # A ServiceMonitor for the DCGM exporter needs the prometheus-operator CRDs, which only the
+    # monitoring layer installs; the dcgm-exporter chart would fail without them.
+    service_monitor: bool = False
+
+
+def gfd_values() -> dict[str, Any]:
+    return {"devicePlugin": {"enabled": False}, "gfd": {"enabled": True}}
+
+
+def dcgm_exporter_values(service_monitor: bool = False) -> dict[str, Any]:
+    return {
+        "serviceMonitor": {"enabled": service_monitor},
+        # Label metrics with the pod (namespace, pod, container) using the GPU: per-job metrics.
+        "kubernetes": {"enablePodLabels": True},
+        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+    }
+
+
+def operator_values(gpu: GpuConfig, driver_on_host: bool, service_monitor: bool = False) -> dict[str, Any]:
+    sharing = gpu.sharing
+    device_plugin: dict[str, Any] = {"enabled": True}
+    if sharing.mode is SharingMode.TIME_SLICING:
+        device_plugin["config"] = {
+            "create": True,
+            "name": SHARING_CONFIG_NAME,
+            "default": "time-slicing",
+            "data": {"time-slicing": plugin_config(sharing.replicas)},
+        }
+    mig = sharing.mode is SharingMode.MIG
+    return {
+        "driver": {"enabled": not driver_on_host, "version": versions.GPU_OPERATOR_DRIVER_VERSION},
+        "toolkit": {"enabled": True},
+        "devicePlugin": device_plugin,
+        "dcgmExporter": {"enabled": True, "enablePodLabels": True, "serviceMonitor": {"enabled": service_monitor}},
+        "gfd": {"enabled": True},
+        "mig": {"strategy": sharing.mig_strategy.value if mig else "single"},
+        "migManager": {"enabled": mig, "config": {"default": sharing.mig_profile}},
+    }
+
+
+def _release(parent: pulumi.Resource, name: str, chart: str, version: str, repo: str, namespace: str,
+             values: dict[str, Any], depends_on: list[pulumi.Resource]) -> k8s.helm.v3.Release:
+    return k8s.helm.v3.Release(
+        name,
+        name=chart,
+        chart=chart,
+        version=version,
+        repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=repo),
+        namespace=namespace,
+        values=values,
+        # The operator's driver container can take 10+ minutes; the ready gate waits for GPUs,
+        # the release only for its own pods to be scheduled.
+        timeout=900,
+        opts=pulumi.ResourceOptions(parent=parent, depends_on=depends_on),
+    )
+
+
+class GpuSoftwareStack(pulumi.ComponentResource):
+    def __init__(self, name: str, args: GpuSoftwareStackArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("gpucluster:gpu:SoftwareStack", name, None, opts)
+        self.resources: list[pulumi.Resource] = []
+        operator = args.gpu.stack is GpuStack.OPERATOR
+        namespace = OPERATOR_NAMESPACE if operator else GPU_NAMESPACE
+        ns = k8s.core.v1.Namespace(
+            f"{name}-ns",
+            metadata=k8s.meta.v1.ObjectMetaArgs(
+                name=namespace, labels={"pod-security.kubernetes.io/enforce": "privileged"}
+            ),
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        if operator:
+            self.resources.append(
+                _release(self, f"{name}-operator", versions.GPU_OPERATOR_CHART, versions.GPU_OPERATOR_CHART_VERSION,
+                         versions.GPU_OPERATOR_CHART_REPO, namespace,
+                         operator_values(args.gpu, args.driver_on_host, args.service_monitor), [ns])
+            )
+        else:
+            replicas = args.gpu.sharing.replicas if args.gpu.sharing.mode is SharingMode.TIME_SLICING else 1
+            plugin = NvidiaDevicePlugin(
+                f"{name}-device-plugin",
+                NvidiaDevicePluginArgs(namespace=namespace, time_slicing_replicas=replicas),
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[ns]),
+            )
+            self.resources += [
+                plugin,
+                _release(self, f"{name}-gfd", versions.NVIDIA_DEVICE_PLUGIN_CHART,
+                         versions.NVIDIA_DEVICE_PLUGIN_CHART_VERSION, versions.NVIDIA_DEVICE_PLUGIN_CHART_REPO,
+                         namespace, gfd_values(), [ns]),
+                _release(self, f"{name}-dcgm-exporter", versions.DCGM_EXPORTER_CHART,
+                         versions.DCGM_EXPORTER_CHART_VERSION, versions.DCGM_EXPORTER_CHART_REPO,
+                         namespace, dcgm_exporter_values(args.service_monitor), [ns]),
+            ]
+        self.register_outputs({"stack": args.gpu.stack.value, "namespace": namespace})
