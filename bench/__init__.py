@@ -1,0 +1,1 @@
+"""Benchmarks (GitHub issue #7): see bench/README.md."""

@@ -1,0 +1,236 @@
+"""How evaluating the real program scales with the number of GPU workers, against the SDK floor.
+
+    .venv/bin/python bench/plan_scale.py                     # N = 2, 8, 32, 128, 256; 3 repeats
+    .venv/bin/python bench/plan_scale.py --points 2,8 --repeats 1   # quick look
+    make bench                                               # this and critical_path.py
+
+For each N (GPU workers, plus one control plane) the lab stack from bench/_configs.py is evaluated
+by render.program.run: the real __main__.py under the Pulumi SDK's mocks and render's recording
+monitor, nothing written to disk. Each run is a fresh Python subprocess, so peak RSS belongs to that
+run alone and the SDK's global mock state starts clean.
+
+Columns:
+  resources    registrations recorded (components, providers and custom resources)
+  program s    wall seconds of program.run (min and median over the repeats). Timed: config
+               parsing, the project's modules' first import, every registration, output collection.
+               Not timed: interpreter start and importing pulumi, pulumi_command, pulumi_kubernetes
+               and render (done before the clock starts, identically for the floor).
+  floor s      the same for the SDK floor (bench/floor/__main__.py) under the same mocks: as many
+               ComponentResources as the plan has components and as many remote.Commands as it has
+               custom resources, whose recorded inputs have the plan's average size
+  ratio        median program s / median floor s: how much the project's own logic adds
+  ms/res       median program s per resource (flat = linear scaling)
+  RSS MiB      peak resident set of the run's process (max over repeats), program / floor
+  input B/res  average json size of a custom resource's recorded inputs, program / floor (shows
+               the floor's inputs are comparable)
+
+Exits 0 after printing the table (this is a measurement, not a test: nothing is asserted about
+the times); exits 1 only when a run fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from importlib import metadata
+from pathlib import Path
+
+sys.path.insert(0, str(Path(os.path.abspath(__file__)).parent.parent))
+from bench import _configs  # noqa: E402
+
+DEFAULT_POINTS = (2, 8, 32, 128, 256)
+FLOOR_DIR = _configs.PROJECT_ROOT / "bench" / "floor"
+
+
+# --- one run, in a child process -------------------------------------------------------------------
+
+def _warm_imports() -> None:
+    """Import the SDKs before the clock starts, in both modes alike."""
+    import pulumi  # noqa: F401
+    import pulumi_command.remote  # noqa: F401
+    import pulumi_kubernetes  # noqa: F401
+    import pulumi_kubernetes.apps.v1  # noqa: F401
+    import pulumi_kubernetes.core.v1  # noqa: F401
+    import pulumi_kubernetes.helm.v3  # noqa: F401
+    import pulumi_kubernetes.meta.v1  # noqa: F401
+
+    from render import program  # noqa: F401
+
+
+def _summary(plan, wall: float) -> dict:
+    custom = [r for r in plan.resources if r.custom]
+    sizes = [len(json.dumps(r.inputs)) for r in custom]
+    return {
+        "resources": len(plan.resources),
+        "components": len(plan.resources) - len(custom),
+        "custom": len(custom),
+        "input_bytes": round(statistics.mean(sizes)) if sizes else 0,
+        "wall": wall,
+        "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,  # KiB on Linux
+    }
+
+
+def child(args: argparse.Namespace) -> None:
+    _warm_imports()
+    from render import program
+
+    if args.child == "program":
+        config = _configs.lab_config(args.workers)
+        start = time.perf_counter()
+        plan = program.run("lab", config=config)
+        wall = time.perf_counter() - start
+    else:
+        values = {
+            _configs.PREFIX + "floorComponents": str(args.floor_components),
+            _configs.PREFIX + "floorCommands": str(args.floor_commands),
+            _configs.PREFIX + "floorInputBytes": str(args.floor_input_bytes),
+            _configs.SECRET_KEY: "x",
+        }
+        start = time.perf_counter()
+        plan = program.run("floor", project_dir=FLOOR_DIR, config=(values, [_configs.SECRET_KEY]))
+        wall = time.perf_counter() - start
+    print(json.dumps(_summary(plan, wall)))
+
+
+# --- the driver ------------------------------------------------------------------------------------
+
+def _spawn(*argv: str) -> dict:
+    proc = subprocess.run(
+        [sys.executable, os.path.abspath(__file__), *argv],
+        cwd=_configs.PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if proc.returncode != 0:
+        sys.stderr.write(proc.stdout + proc.stderr)
+        raise SystemExit(f"plan_scale: run {' '.join(argv)} failed with exit code {proc.returncode}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def _version(dist: str) -> str:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def header() -> list[str]:
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    return [
+        f"CPU: {_cpu_model()} ({cpus} usable cores; load average at start {load})",
+        f"Python {platform.python_version()}; pulumi {_version('pulumi')}, pulumi-command "
+        f"{_version('pulumi-command')}, pulumi-kubernetes {_version('pulumi-kubernetes')}, "
+        f"grpcio {_version('grpcio')}, protobuf {_version('protobuf')}",
+    ]
+
+
+def _fmt(x: float, digits: int = 2) -> str:
+    return f"{x:.{digits}f}"
+
+
+def drive(points: list[int], repeats: int) -> int:
+    for line in header():
+        print(line)
+    print(f"Stack: lab, 1 control plane + N GPU workers (8 GPUs each); {repeats} repeats per point, "
+          "each run in a fresh subprocess; program and floor runs interleaved.")
+    print(flush=True)
+    rows = []
+    started = time.perf_counter()
+    for n in points:
+        prog_runs: list[dict] = []
+        floor_runs: list[dict] = []
+        for _ in range(repeats):
+            prog = _spawn("--child", "program", "--workers", str(n))
+            prog_runs.append(prog)
+            floor_runs.append(
+                _spawn(
+                    "--child", "floor",
+                    "--floor-components", str(prog["components"]),
+                    "--floor-commands", str(prog["custom"]),
+                    "--floor-input-bytes", str(prog["input_bytes"]),
+                )
+            )
+        pw = [r["wall"] for r in prog_runs]
+        fw = [r["wall"] for r in floor_runs]
+        resources = {r["resources"] for r in prog_runs}
+        if len(resources) != 1 or floor_runs[0]["resources"] != prog_runs[0]["resources"]:
+            raise SystemExit(f"plan_scale: N={n}: resource counts differ between runs: "
+                             f"program {sorted(resources)}, floor {floor_runs[0]['resources']}")
+        row = {
+            "n": n,
+            "resources": prog_runs[0]["resources"],
+            "pmin": min(pw), "pmed": statistics.median(pw),
+            "fmin": min(fw), "fmed": statistics.median(fw),
+            "prss": max(r["rss_mib"] for r in prog_runs),
+            "frss": max(r["rss_mib"] for r in floor_runs),
+            "pbytes": prog_runs[0]["input_bytes"], "fbytes": floor_runs[0]["input_bytes"],
+        }
+        row["ratio"] = row["pmed"] / row["fmed"]
+        rows.append(row)
+        print(f"  N={n}: {row['resources']} resources, program median {_fmt(row['pmed'])} s, "
+              f"floor median {_fmt(row['fmed'])} s", file=sys.stderr, flush=True)
+
+    print("| GPU workers | resources | program s min | program s median | floor s min | floor s median "
+          "| ratio | ms/res | peak RSS MiB program / floor | input B/res program / floor |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        print(f"| {r['n']} | {r['resources']} | {_fmt(r['pmin'])} | {_fmt(r['pmed'])} | {_fmt(r['fmin'])} "
+              f"| {_fmt(r['fmed'])} | {_fmt(r['ratio'], 1)} | {_fmt(1000 * r['pmed'] / r['resources'], 1)} "
+              f"| {r['prss']:.0f} / {r['frss']:.0f} | {r['pbytes']} / {r['fbytes']} |")
+    print()
+    print(_configs.gke_status())
+    print(f"Total benchmark time: {time.perf_counter() - started:.0f} s.")
+    return 0
+
+
+def _points(text: str) -> list[int]:
+    try:
+        points = [int(p) for p in text.split(",") if p.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a comma-separated list of integers: {text!r}") from None
+    if not points or min(points) < 1:
+        raise argparse.ArgumentTypeError("points must be positive worker counts")
+    return points
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--points", type=_points, default=list(DEFAULT_POINTS),
+                        help="comma-separated GPU worker counts (default: %(default)s)")
+    parser.add_argument("--repeats", type=int, default=3, help="runs per point and mode (default: 3)")
+    # Internal: one measured run (the driver spawns these).
+    parser.add_argument("--child", choices=("program", "floor"), help=argparse.SUPPRESS)
+    parser.add_argument("--workers", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--floor-components", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--floor-commands", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--floor-input-bytes", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        child(args)
+        return 0
+    if args.repeats < 1:
+        parser.error("--repeats must be at least 1")
+    return drive(args.points, args.repeats)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
