@@ -10,6 +10,7 @@ Addresses: the control plane is 192.0.2.10 (TEST-NET-1) and worker i is 198.18.0
 
 from __future__ import annotations
 
+import argparse
 import ipaddress
 import json
 import os
@@ -80,3 +81,14 @@ def gke_status() -> str:
             f"(components.config.Platform = {', '.join(available)})."
         )
     return "gke: the program has a gke platform, but bench/_configs.py has no gke config generator yet."
+
+
+def parse_points(text: str) -> list[int]:
+    """--points: comma-separated GPU worker counts, ascending."""
+    try:
+        points = sorted({int(p) for p in text.split(",") if p.strip()})
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a comma-separated list of integers: {text!r}") from None
+    if not points or points[0] < 1:
+        raise argparse.ArgumentTypeError("points must be positive worker counts")
+    return points

@@ -325,19 +325,9 @@ def _overrides(items: list[str]) -> tuple[Cost, ...]:
     return tuple(table.values())
 
 
-def _points(text: str) -> list[int]:
-    try:
-        points = sorted({int(p) for p in text.split(",") if p.strip()})
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a comma-separated list of integers: {text!r}") from None
-    if not points or points[0] < 1:
-        raise argparse.ArgumentTypeError("points must be positive worker counts")
-    return points
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--points", type=_points, default=list(DEFAULT_POINTS),
+    parser.add_argument("--points", type=_configs.parse_points, default=list(DEFAULT_POINTS),
                         help="comma-separated GPU worker counts (default: %(default)s)")
     parser.add_argument("--cost", action="append", default=[], metavar="KEY=SECONDS",
                         help="override one step's cost (keys: " + ", ".join(c.key for c in COSTS) + ")")

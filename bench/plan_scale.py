@@ -202,19 +202,9 @@ def drive(points: list[int], repeats: int) -> int:
     return 0
 
 
-def _points(text: str) -> list[int]:
-    try:
-        points = [int(p) for p in text.split(",") if p.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a comma-separated list of integers: {text!r}") from None
-    if not points or min(points) < 1:
-        raise argparse.ArgumentTypeError("points must be positive worker counts")
-    return points
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--points", type=_points, default=list(DEFAULT_POINTS),
+    parser.add_argument("--points", type=_configs.parse_points, default=list(DEFAULT_POINTS),
                         help="comma-separated GPU worker counts (default: %(default)s)")
     parser.add_argument("--repeats", type=int, default=3, help="runs per point and mode (default: 3)")
     # Internal: one measured run (the driver spawns these).
