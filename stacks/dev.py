@@ -13,4 +13,4 @@ def build(cfg: StackConfig, secrets: StackSecrets) -> dict[str, object]:
         ExistingClusterArgs(kubeconfig=secrets.kubeconfig, context=cfg.kube_context, gpu_nodes=cfg.gpu_nodes),
     )
     in_cluster = layers.deploy(cfg, cluster.provider, after=list(cluster.gpu_labels))
-    return {**in_cluster.outputs(), "kubeContext": cfg.kube_context, "gpuNodes": list(cfg.gpu_nodes)}
+    return {**in_cluster.outputs, "kubeContext": cfg.kube_context, "gpuNodes": list(cfg.gpu_nodes)}

@@ -39,9 +39,9 @@ def build(cfg: StackConfig, secrets: StackSecrets) -> dict[str, object]:
         for h in cfg.hosts
         if h is not first
     ]
-    in_cluster = layers.deploy(cfg, cp.provider, after=[cni])
+    in_cluster = layers.deploy(cfg, cp.provider, after=[cni], nodes_ready=[j.ready for j in joins])
     return {
-        **in_cluster.outputs(),
+        **in_cluster.outputs,
         "kubeconfig": cp.kubeconfig,
         "apiEndpoint": cfg.api_endpoint,
         "nodes": [h.name for h in cfg.hosts],

@@ -1,8 +1,13 @@
-"""The in-cluster layers every stack gets, whatever made the cluster."""
+"""The in-cluster layers every stack gets, whatever made the cluster.
+
+Order: GPU software stack -> GPU-ready gate -> (monitoring) -> (shared storage, training). Each
+platform's wiring (stacks/lab.py, dev.py, gke.py) builds the cluster and its provider, then calls
+deploy() with what the cluster must finish first.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -12,16 +17,11 @@ from components.gpu_stack import GpuSoftwareStack, GpuSoftwareStackArgs
 from components.ready_gate import GpuReadyGate, GpuReadyGateArgs
 
 
-@dataclass(frozen=True)
+@dataclass
 class ClusterLayers:
     gpu: GpuSoftwareStack
     gate: GpuReadyGate | None  # GPU workloads depend on this
-
-    def outputs(self) -> dict[str, object]:
-        gate: object = self.gate.result if self.gate is not None else "skipped: disabled or no GPU node configured"
-        return {"gpuStack": self.gpu_stack, "gpuReadyGate": gate}
-
-    gpu_stack: str = ""
+    outputs: dict[str, object] = field(default_factory=dict)
 
 
 def gate_resource(cfg: StackConfig) -> str:
@@ -32,8 +32,18 @@ def gate_resource(cfg: StackConfig) -> str:
     return "nvidia.com/gpu"
 
 
-def deploy(cfg: StackConfig, provider: k8s.Provider, after: list[pulumi.Resource]) -> ClusterLayers:
+def deploy(
+    cfg: StackConfig,
+    provider: k8s.Provider,
+    after: list[pulumi.Resource],
+    nodes_ready: list[pulumi.Resource] | None = None,
+) -> ClusterLayers:
+    """`after`: what must exist before any in-cluster layer (the CNI, node labels).
+    `nodes_ready`: steps that finish when GPU nodes are Ready; the gate waits for them so its
+    deadline does not run while drivers are still being installed on the hosts."""
     opts = pulumi.ResourceOptions(provider=provider, depends_on=after)
+
+    # --- GPU software stack and the GPU-ready gate ---
     # dev clusters' nodes bring their own driver, like lab hosts with nvidiaDriver.preinstalled.
     driver_on_host = cfg.platform is Platform.DEV or cfg.nvidia_driver.preinstalled
     gpu = GpuSoftwareStack("gpu", GpuSoftwareStackArgs(gpu=cfg.gpu, driver_on_host=driver_on_host), opts=opts)
@@ -46,6 +56,18 @@ def deploy(cfg: StackConfig, provider: k8s.Provider, after: list[pulumi.Resource
                 timeout_minutes=cfg.gpu.gate.timeout_minutes,
                 gpu_resource=gate_resource(cfg),
             ),
-            opts=pulumi.ResourceOptions(provider=provider, depends_on=[*after, gpu, *gpu.resources]),
+            opts=pulumi.ResourceOptions(
+                provider=provider, depends_on=[*after, *(nodes_ready or []), gpu, *gpu.resources]
+            ),
         )
-    return ClusterLayers(gpu=gpu, gate=gate, gpu_stack=cfg.gpu.stack.value)
+    layers = ClusterLayers(gpu=gpu, gate=gate)
+    layers.outputs["gpuStack"] = cfg.gpu.stack.value
+    layers.outputs["gpuReadyGate"] = (
+        gate.result if gate is not None else "skipped: disabled or no GPU node configured"
+    )
+
+    # --- monitoring ---
+
+    # --- shared storage and training ---
+
+    return layers

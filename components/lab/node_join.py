@@ -48,8 +48,10 @@ class NodeJoin(pulumi.ComponentResource):
             # No delete: the token expires 15 minutes after it is minted.
             logging=remote.Logging.NONE,
             triggers=triggers,
+            # Minted only once this host is prepared, so a long driver install cannot eat the
+            # token's 15 minutes before the join uses it.
             opts=pulumi.ResourceOptions(
-                parent=self, depends_on=[cp.init], additional_secret_outputs=["stdout"]
+                parent=self, depends_on=[cp.init, *args.prepared], additional_secret_outputs=["stdout"]
             ),
         )
         join = remote.Command(

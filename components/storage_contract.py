@@ -1,0 +1,16 @@
+"""The shared-storage contract every stack honours, so the training Job never cares where it runs.
+
+One ReadWriteMany PersistentVolumeClaim named CLAIM_NAME in TRAINING_NAMESPACE, mounted by training
+pods at MOUNT_ROOT with one sub-path per purpose. lab backs it with NFS, dev with hostPath or the
+cluster's default class, gke with Filestore; each platform's storage component creates the claim.
+"""
+
+TRAINING_NAMESPACE = "training"
+CLAIM_NAME = "shared-data"
+MOUNT_ROOT = "/mnt/shared"
+# purpose -> (sub-path on the volume, mount path in training pods)
+MOUNTS = {
+    "cache": ("cache", f"{MOUNT_ROOT}/cache"),
+    "data": ("data", f"{MOUNT_ROOT}/data"),
+    "checkpoints": ("checkpoints", f"{MOUNT_ROOT}/checkpoints"),
+}
