@@ -1,0 +1,1 @@
+"""gke: a GPU cluster on Google Kubernetes Engine (cluster, GPU node pools, drivers, Filestore)."""

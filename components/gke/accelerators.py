@@ -1,0 +1,98 @@
+"""Which NVIDIA accelerators each Compute Engine machine family takes, and how many.
+
+A GPU node pool names a machine type and an accelerator {type, count}; GKE rejects a wrong pair
+only after minutes of provisioning (or, for a count a2/a3/g2 machines do not come with, with an
+error naming neither the pool nor the fix). `check` rejects it before anything is registered.
+
+Accelerator-optimized families (a2, a3, g2) come with a fixed number of GPUs per machine type; the
+general-purpose n1 family takes attachable GPUs in the counts Compute Engine allows. Not modelled:
+per-count vCPU/memory ceilings of n1 machines, per-zone availability and quota (GKE reports those).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Accelerator:
+    type: str  # the Compute Engine accelerator type
+    product: str
+    # MIG partition sizes GKE accepts for gpu_partition_size (empty: no MIG)
+    mig_partitions: tuple[str, ...] = ()
+
+
+ACCELERATORS: dict[str, Accelerator] = {
+    a.type: a
+    for a in (
+        Accelerator("nvidia-tesla-a100", "A100 40GB", ("1g.5gb", "2g.10gb", "3g.20gb", "7g.40gb")),
+        Accelerator("nvidia-a100-80gb", "A100 80GB", ("1g.10gb", "2g.20gb", "3g.40gb", "7g.80gb")),
+        Accelerator("nvidia-h100-80gb", "H100 80GB", ("1g.10gb", "1g.20gb", "2g.20gb", "3g.40gb", "7g.80gb")),
+        Accelerator("nvidia-l4", "L4"),
+        Accelerator("nvidia-tesla-t4", "T4"),
+        Accelerator("nvidia-tesla-v100", "V100"),
+        Accelerator("nvidia-tesla-p4", "P4"),
+        Accelerator("nvidia-tesla-p100", "P100"),
+    )
+}
+
+# Accelerator-optimized machine types: type -> (accelerator, the fixed GPU count).
+FIXED: dict[str, tuple[str, int]] = {
+    **{f"a2-highgpu-{n}g": ("nvidia-tesla-a100", n) for n in (1, 2, 4, 8)},
+    "a2-megagpu-16g": ("nvidia-tesla-a100", 16),
+    **{f"a2-ultragpu-{n}g": ("nvidia-a100-80gb", n) for n in (1, 2, 4, 8)},
+    "a3-highgpu-8g": ("nvidia-h100-80gb", 8),
+    **{f"g2-standard-{cpus}": ("nvidia-l4", 1) for cpus in (4, 8, 12, 16, 32)},
+    "g2-standard-24": ("nvidia-l4", 2),
+    "g2-standard-48": ("nvidia-l4", 4),
+    "g2-standard-96": ("nvidia-l4", 8),
+}
+
+# n1 machines take attachable GPUs: accelerator -> allowed counts per machine.
+N1_ATTACHABLE: dict[str, tuple[int, ...]] = {
+    "nvidia-tesla-t4": (1, 2, 4),
+    "nvidia-tesla-v100": (1, 2, 4, 8),
+    "nvidia-tesla-p4": (1, 2, 4),
+    "nvidia-tesla-p100": (1, 2, 4),
+}
+_N1 = re.compile(r"^n1-(standard|highmem|highcpu)-\d+$")
+
+
+def check(machine_type: str, accelerator_type: str, count: int) -> list[tuple[str, str]]:
+    """Problems with this combination, as (sub-key of the pool, message); empty when it is valid."""
+    if accelerator_type not in ACCELERATORS:
+        return [("accelerator.type", f"unknown accelerator {accelerator_type!r}; known: {', '.join(ACCELERATORS)}")]
+    if machine_type in FIXED:
+        fixed_type, fixed_count = FIXED[machine_type]
+        problems = []
+        if accelerator_type != fixed_type:
+            problems.append(
+                ("accelerator.type", f"{machine_type} comes with {fixed_type} ({ACCELERATORS[fixed_type].product}), "
+                                     f"not {accelerator_type}")
+            )
+        if count != fixed_count:
+            problems.append(
+                ("accelerator.count", f"{machine_type} comes with exactly {fixed_count} {fixed_type}; got {count}")
+            )
+        return problems
+    if _N1.match(machine_type):
+        if accelerator_type not in N1_ATTACHABLE:
+            return [("accelerator.type", f"n1 machines take {', '.join(N1_ATTACHABLE)}; {accelerator_type} needs "
+                                         f"its own machine family ({_family_of(accelerator_type)})")]
+        allowed = N1_ATTACHABLE[accelerator_type]
+        if count not in allowed:
+            return [("accelerator.count", f"n1 machines take {', '.join(map(str, allowed))} {accelerator_type}; "
+                                          f"got {count}")]
+        return []
+    family = machine_type.split("-", 1)[0]
+    if family in {t.split("-", 1)[0] for t in FIXED}:
+        known = ", ".join(t for t in FIXED if t.startswith(family + "-"))
+        return [("machineType", f"{machine_type} is not a GPU machine type of {family}; known: {known}")]
+    return [("machineType", f"{machine_type!r} is not a GPU machine type this program knows: a2-highgpu-*, "
+                            "a2-megagpu-16g, a2-ultragpu-*, a3-highgpu-8g, g2-standard-*, n1-(standard|highmem|highcpu)-*")]
+
+
+def _family_of(accelerator_type: str) -> str:
+    types = sorted({t for t, (acc, _) in FIXED.items() if acc == accelerator_type})
+    return ", ".join(types) or "none"

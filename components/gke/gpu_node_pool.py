@@ -1,0 +1,139 @@
+"""GpuNodePool: one GKE node pool with NVIDIA GPUs, taking the cluster as input.
+
+Each pool runs as its own least-privilege service account, is tainted
+nvidia.com/gpu=present:NoSchedule (only pods that tolerate it land there), autoscales per zone
+between min and max (min 0 lets an idle pool cost nothing), on spot or on-demand VMs. The driver
+comes from GKE (gpu_driver_installation_config DEFAULT or LATEST), from Google's driver-installer
+DaemonSet (driver_installer.py; GKE's install disabled, the pool labelled for it) or from the GPU
+Operator (GKE's install disabled, Ubuntu nodes). Under the GPU Operator GKE's own device plugin is
+switched off with the node label NVIDIA's GKE guide gives. GPU sharing and MIG partitions are
+GKE's (its device plugin enforces them).
+
+`initial_node_count` is ignored after creation: the autoscaler owns the node count.
+
+Does not manage: reservations, compact placement, GPUDirect networking (a3 multi-NIC), quota.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_gcp as gcp
+
+from components.config import GkeDriver, GkeSharingStrategy, GpuPool
+from components.gke.cluster import CLOUD_PLATFORM_SCOPE, GkeCluster
+from components.gke.node_identity import account_id, node_service_account
+
+GPU_TAINT = ("nvidia.com/gpu", "present", "NO_SCHEDULE")
+POOL_LABEL = "gpu-cluster/pool"
+# Which driver-installer DaemonSet (if any) serves the node: driver_installer.py selects on it.
+DRIVER_LABEL = "gpu-cluster/gke-driver"
+# NVIDIA's GPU Operator on GKE: this label keeps GKE's device plugin DaemonSet off the node.
+NO_GKE_DEVICE_PLUGIN_LABEL = "gke-no-default-nvidia-gpu-device-plugin"
+
+_DRIVER_VERSION = {
+    GkeDriver.GKE_DEFAULT: "DEFAULT",
+    GkeDriver.GKE_LATEST: "LATEST",
+    GkeDriver.INSTALLER_COS: "INSTALLATION_DISABLED",
+    GkeDriver.INSTALLER_UBUNTU: "INSTALLATION_DISABLED",
+    GkeDriver.NONE: "INSTALLATION_DISABLED",
+}
+_SHARING = {GkeSharingStrategy.TIME_SHARING: "TIME_SHARING", GkeSharingStrategy.MPS: "MPS"}
+
+
+@dataclass(frozen=True)
+class GpuNodePoolArgs:
+    pool: GpuPool
+    cluster: GkeCluster
+    # The GPU Operator runs the device plugin: switch GKE's off on these nodes.
+    operator: bool = False
+
+
+def image_type(driver: GkeDriver) -> str:
+    # The Ubuntu installer and the GPU Operator's driver containers need Ubuntu nodes.
+    return "UBUNTU_CONTAINERD" if driver in (GkeDriver.INSTALLER_UBUNTU, GkeDriver.NONE) else "COS_CONTAINERD"
+
+
+def node_labels(pool: GpuPool, operator: bool) -> dict[str, str]:
+    labels = {**pool.labels, POOL_LABEL: pool.name, DRIVER_LABEL: pool.driver.value}
+    if operator:
+        labels[NO_GKE_DEVICE_PLUGIN_LABEL] = "true"
+    return labels
+
+
+def guest_accelerator(pool: GpuPool) -> gcp.container.NodePoolNodeConfigGuestAcceleratorArgs:
+    sharing = None
+    if pool.sharing.strategy is not GkeSharingStrategy.NONE:
+        sharing = gcp.container.NodePoolNodeConfigGuestAcceleratorGpuSharingConfigArgs(
+            gpu_sharing_strategy=_SHARING[pool.sharing.strategy],
+            max_shared_clients_per_gpu=pool.sharing.max_clients,
+        )
+    return gcp.container.NodePoolNodeConfigGuestAcceleratorArgs(
+        type=pool.accelerator.type,
+        count=pool.accelerator.count,
+        gpu_driver_installation_config=gcp.container.NodePoolNodeConfigGuestAcceleratorGpuDriverInstallationConfigArgs(
+            gpu_driver_version=_DRIVER_VERSION[pool.driver]
+        ),
+        gpu_sharing_config=sharing,
+        gpu_partition_size=pool.mig_partition_size,
+    )
+
+
+class GpuNodePool(pulumi.ComponentResource):
+    node_pool: gcp.container.NodePool
+
+    def __init__(self, name: str, args: GpuNodePoolArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("gpucluster:gke:GpuNodePool", name, None, opts)
+        pool, cluster = args.pool, args.cluster
+        sa, roles = node_service_account(
+            name, cluster.project, account_id(cluster.cluster_name, pool.name),
+            f"{cluster.cluster_name} GPU node pool {pool.name}", self,
+        )
+        self.node_pool = gcp.container.NodePool(
+            name,
+            name=pool.name,
+            project=cluster.project,
+            cluster=cluster.cluster.name,
+            location=cluster.location,
+            node_locations=list(pool.zones),
+            initial_node_count=pool.autoscaling.min_nodes,
+            autoscaling=gcp.container.NodePoolAutoscalingArgs(
+                min_node_count=pool.autoscaling.min_nodes,
+                max_node_count=pool.autoscaling.max_nodes,
+                # Spot capacity comes and goes per zone: take it wherever it is.
+                location_policy="ANY" if pool.spot else "BALANCED",
+            ),
+            management=gcp.container.NodePoolManagementArgs(auto_repair=True, auto_upgrade=True),
+            node_config=gcp.container.NodePoolNodeConfigArgs(
+                machine_type=pool.machine_type,
+                disk_size_gb=pool.disk_size_gb,
+                disk_type=pool.disk_type,
+                image_type=image_type(pool.driver),
+                spot=pool.spot,
+                guest_accelerators=[guest_accelerator(pool)],
+                service_account=sa.email,
+                oauth_scopes=[CLOUD_PLATFORM_SCOPE],  # access is what the account's roles allow
+                labels=node_labels(pool, args.operator),
+                taints=[
+                    gcp.container.NodePoolNodeConfigTaintArgs(key=GPU_TAINT[0], value=GPU_TAINT[1], effect=GPU_TAINT[2])
+                ],
+                workload_metadata_config=gcp.container.NodePoolNodeConfigWorkloadMetadataConfigArgs(mode="GKE_METADATA"),
+                shielded_instance_config=gcp.container.NodePoolNodeConfigShieldedInstanceConfigArgs(
+                    # GKE-installed drivers are signed; self-installed ones may not load under secure boot.
+                    enable_secure_boot=pool.driver.gke_managed,
+                    enable_integrity_monitoring=True,
+                ),
+                metadata={"disable-legacy-endpoints": "true"},
+            ),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=roles, ignore_changes=["initialNodeCount"]),
+        )
+        self.register_outputs(
+            {
+                "name": self.node_pool.name,
+                "machineType": pool.machine_type,
+                "accelerator": f"{pool.accelerator.count}x {pool.accelerator.type}",
+                "driver": pool.driver.value,
+                "serviceAccount": sa.email,
+            }
+        )
