@@ -1,0 +1,194 @@
+"""Monitoring: kube-prometheus-stack (Prometheus operator, Prometheus, Alertmanager, Grafana,
+kube-state-metrics, node-exporter) in the `monitoring` namespace, the GPU dashboards and the GPU
+alert rules.
+
+* Grafana's admin password is generated (pulumi-random), stored in a Secret the chart reads through
+  `grafana.admin.existingSecret`, and exported as a secret output; the chart's default is never used.
+* Prometheus selects every ServiceMonitor, PodMonitor, Probe and PrometheusRule in every namespace
+  (not only the chart's own), so the DCGM exporter's ServiceMonitor (created by the GPU stack's
+  charts once this layer's CRDs exist) is scraped without extra labels.
+* Storage: a PVC of `storageSize` when `storageClass` is set, otherwise an emptyDir (data lost when
+  the Prometheus pod moves); retention by time and by size (85% of the volume) so it never fills.
+
+Seam for more exporters (RDMA counters later): `MonitoringArgs.scrape_targets` adds a ServiceMonitor
+per target, `fleet_panels` / `training_panels` add rows to the dashboards.
+
+Does not manage: Alertmanager receivers (alerts are visible in Prometheus and Alertmanager only),
+Grafana persistence (dashboards and data sources are provisioned; UI edits are not kept), ingress.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+import pulumi_random as random
+
+from components import versions
+from components.config import MonitoringConfig
+from components.monitoring import alerts, dashboards
+from components.monitoring.dashboards import PanelGroup
+
+NAMESPACE = "monitoring"
+RELEASE_NAME = "monitoring"  # Helm release: objects are named monitoring-grafana, monitoring-prometheus, ...
+GRAFANA_SERVICE = f"{RELEASE_NAME}-grafana"
+GRAFANA_ADMIN_SECRET = "grafana-admin"
+GRAFANA_ADMIN_USER = "admin"
+# The label (and value) the Grafana sidecar watches for dashboard ConfigMaps; the chart default.
+DASHBOARD_LABEL = "grafana_dashboard"
+DASHBOARD_LABEL_VALUE = "1"
+RULE_NAME = "gpu-cluster-gpu-alerts"
+PORT_FORWARD = f"kubectl -n {NAMESPACE} port-forward svc/{GRAFANA_SERVICE} 3000:80"
+
+
+@dataclass(frozen=True)
+class ScrapeTarget:
+    """A Service to scrape through a ServiceMonitor (the seam for another exporter)."""
+
+    name: str
+    namespace: str
+    match_labels: dict[str, str]
+    port: str
+    interval: str = "30s"
+
+
+@dataclass(frozen=True)
+class MonitoringArgs:
+    monitoring: MonitoringConfig
+    scrape_targets: tuple[ScrapeTarget, ...] = ()
+    fleet_panels: tuple[PanelGroup, ...] = ()
+    training_panels: tuple[PanelGroup, ...] = ()
+
+
+def _gib(size: str) -> int:
+    return int(size[:-2]) * (1024 if size.endswith("Ti") else 1)
+
+
+def storage_spec(cfg: MonitoringConfig) -> dict[str, Any]:
+    if cfg.storage_class:
+        return {"volumeClaimTemplate": {"spec": {
+            "storageClassName": cfg.storage_class,
+            "accessModes": ["ReadWriteOnce"],
+            "resources": {"requests": {"storage": cfg.storage_size}},
+        }}}
+    return {"emptyDir": {"sizeLimit": cfg.storage_size}}
+
+
+def prometheus_stack_values(cfg: MonitoringConfig) -> dict[str, Any]:
+    everything: dict[str, Any] = {}
+    for kind in ("serviceMonitor", "podMonitor", "rule", "probe"):
+        # An empty selector then selects all objects of the kind, in every namespace.
+        everything[f"{kind}SelectorNilUsesHelmValues"] = False
+        everything[f"{kind}Selector"] = {}
+        everything[f"{kind}NamespaceSelector"] = {}
+    return {
+        "grafana": {
+            "admin": {"existingSecret": GRAFANA_ADMIN_SECRET, "userKey": "admin-user", "passwordKey": "admin-password"},
+            "sidecar": {"dashboards": {"enabled": True, "label": DASHBOARD_LABEL, "labelValue": DASHBOARD_LABEL_VALUE,
+                                       "searchNamespace": "ALL"}},
+        },
+        "prometheus": {
+            "prometheusSpec": {
+                "retention": cfg.retention,
+                # Prometheus' GB are GiB; keep 15% headroom for the WAL and compaction.
+                "retentionSize": f"{max(1, _gib(cfg.storage_size) * 85 // 100)}GB",
+                "storageSpec": storage_spec(cfg),
+                **everything,
+            }
+        },
+    }
+
+
+def service_monitor(target: ScrapeTarget) -> dict[str, Any]:
+    return {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "ServiceMonitor",
+        "metadata": {"name": target.name, "namespace": target.namespace},
+        "spec": {
+            "selector": {"matchLabels": dict(target.match_labels)},
+            "namespaceSelector": {"matchNames": [target.namespace]},
+            "endpoints": [{"port": target.port, "interval": target.interval}],
+        },
+    }
+
+
+def prometheus_rule(cfg: MonitoringConfig) -> dict[str, Any]:
+    return {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "PrometheusRule",
+        "metadata": {"name": RULE_NAME, "namespace": NAMESPACE, "labels": {"app.kubernetes.io/part-of": "gpu-cluster"}},
+        "spec": {"groups": alerts.rule_groups(cfg.alerts)},
+    }
+
+
+def _custom_resource(name: str, obj: dict[str, Any], opts: pulumi.ResourceOptions) -> k8s.apiextensions.CustomResource:
+    return k8s.apiextensions.CustomResource(
+        name,
+        api_version=obj["apiVersion"],
+        kind=obj["kind"],
+        metadata=k8s.meta.v1.ObjectMetaArgs(**obj["metadata"]),
+        spec=obj["spec"],
+        opts=opts,
+    )
+
+
+class Monitoring(pulumi.ComponentResource):
+    def __init__(self, name: str, args: MonitoringArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("gpucluster:monitoring:Stack", name, None, opts)
+        cfg = args.monitoring
+        child = pulumi.ResourceOptions(parent=self)
+        ns = k8s.core.v1.Namespace(
+            f"{name}-ns",
+            metadata=k8s.meta.v1.ObjectMetaArgs(
+                name=NAMESPACE,
+                # node-exporter (a DaemonSet of this chart) needs host network, PID and the host's
+                # root filesystem read-only; nothing stricter than privileged admits it.
+                labels={"pod-security.kubernetes.io/enforce": "privileged"},
+            ),
+            opts=child,
+        )
+        password = random.RandomPassword(f"{name}-grafana-admin", length=32, special=False, opts=child)
+        admin = k8s.core.v1.Secret(
+            f"{name}-grafana-admin",
+            metadata=k8s.meta.v1.ObjectMetaArgs(name=GRAFANA_ADMIN_SECRET, namespace=NAMESPACE),
+            string_data={"admin-user": GRAFANA_ADMIN_USER, "admin-password": pulumi.Output.secret(password.result)},
+            # The SDK keeps data/stringData secret.
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[ns]),
+        )
+        self.release = k8s.helm.v3.Release(
+            f"{name}-kube-prometheus-stack",
+            name=RELEASE_NAME,
+            chart=versions.KUBE_PROMETHEUS_STACK_CHART,
+            version=versions.KUBE_PROMETHEUS_STACK_CHART_VERSION,
+            repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=versions.KUBE_PROMETHEUS_STACK_CHART_REPO),
+            namespace=NAMESPACE,
+            values=prometheus_stack_values(cfg),
+            timeout=900,  # the first install pulls several images and waits for the operator's webhooks
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[ns, admin]),
+        )
+        # Custom resources need the chart's CRDs (and the operator) first.
+        after_release = pulumi.ResourceOptions(parent=self, depends_on=[self.release])
+        self.rule = _custom_resource(f"{name}-gpu-alerts", prometheus_rule(cfg), after_release)
+        for target in args.scrape_targets:
+            _custom_resource(f"{name}-{target.name}", service_monitor(target), after_release)
+        for board in dashboards.dashboards(args.fleet_panels, args.training_panels):
+            slug = board.uid.removeprefix("gpu-cluster-")
+            k8s.core.v1.ConfigMap(
+                f"{name}-dashboard-{slug}",
+                metadata=k8s.meta.v1.ObjectMetaArgs(
+                    name=board.uid, namespace=NAMESPACE, labels={DASHBOARD_LABEL: DASHBOARD_LABEL_VALUE}
+                ),
+                data={f"{slug}.json": json.dumps(dashboards.to_json(board), indent=1, sort_keys=True)},
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[ns]),
+            )
+        self.grafana_admin_password = pulumi.Output.secret(password.result)
+        self.grafana_port_forward = pulumi.Output.from_input(PORT_FORWARD)
+        self.register_outputs({
+            "namespace": NAMESPACE,
+            "release": self.release.name,
+            "grafanaAdminPassword": self.grafana_admin_password,
+            "grafanaPortForward": self.grafana_port_forward,
+        })

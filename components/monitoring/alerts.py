@@ -1,0 +1,143 @@
+"""GPU alert rules, as the `spec` of one PrometheusRule (plain Prometheus rule-file format).
+
+Every DCGM metric used here is in the exporter's default counter list
+(../shared/upstream/dcgm-exporter/default-counters.csv); the Kubernetes ones come from
+kube-state-metrics and Prometheus itself (`up`). That list has no ECC double-bit, retired-page,
+clock-throttle-reason (DCGM_FI_DEV_CLOCK_THROTTLE_REASONS / CLOCKS_EVENT_REASONS) or violation
+counters, so:
+  * uncorrectable memory errors are seen through remapped rows (Ampere and newer) and XID 48/63/64/94/95;
+  * sustained throttling is seen as a busy GPU whose SM clock stays far below its own recent maximum
+    (whatever the reason: thermal, power, reliability).
+
+Label conventions of the DCGM exporter as both GPU-stack paths deploy it: `Hostname` is the node,
+`gpu`/`UUID` the device; the pod holding the GPU arrives as `exported_namespace`/`exported_pod`
+(the charts' ServiceMonitors keep `honorLabels: false`, so the scrape target's own namespace/pod win).
+
+Does not manage: Alertmanager receivers (where alerts are sent) and the chart's default rules.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from components.config import MonitoringAlerts
+
+# The Service (hence `job`) of the exporter: dcgm-exporter chart (device-plugin) or GPU Operator.
+DCGM_JOBS = "dcgm-exporter|nvidia-dcgm-exporter"
+
+# XIDs after which the GPU needs a drain and reset (NVIDIA XID catalogue): double-bit ECC (48),
+# row remapping event / failure (63, 64), NVLink error (74), fallen off the bus (79), high
+# single-bit rate (92), contained / uncontained ECC (94, 95), GSP timeout / error (119, 120).
+FATAL_XIDS = (48, 63, 64, 74, 79, 92, 94, 95, 119, 120)
+
+GROUP = "gpu-cluster.gpu"
+
+_RUNNING_PODS_AS_EXPORTED = (
+    'label_replace(label_replace(kube_pod_status_phase{phase="Running"} == 1, '
+    '"exported_pod", "$1", "pod", "(.+)"), "exported_namespace", "$1", "namespace", "(.+)")'
+)
+
+
+def _fatal_xid_expr() -> str:
+    return " or ".join(f"DCGM_FI_DEV_XID_ERRORS == {x}" for x in FATAL_XIDS)
+
+
+def _alert(name: str, expr: str, for_: str, severity: str, summary: str, description: str, runbook: str) -> dict[str, Any]:
+    rule: dict[str, Any] = {"alert": name, "expr": expr}
+    if for_ != "0m":
+        rule["for"] = for_
+    rule["labels"] = {"severity": severity}
+    rule["annotations"] = {"summary": summary, "description": description, "runbook": runbook}
+    return rule
+
+
+def gpu_rules(thresholds: MonitoringAlerts) -> list[dict[str, Any]]:
+    gpu = "GPU {{ $labels.gpu }} on {{ $labels.Hostname }}"
+    return [
+        _alert(
+            "GpuFatalXidError", _fatal_xid_expr(), "0m", "critical",
+            "GPU reported a fatal XID error",
+            f"{gpu} reported XID {{{{ $value }}}}; the GPU needs a reset.",
+            "Cordon and drain the node, check `dmesg | grep -i xid`, reset the GPU (nvidia-smi -r) or reboot; "
+            "replace the GPU if it repeats.",
+        ),
+        _alert(
+            "GpuXidError", f"(DCGM_FI_DEV_XID_ERRORS > 0) unless ({_fatal_xid_expr()})", "0m", "warning",
+            "GPU reported an XID error",
+            f"{gpu} reported XID {{{{ $value }}}} (often an application fault such as 13, 31 or 43).",
+            "Look up the XID in NVIDIA's XID catalogue; check the logs of the pod that used the GPU.",
+        ),
+        _alert(
+            "GpuUncorrectableMemoryError", "increase(DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS[10m]) > 0", "0m",
+            "critical",
+            "GPU memory had an uncorrectable (double-bit) error",
+            f"{gpu} remapped rows after uncorrectable ECC errors.",
+            "Drain the node and reset the GPU so the remapping takes effect; replace the GPU if it repeats.",
+        ),
+        _alert(
+            "GpuRowRemapFailure", "DCGM_FI_DEV_ROW_REMAP_FAILURE > 0", "0m", "critical",
+            "GPU memory row remapping failed",
+            f"{gpu} could not remap a faulty memory row.",
+            "Drain the node and take the GPU out of service (RMA).",
+        ),
+        _alert(
+            "GpuClocksThrottled",
+            # The reference is the GPU's own maximum across all its series (it changes pods).
+            "(DCGM_FI_DEV_GPU_UTIL > 80) and on(Hostname, gpu, UUID) "
+            "(DCGM_FI_DEV_SM_CLOCK < on(Hostname, gpu, UUID) group_left() "
+            "0.7 * max by (Hostname, gpu, UUID) (max_over_time(DCGM_FI_DEV_SM_CLOCK[1d])))",
+            "15m", "warning",
+            "Busy GPU running far below its clock for 15 minutes",
+            f"{gpu} is busy but its SM clock is under 70% of its maximum of the last day: thermal, "
+            "power or reliability throttling.",
+            "Check temperature, power draw and cooling of the node (`nvidia-smi -q -d PERFORMANCE` shows the reason).",
+        ),
+        _alert(
+            "GpuTemperatureHigh", f"DCGM_FI_DEV_GPU_TEMP > {thresholds.gpu_temp_celsius}", "10m", "warning",
+            "GPU temperature high",
+            f"{gpu} is at {{{{ $value }}}} C (threshold {thresholds.gpu_temp_celsius} C) for 10 minutes.",
+            "Check fans, airflow and the data-centre cooling; the GPU throttles and may shut down when hotter.",
+        ),
+        _alert(
+            "GpuAllocatedButIdle",
+            f'(DCGM_FI_DEV_GPU_UTIL{{exported_pod!=""}} == 0) and on(exported_namespace, exported_pod) '
+            f"{_RUNNING_PODS_AS_EXPORTED}",
+            f"{thresholds.idle_minutes}m", "warning",
+            "GPU allocated to a running pod but idle",
+            f"{gpu} is held by {{{{ $labels.exported_namespace }}}}/{{{{ $labels.exported_pod }}}} and has been "
+            f"at 0% for {thresholds.idle_minutes} minutes.",
+            "Ask the owner whether the job is stuck (waiting on data, a dead peer, a hung collective) or "
+            "should be deleted to free the GPU.",
+        ),
+        _alert(
+            "GpuNodeAllocatableBelowCapacity",
+            'kube_node_status_allocatable{resource="nvidia_com_gpu"} '
+            '< kube_node_status_capacity{resource="nvidia_com_gpu"}',
+            "15m", "warning",
+            "Node offers fewer GPUs than it has",
+            "{{ $labels.node }} has fewer allocatable nvidia.com/gpu than its capacity: the device plugin "
+            "marked a GPU unhealthy.",
+            "Check the device plugin logs and `nvidia-smi` on the node; reset or replace the unhealthy GPU.",
+        ),
+        _alert(
+            "DcgmExporterDown", f'up{{job=~"{DCGM_JOBS}"}} == 0', "5m", "critical",
+            "DCGM exporter is down",
+            "Prometheus cannot scrape {{ $labels.namespace }}/{{ $labels.pod }}: no GPU metrics or GPU alerts "
+            "for that node.",
+            "Check the exporter pod's logs and events (`kubectl -n <namespace> describe pod <pod>`).",
+        ),
+        _alert(
+            "GpuNodeWithoutGpuMetrics",
+            '(max by (node) (kube_node_status_capacity{resource="nvidia_com_gpu"}) > 0) unless on(node) '
+            'max by (node) (label_replace(DCGM_FI_DEV_GPU_TEMP, "node", "$1", "Hostname", "(.+)"))',
+            "15m", "warning",
+            "GPU node without GPU metrics",
+            "{{ $labels.node }} has GPUs but no DCGM exporter reports them: no GPU alerts for that node.",
+            "Check that a DCGM exporter pod runs on the node (tolerations, node selector) and is scraped.",
+        ),
+    ]
+
+
+def rule_groups(thresholds: MonitoringAlerts) -> list[dict[str, Any]]:
+    """The `spec.groups` of the PrometheusRule (and the `groups:` of a plain rule file)."""
+    return [{"name": GROUP, "rules": gpu_rules(thresholds)}]

@@ -1,0 +1,161 @@
+"""The GPU dashboards are valid Grafana JSON built by code, and every metric a panel, a dashboard
+variable or an alert rule queries exists: in the DCGM exporter's default counter list
+(../shared/upstream/dcgm-exporter/default-counters.csv) or in the short list of Kubernetes metrics
+below, each with the reason it is there."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from components.config import MonitoringAlerts
+from components.monitoring import alerts, dashboards
+from components.monitoring.dashboards import Panel, PanelGroup
+
+# Metrics that are not the DCGM exporter's, and why they exist in every cluster this program builds.
+OTHER_METRICS = {
+    "container_network_receive_bytes_total": "cAdvisor, scraped by the chart's kubelet ServiceMonitor (cAdvisor on)",
+    "container_network_transmit_bytes_total": "cAdvisor, scraped by the chart's kubelet ServiceMonitor (cAdvisor on)",
+    "kube_pod_status_phase": "kube-state-metrics (kubeStateMetrics.enabled, chart default)",
+    "kube_node_status_allocatable": "kube-state-metrics: nvidia.com/gpu appears as resource=nvidia_com_gpu",
+    "kube_node_status_capacity": "kube-state-metrics: nvidia.com/gpu appears as resource=nvidia_com_gpu",
+    "up": "Prometheus' own series for every scrape target",
+}
+_KEYWORDS = {"and", "or", "unless", "bool", "offset", "by", "on", "without", "ignoring", "group_left", "group_right"}
+_IDENT = re.compile(r"[A-Za-z_:][A-Za-z0-9_:]*")
+
+
+def metric_names(expr: str) -> set[str]:
+    """The metric names a PromQL expression selects (strings, label matchers, ranges, grouping
+    clauses, functions and keywords removed)."""
+    text = re.sub(r'"(?:[^"\\]|\\.)*"', '""', expr)
+    text = re.sub(r"\{[^}]*\}", " ", text)
+    text = re.sub(r"\[[^\]]*\]", " ", text)
+    text = re.sub(r"\b(by|on|without|ignoring|group_left|group_right)\s*\([^)]*\)", " ", text)
+    names = set()
+    for m in _IDENT.finditer(text):
+        rest = text[m.end():].lstrip()
+        if m.group() in _KEYWORDS or rest.startswith("("):
+            continue
+        names.add(m.group())
+    return names
+
+
+def dcgm_counters(upstream_dir: Path) -> set[str]:
+    lines = (upstream_dir / "dcgm-exporter" / "default-counters.csv").read_text().splitlines()
+    return {line.split(",")[0].strip() for line in lines if line.strip() and not line.lstrip().startswith("#")}
+
+
+def _boards() -> list[dict[str, Any]]:
+    return [dashboards.to_json(d) for d in dashboards.dashboards()]
+
+
+def _targets(board: dict[str, Any]) -> list[dict[str, Any]]:
+    return [t for p in board["panels"] for t in p.get("targets", [])]
+
+
+def _var_queries(board: dict[str, Any]) -> list[str]:
+    out = []
+    for v in board["templating"]["list"]:
+        if v["type"] == "query":
+            m = re.fullmatch(r"label_values\((.+),\s*[A-Za-z_]+\)", v["query"]["query"])
+            assert m, v["query"]
+            out.append(m.group(1))
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+
+
+def test_metric_name_extraction() -> None:
+    assert metric_names('sum by (a, b) (rate(x_total{a="b{c}"}[5m])) and on(a) max(y)') == {"x_total", "y"}
+    assert metric_names('label_replace(z, "node", "$1", "Hostname", "(.+)") > 0') == {"z"}
+
+
+def test_every_queried_metric_exists(upstream_dir: Path) -> None:
+    known = dcgm_counters(upstream_dir) | set(OTHER_METRICS)
+    assert "DCGM_FI_DEV_GPU_UTIL" in known and "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL" not in known  # parsed right
+    exprs = [t["expr"] for b in _boards() for t in _targets(b)] + [q for b in _boards() for q in _var_queries(b)]
+    exprs += [r["expr"] for g in alerts.rule_groups(MonitoringAlerts()) for r in g["rules"]]
+    used: set[str] = set()
+    for expr in exprs:
+        names = metric_names(expr)
+        assert names, f"no metric in {expr!r}"
+        assert names <= known, f"{sorted(names - known)} in {expr!r} is neither a default DCGM counter nor listed"
+        used |= names
+    assert set(OTHER_METRICS) <= used, "OTHER_METRICS lists a metric nothing queries: drop it"
+
+
+def test_a_typo_metric_is_caught(upstream_dir: Path) -> None:
+    known = dcgm_counters(upstream_dir) | set(OTHER_METRICS)
+    assert metric_names("DCGM_FI_DEV_GPU_UTILIZATION > 0") - known == {"DCGM_FI_DEV_GPU_UTILIZATION"}
+
+
+def test_cadvisor_and_kube_state_metrics_are_on_upstream(upstream_dir: Path) -> None:
+    values = yaml.safe_load((upstream_dir / "kube-prometheus-stack" / "values.yaml").read_text())
+    assert values["kubelet"]["serviceMonitor"]["cAdvisor"] is True
+    assert values["kubeStateMetrics"]["enabled"] is True
+
+
+@pytest.mark.parametrize("index", [0, 1], ids=["fleet", "training"])
+def test_dashboard_is_valid_grafana_json(index: int) -> None:
+    board = _boards()[index]
+    assert json.loads(json.dumps(board)) == board
+    assert board["uid"] and len(board["uid"]) <= 40 and board["title"]
+    assert board["schemaVersion"] == dashboards.SCHEMA_VERSION
+    variables = {v["name"] for v in board["templating"]["list"]}
+    assert "datasource" in variables
+    ids = [p["id"] for p in board["panels"]]
+    assert len(ids) == len(set(ids))
+    cells: set[tuple[int, int]] = set()
+    for p in board["panels"]:
+        g = p["gridPos"]
+        assert 0 <= g["x"] and g["x"] + g["w"] <= 24 and g["h"] > 0, p["title"]
+        mine = {(x, y) for x in range(g["x"], g["x"] + g["w"]) for y in range(g["y"], g["y"] + g["h"])}
+        assert not mine & cells, f"{p['title']} overlaps another panel"
+        cells |= mine
+        if p["type"] == "row":
+            continue
+        assert p["type"] in ("timeseries", "stat") and p["datasource"]["uid"] == "${datasource}"
+        refs = [t["refId"] for t in p["targets"]]
+        assert p["targets"] and len(refs) == len(set(refs)), p["title"]
+    for expr in [t["expr"] for t in _targets(board)] + _var_queries(board):
+        for var in re.findall(r"\$(\w+)", expr):
+            assert var in variables or var.isdigit(), f"${var} in {expr!r} is not a dashboard variable"
+
+
+@pytest.mark.parametrize("index", [0, 1], ids=["fleet", "training"])
+def test_legends_name_labels_the_query_keeps(index: int) -> None:
+    for t in _targets(_boards()[index]):
+        legend = set(re.findall(r"\{\{(\w+)\}\}", t["legendFormat"]))
+        m = re.match(r"\w+ by \(([^)]*)\)", t["expr"])
+        assert m or not legend, f"a legend naming labels needs an explicit `by`: {t['expr']!r}"
+        kept = {s.strip() for s in m.group(1).split(",")} if m else set()
+        assert legend <= kept, t
+
+
+def test_fleet_dashboard_covers_the_issue_metrics() -> None:
+    fleet = " ".join(t["expr"] for t in _targets(_boards()[0]))
+    for metric in ("GPU_UTIL", "FB_USED", "FB_FREE", "POWER_USAGE", "GPU_TEMP", "SM_CLOCK", "XID_ERRORS"):
+        assert f"DCGM_FI_DEV_{metric}" in fleet
+    assert "by (Hostname, gpu)" in fleet
+
+
+def test_training_dashboard_groups_by_pod_and_job() -> None:
+    training = " ".join(t["expr"] for t in _targets(_boards()[1]))
+    assert "exported_namespace, exported_pod" in training
+    assert dashboards.JOB_LABEL in training
+    assert "container_network_receive_bytes_total" in training and "container_network_transmit_bytes_total" in training
+
+
+def test_extra_panel_groups_are_the_seam_for_another_exporter() -> None:
+    rdma = PanelGroup("RDMA", (Panel("RDMA writes", (("sum by (node) (rate(rdma_writes_total[5m]))", "{{node}}"),)),))
+    board = dashboards.to_json(dashboards.fleet_dashboard((rdma,)))
+    rows = [p["title"] for p in board["panels"] if p["type"] == "row"]
+    assert rows[-1] == "RDMA"
+    assert board["panels"][-1]["targets"][0]["expr"].startswith("sum by (node)")

@@ -1,0 +1,235 @@
+"""The GPU alert rules: what `python -m render` writes to prometheus/rules.yaml passes
+`promtool check rules`, and `promtool test rules` proves, for EVERY alert, input series that make it
+fire (with the exact labels and annotations) and input series that must not fire it.
+
+promtool comes from Debian's `prometheus` package (.ci/run installs it); without it these tests
+skip with that reason.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from components.config import MonitoringAlerts
+from components.monitoring import alerts
+from render import program
+from render.__main__ import write
+
+PROMTOOL = shutil.which("promtool")
+needs_promtool = pytest.mark.skipif(PROMTOOL is None, reason="promtool not installed (apt-get install prometheus)")
+THRESHOLDS = MonitoringAlerts()  # the committed lab stack uses the defaults
+
+# One GPU as the DCGM exporter reports it through the chart's ServiceMonitor.
+GPU = {"Hostname": "gpu-1", "gpu": "0", "UUID": "GPU-0", "modelName": "NVIDIA H100 80GB HBM3",
+       "job": "dcgm-exporter", "namespace": "gpu-system", "pod": "dcgm-exporter-x", "container": "exporter"}
+GPU1 = {**GPU, "gpu": "1", "UUID": "GPU-1"}
+# ... held by a training pod (exporter pod labels; honorLabels false renames them exported_*).
+HELD = {**GPU, "exported_namespace": "team", "exported_pod": "train-0", "exported_container": "trainer"}
+KSM = {"job": "kube-state-metrics", "namespace": "monitoring", "pod": "ksm-x", "instance": "10.0.0.9:8080"}
+GPU_NODE = {**KSM, "node": "gpu-1", "resource": "nvidia_com_gpu", "unit": "integer"}
+EXPORTER_TARGET = {"job": "dcgm-exporter", "namespace": "gpu-system", "service": "dcgm-exporter",
+                   "pod": "dcgm-exporter-x", "endpoint": "metrics", "instance": "10.0.0.1:9400"}
+
+
+def _series(metric: str, labels: dict[str, str], values: str) -> dict[str, str]:
+    body = ", ".join(f'{k}="{v}"' for k, v in labels.items())
+    return {"series": f"{metric}{{{body}}}", "values": values}
+
+
+def _phase(pod: str, phase: str, values: str) -> dict[str, str]:
+    return _series("kube_pod_status_phase", {**KSM, "namespace": "team", "pod": pod, "phase": phase}, values)
+
+
+# alert -> (eval time, series that fire it, labels of the alert (no rule labels), $value,
+#           series that must not fire it)
+CASES: dict[str, tuple[str, list[dict[str, str]], dict[str, str], str, list[dict[str, str]]]] = {
+    "GpuFatalXidError": (
+        "3m", [_series("DCGM_FI_DEV_XID_ERRORS", GPU, "0 79 79 79")], GPU, "79",
+        [_series("DCGM_FI_DEV_XID_ERRORS", GPU, "0 13 13 13"), _series("DCGM_FI_DEV_XID_ERRORS", GPU1, "0x3")],
+    ),
+    "GpuXidError": (
+        "3m", [_series("DCGM_FI_DEV_XID_ERRORS", GPU, "0 13 13 13")], GPU, "13",
+        [_series("DCGM_FI_DEV_XID_ERRORS", GPU, "0 79 79 79"), _series("DCGM_FI_DEV_XID_ERRORS", GPU1, "0x3")],
+    ),
+    "GpuUncorrectableMemoryError": (
+        "3m", [_series("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", GPU, "0 0 1 1")], GPU, "",
+        # rows remapped long ago (a constant counter) are not a new error
+        [_series("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", GPU, "2x20")],
+    ),
+    "GpuRowRemapFailure": (
+        "3m", [_series("DCGM_FI_DEV_ROW_REMAP_FAILURE", GPU, "0 1 1 1")], GPU, "",
+        [_series("DCGM_FI_DEV_ROW_REMAP_FAILURE", GPU, "0x3")],
+    ),
+    "GpuClocksThrottled": (
+        "30m",
+        [_series("DCGM_FI_DEV_GPU_UTIL", GPU, "95x40"), _series("DCGM_FI_DEV_SM_CLOCK", GPU, "1980x5 1200x35")],
+        GPU, "",
+        [
+            # an idle GPU lowers its clock: not throttling
+            _series("DCGM_FI_DEV_GPU_UTIL", GPU, "10x40"), _series("DCGM_FI_DEV_SM_CLOCK", GPU, "1980x5 1200x35"),
+            # busy at full clock
+            _series("DCGM_FI_DEV_GPU_UTIL", GPU1, "95x40"), _series("DCGM_FI_DEV_SM_CLOCK", GPU1, "1980x40"),
+        ],
+    ),
+    "GpuTemperatureHigh": (
+        "15m", [_series("DCGM_FI_DEV_GPU_TEMP", GPU, f"{THRESHOLDS.gpu_temp_celsius + 5}x20")], GPU,
+        str(THRESHOLDS.gpu_temp_celsius + 5),
+        [
+            _series("DCGM_FI_DEV_GPU_TEMP", GPU, f"{THRESHOLDS.gpu_temp_celsius}x20"),
+            # a short spike is not sustained
+            _series("DCGM_FI_DEV_GPU_TEMP", GPU1, f"70x5 {THRESHOLDS.gpu_temp_celsius + 10} 70x14"),
+        ],
+    ),
+    "GpuAllocatedButIdle": (
+        f"{THRESHOLDS.idle_minutes + 5}m",
+        [_series("DCGM_FI_DEV_GPU_UTIL", HELD, f"0x{THRESHOLDS.idle_minutes + 10}"),
+         _phase("train-0", "Running", f"1x{THRESHOLDS.idle_minutes + 10}")],
+        HELD, "",
+        [
+            # busy for a moment in the window
+            _series("DCGM_FI_DEV_GPU_UTIL", HELD, f"0x10 50 0x{THRESHOLDS.idle_minutes}"),
+            _phase("train-0", "Running", f"1x{THRESHOLDS.idle_minutes + 10}"),
+            # the pod holding GPU1 is no longer running
+            _series("DCGM_FI_DEV_GPU_UTIL", {**HELD, "gpu": "1", "UUID": "GPU-1", "exported_pod": "done-0"},
+                    f"0x{THRESHOLDS.idle_minutes + 10}"),
+            _phase("done-0", "Running", f"0x{THRESHOLDS.idle_minutes + 10}"),
+            _phase("done-0", "Succeeded", f"1x{THRESHOLDS.idle_minutes + 10}"),
+            # an idle GPU no pod holds
+            _series("DCGM_FI_DEV_GPU_UTIL", {**GPU, "gpu": "2", "UUID": "GPU-2"}, f"0x{THRESHOLDS.idle_minutes + 10}"),
+        ],
+    ),
+    "GpuNodeAllocatableBelowCapacity": (
+        "25m",
+        [_series("kube_node_status_allocatable", GPU_NODE, "8x5 7x25"),
+         _series("kube_node_status_capacity", GPU_NODE, "8x30")],
+        GPU_NODE, "",
+        [_series("kube_node_status_allocatable", GPU_NODE, "8x5 7x10 8x15"),  # recovered before 15 min
+         _series("kube_node_status_capacity", GPU_NODE, "8x30")],
+    ),
+    "DcgmExporterDown": (
+        "6m",
+        [_series("up", EXPORTER_TARGET, "0x10")], EXPORTER_TARGET, "",
+        [
+            _series("up", {"job": "dcgm-exporter", "namespace": "gpu-system", "pod": "a", "instance": "a"}, "1x10"),
+            _series("up", {"job": "nvidia-dcgm-exporter", "namespace": "gpu-operator", "pod": "b", "instance": "b"},
+                    "0x2 1x8"),
+            _series("up", {"job": "node-exporter", "namespace": "monitoring", "pod": "c", "instance": "c"}, "0x10"),
+        ],
+    ),
+    "GpuNodeWithoutGpuMetrics": (
+        "16m", [_series("kube_node_status_capacity", GPU_NODE, "8x20")], {"node": "gpu-1"}, "",
+        [
+            _series("kube_node_status_capacity", GPU_NODE, "8x20"),
+            _series("DCGM_FI_DEV_GPU_TEMP", GPU, "40x20"),
+            _series("kube_node_status_capacity", {**GPU_NODE, "node": "cpu-1"}, "0x20"),
+        ],
+    ),
+}
+
+_TEMPLATE = re.compile(r"\{\{\s*(.*?)\s*\}\}")
+
+
+def _expand(text: str, labels: dict[str, str], value: str) -> str:
+    def one(m: re.Match[str]) -> str:
+        expr = m.group(1)
+        if expr == "$value":
+            return value
+        assert expr.startswith("$labels."), f"template {expr!r}: only $labels.<name> and $value are tested"
+        return labels[expr.removeprefix("$labels.")]
+
+    return _TEMPLATE.sub(one, text)
+
+
+def _rules() -> dict[str, dict[str, Any]]:
+    return {r["alert"]: r for g in alerts.rule_groups(THRESHOLDS) for r in g["rules"]}
+
+
+@functools.cache
+def _rendered(tmp: Path) -> Path:
+    write(program.run("lab"), tmp / "lab")
+    return tmp / "lab" / "prometheus" / "rules.yaml"
+
+
+@pytest.fixture(scope="module")
+def rules_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _rendered(tmp_path_factory.mktemp("render"))
+
+
+def _promtool(*args: str) -> subprocess.CompletedProcess[str]:
+    assert PROMTOOL is not None
+    return subprocess.run([PROMTOOL, *args], capture_output=True, text=True, timeout=120, check=False)
+
+
+# ------------------------------------------------------------------------------------------------
+
+
+def test_render_writes_every_rule(rules_file: Path) -> None:
+    assert yaml.safe_load(rules_file.read_text()) == {"groups": alerts.rule_groups(THRESHOLDS)}
+
+
+def test_every_alert_has_a_fire_and_no_fire_case() -> None:
+    assert set(CASES) == set(_rules())
+
+
+def test_every_alert_has_severity_and_runbook() -> None:
+    for name, rule in _rules().items():
+        assert rule["labels"]["severity"] in ("critical", "warning", "info"), name
+        assert rule["annotations"]["runbook"].strip(), name
+        assert {"summary", "description"} <= set(rule["annotations"]), name
+
+
+@needs_promtool
+def test_promtool_check_rules(rules_file: Path) -> None:
+    result = _promtool("check", "rules", str(rules_file))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"SUCCESS: {len(_rules())} rules found" in result.stdout
+
+
+def _test_file(rules_file: Path) -> dict[str, Any]:
+    rules = _rules()
+    tests = []
+    for alert, (at, fire, labels, value, quiet) in CASES.items():
+        rule = rules[alert]
+        expected_labels = {**labels, **rule["labels"]}
+        annotations = {k: _expand(v, labels, value) for k, v in rule["annotations"].items()}
+        tests.append({
+            "name": f"{alert} fires",
+            "interval": "1m",
+            "input_series": fire,
+            "alert_rule_test": [{"eval_time": at, "alertname": alert,
+                                 "exp_alerts": [{"exp_labels": expected_labels, "exp_annotations": annotations}]}],
+        })
+        tests.append({
+            "name": f"{alert} stays quiet",
+            "interval": "1m",
+            "input_series": quiet,
+            "alert_rule_test": [{"eval_time": at, "alertname": alert, "exp_alerts": []}],
+        })
+    return {"rule_files": [str(rules_file)], "evaluation_interval": "1m", "tests": tests}
+
+
+@needs_promtool
+def test_promtool_test_rules(rules_file: Path, tmp_path: Path) -> None:
+    test_file = tmp_path / "gpu-alerts.test.yaml"
+    test_file.write_text(yaml.safe_dump(_test_file(rules_file), sort_keys=False))
+    result = _promtool("test", "rules", str(test_file))
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@needs_promtool
+def test_promtool_test_catches_a_wrong_expectation(rules_file: Path, tmp_path: Path) -> None:
+    """The harness is not vacuous: swapping a fire case's series for its quiet ones fails."""
+    spec = _test_file(rules_file)
+    spec["tests"][0]["input_series"] = spec["tests"][1]["input_series"]
+    test_file = tmp_path / "broken.test.yaml"
+    test_file.write_text(yaml.safe_dump(spec, sort_keys=False))
+    result = _promtool("test", "rules", str(test_file))
+    assert result.returncode != 0
