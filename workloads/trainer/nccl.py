@@ -1,0 +1,238 @@
+"""Pure maths and parsing for the NCCL acceptance test (no torch needed).
+
+- bus bandwidth of an all-reduce, as nccl-tests defines it: busbw = algbw x 2(n-1)/n;
+- rows of an nccl-tests style table (ours prints the same columns, so one parser reads both);
+- NCCL_DEBUG=INFO lines: which network NCCL chose and which transport each channel uses;
+- the verdict: pass, too slow for the declared link, or fell back to TCP sockets while RDMA was declared.
+
+Units: algbw/busbw in GB/s (1e9 bytes/s, as nccl-tests prints them); link rates in Gbit/s.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+# Exit codes of allreduce_bench (0 = pass; 3 = its own config error, see trainer.EXIT_CONFIG_ERROR).
+EXIT_PASS = 0
+EXIT_LOW_BUSBW = 10
+EXIT_SOCKET_FALLBACK = 11
+EXIT_NO_TRANSPORT_INFO = 12
+
+
+def bus_bandwidth(algbw: float, nranks: int) -> float:
+    """nccl-tests' bus bandwidth of an all-reduce over `nranks` ranks: algbw x 2(n-1)/n.
+
+    A ring all-reduce moves 2(n-1)/n of the buffer over each rank's link, so busbw is comparable
+    with the link rate whatever the number of ranks.
+    """
+    if nranks < 1:
+        raise ValueError(f"nranks must be >= 1, got {nranks}")
+    return algbw * 2 * (nranks - 1) / nranks
+
+
+def algorithm_bandwidth(size_bytes: int, seconds: float) -> float:
+    """GB/s (1e9) of moving `size_bytes` in `seconds`, as nccl-tests computes algbw."""
+    if seconds <= 0:
+        raise ValueError(f"seconds must be > 0, got {seconds}")
+    return size_bytes / seconds / 1e9
+
+
+@dataclass(frozen=True)
+class SweepRow:
+    """One size of an all-reduce sweep (out-of-place columns; in-place ones when present)."""
+
+    size: int  # bytes
+    count: int  # elements
+    dtype: str
+    redop: str
+    time_us: float
+    algbw: float  # GB/s
+    busbw: float  # GB/s
+    wrong: int | None  # None when validation was off ("N/A")
+    inplace_time_us: float | None = None
+    inplace_algbw: float | None = None
+    inplace_busbw: float | None = None
+
+
+_DTYPE = re.compile(r"[A-Za-z][A-Za-z0-9_]*")  # float, half, bfloat16, int8, ...
+_REDOP = re.compile(r"[a-z]+")  # sum, prod, max, min, avg
+
+
+def _wrong(value: str) -> int | None:
+    return None if value.upper() == "N/A" else int(value)
+
+
+def parse_sweep_line(line: str) -> SweepRow | None:
+    """A data row of all_reduce_perf (13 columns) or of our bench (9 columns); None otherwise."""
+    parts = line.split()
+    if len(parts) not in (9, 13) or line.lstrip().startswith("#"):
+        return None
+    if not (_DTYPE.fullmatch(parts[2]) and _REDOP.fullmatch(parts[3])):
+        return None
+    try:
+        row = SweepRow(
+            size=int(parts[0]), count=int(parts[1]), dtype=parts[2], redop=parts[3],
+            time_us=float(parts[5]), algbw=float(parts[6]), busbw=float(parts[7]), wrong=_wrong(parts[8]),
+        )
+        if len(parts) == 13:
+            row = SweepRow(**{**row.__dict__, "inplace_time_us": float(parts[9]),
+                              "inplace_algbw": float(parts[10]), "inplace_busbw": float(parts[11])})
+        int(parts[4])  # root column: -1 for all-reduce
+    except ValueError:
+        return None
+    return row
+
+
+def parse_sweep(lines: Iterable[str]) -> list[SweepRow]:
+    return [row for row in map(parse_sweep_line, lines) if row is not None]
+
+
+def format_sweep_header() -> list[str]:
+    return [
+        "#       size         count      type   redop    root     time   algbw   busbw #wrong",
+        "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)",
+    ]
+
+
+def format_sweep_row(row: SweepRow) -> str:
+    wrong = "N/A" if row.wrong is None else str(row.wrong)
+    # nccl-tests' 2 decimals, more below 1 GB/s so that slow (CPU, gloo) runs do not print 0.00
+    bw = lambda v: f"{v:6.2f}" if v >= 1 else f"{v:6.4f}"  # noqa: E731
+    return (f"{row.size:12d}  {row.count:12d}  {row.dtype:>8s}  {row.redop:>6s}  {-1:6d}  "
+            f"{row.time_us:7.1f}  {bw(row.algbw)}  {bw(row.busbw)}  {wrong:>5s}")
+
+
+# `... NCCL INFO Channel 00/0 : 1[0] -> 0[0] [receive] via NET/IBext/0`,
+# `... NCCL INFO Channel 00 : 0[0] -> 1[1] via P2P/IPC/read`, `... via SHM/direct/direct`.
+_CHANNEL = re.compile(r"NCCL INFO Channel \d+(?:/\d+)? : .*? via (?P<transport>[A-Za-z0-9_]+)(?:/(?P<net>[A-Za-z0-9_]+))?")
+# `NCCL INFO Using network IBext` (the net plugin or built-in transport NCCL picked).
+_USING_NETWORK = re.compile(r"NCCL INFO Using (?:non-device )?network (?P<net>[A-Za-z0-9_]+)")
+# `NCCL INFO NET/IB : Using [0]irdma0:1/RoCE [RO]; OOB net1:10.100.100.1<0>`, `NET/Socket : Using [0]eth0:...`
+_NET_DEVICES = re.compile(r"NCCL INFO NET/(?P<net>[A-Za-z0-9_]+) ?: Using (?P<devices>.*)")
+_NO_DEVICE = re.compile(r"NCCL INFO NET/(?P<net>[A-Za-z0-9_]+) ?: No device found")
+
+
+def _net_family(name: str) -> str:
+    """IB, IBext, IBext_v8, GIN... -> "IB" (verbs: InfiniBand or RoCE); Socket -> "Socket"."""
+    if name.lower().startswith("ib"):
+        return "IB"
+    if name.lower().startswith("socket"):
+        return "Socket"
+    return name
+
+
+@dataclass
+class NcclTransport:
+    """What NCCL's INFO log says about the transports in use."""
+
+    network: str | None = None  # "IB" (RDMA, InfiniBand or RoCE) or "Socket": the inter-node net NCCL chose
+    devices: list[str] = field(default_factory=list)  # e.g. ["IB: [0]irdma0:1/RoCE [RO]; OOB net1:10.100.100.1<0>"]
+    channels: dict[str, int] = field(default_factory=dict)  # "NET/IB", "NET/Socket", "P2P", "SHM" -> channel count
+
+    @property
+    def uses_sockets(self) -> bool:
+        return self.network == "Socket" or "NET/Socket" in self.channels
+
+    @property
+    def uses_rdma(self) -> bool:
+        return not self.uses_sockets and (self.network == "IB" or "NET/IB" in self.channels)
+
+    @property
+    def seen(self) -> bool:
+        return self.network is not None or bool(self.channels)
+
+    def summary(self) -> str:
+        if not self.seen:
+            return "unknown"
+        kinds = sorted(self.channels) or [f"NET/{self.network}"]
+        return ",".join(kinds)
+
+    def merge(self, other: NcclTransport) -> NcclTransport:
+        """Combine the logs of several ranks: any rank on sockets makes the whole run use sockets."""
+        channels = dict(self.channels)
+        for k, v in other.channels.items():
+            channels[k] = channels.get(k, 0) + v
+        networks = {n for n in (self.network, other.network) if n}
+        network = "Socket" if "Socket" in networks else (next(iter(networks)) if networks else None)
+        return NcclTransport(network=network, devices=self.devices + other.devices, channels=channels)
+
+
+def parse_nccl_log(lines: Iterable[str]) -> NcclTransport:
+    """The transports NCCL reports at NCCL_DEBUG=INFO (subsystems INIT and NET, NCCL's default set)."""
+    result = NcclTransport()
+    for line in lines:
+        if m := _CHANNEL.search(line):
+            transport = m["transport"]
+            key = f"NET/{_net_family(m['net'] or '')}" if transport == "NET" else transport
+            result.channels[key] = result.channels.get(key, 0) + 1
+        elif m := _USING_NETWORK.search(line):
+            net = _net_family(m["net"])
+            # several communicators may log; a Socket anywhere wins
+            if result.network != "Socket":
+                result.network = net
+        elif m := _NET_DEVICES.search(line):
+            result.devices.append(f"{_net_family(m['net'])}: {m['devices'].strip()}")
+    return result
+
+
+@dataclass(frozen=True)
+class Verdict:
+    exit_code: int
+    reasons: tuple[str, ...]
+    busbw_gbps: float | None  # largest size's busbw in Gbit/s
+    threshold_gbps: float | None
+
+    @property
+    def passed(self) -> bool:
+        return self.exit_code == EXIT_PASS
+
+    def line(self, transport: NcclTransport, largest: int | None) -> str:
+        """The one line to grep for in the acceptance Job's log."""
+        fmt = lambda v: "n/a" if v is None else f"{v:.2f}"  # noqa: E731
+        reason = "; ".join(self.reasons) or "ok"
+        return (f"acceptance: verdict={'PASS' if self.passed else 'FAIL'} exit={self.exit_code} "
+                f"transport={transport.summary()} largest_bytes={largest if largest is not None else 'n/a'} "
+                f"busbw_gbps={fmt(self.busbw_gbps)} threshold_gbps={fmt(self.threshold_gbps)} reason=\"{reason}\"")
+
+
+def verdict(
+    rows: list[SweepRow],
+    transport: NcclTransport,
+    *,
+    link_gbps: float | None,
+    min_busbw_fraction: float = 0.9,
+    rdma_declared: bool = False,
+    nccl_expected: bool = True,
+) -> Verdict:
+    """Pass when the largest size's busbw >= min_busbw_fraction x link_gbps and, with RDMA declared,
+    NCCL did not fall back to TCP sockets.
+
+    link_gbps None skips the bandwidth check. `nccl_expected` is False for a gloo (CPU) run, where
+    there is no NCCL log to read: a declared RDMA link then cannot be confirmed and fails.
+    """
+    if not 0 < min_busbw_fraction <= 1:
+        raise ValueError(f"min_busbw_fraction must be in (0, 1], got {min_busbw_fraction}")
+    reasons: list[str] = []
+    codes: list[int] = []
+    largest = max(rows, key=lambda r: r.size) if rows else None
+    busbw_gbps = largest.busbw * 8 if largest else None
+    threshold = link_gbps * min_busbw_fraction if link_gbps else None
+    if rdma_declared:
+        if transport.uses_sockets:
+            codes.append(EXIT_SOCKET_FALLBACK)
+            reasons.append("NCCL fell back to TCP sockets (NET/Socket) while network.rdma is declared")
+        elif not transport.seen:
+            codes.append(EXIT_NO_TRANSPORT_INFO)
+            reasons.append("no NCCL transport lines found (needs NCCL_DEBUG=INFO)" if nccl_expected
+                           else "not an NCCL run: RDMA cannot be confirmed")
+    if largest is None:
+        codes.append(EXIT_LOW_BUSBW)
+        reasons.append("no sweep rows")
+    elif threshold is not None and busbw_gbps is not None and busbw_gbps < threshold:
+        codes.append(EXIT_LOW_BUSBW)
+        reasons.append(f"busbw {busbw_gbps:.2f} Gbit/s at {largest.size} B < {min_busbw_fraction} x {link_gbps} Gbit/s")
+    # The transport is the root cause when both fail: report its code.
+    return Verdict(exit_code=min(codes, key=lambda c: (c == EXIT_LOW_BUSBW, c)) if codes else EXIT_PASS,
+                   reasons=tuple(reasons), busbw_gbps=busbw_gbps, threshold_gbps=threshold)
