@@ -16,7 +16,7 @@ import ipaddress
 import json
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import pulumi
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -42,6 +42,7 @@ class ConfigError(pulumi.RunError):
 class Platform(enum.StrEnum):
     LAB = "lab"  # own servers over SSH, kubeadm
     DEV = "dev"  # an existing cluster (minikube --gpus all, kind, ...)
+    GKE = "gke"  # Google Kubernetes Engine, created by this program
 
 
 class Cni(enum.StrEnum):
@@ -208,6 +209,417 @@ class GpuConfig(_Model):
     gate: GpuGate = Field(default_factory=GpuGate)
 
 
+# --- distributed training, its acceptance test, the network it runs on, shared storage ---------
+
+# A Kubernetes quantity as used for cpu/memory/shm sizes ("500m", "4", "16Gi", "1.5G").
+_QUANTITY = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
+_QUANTITY_FACTOR = {
+    None: 1, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18,
+    "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
+}
+# An image reference pinned by a tag (not "latest") or by a digest.
+_IMAGE_NAME = re.compile(r"^[a-z0-9]+(?:(?:[._-]|__|[-]+)[a-z0-9]+)*(?::[0-9]+)?(?:/[a-z0-9]+(?:(?:[._]|__|[-]+)[a-z0-9]+)*)*$")
+_IMAGE_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+_IMAGE_DIGEST = re.compile(r"^sha256:[a-f0-9]{64}$")
+_IFNAME = re.compile(r"^\^?[A-Za-z0-9_.=-]+(,[A-Za-z0-9_.=-]+)*$")
+
+
+def quantity_value(text: str) -> float:
+    """The numeric value of a Kubernetes quantity (cpu in cores, memory in bytes)."""
+    m = _QUANTITY.match(text)
+    if not m:
+        raise ValueError(f"{text!r} is not a Kubernetes quantity")
+    return float(m.group(1)) * _QUANTITY_FACTOR[m.group(2)]
+
+
+def _check_quantity(value: str) -> str:
+    if not _QUANTITY.match(str(value)):
+        raise ValueError("must be a Kubernetes quantity such as '500m', '4', '16Gi'")
+    return str(value)
+
+
+def _check_pinned_image(value: str) -> str:
+    """name:tag (tag not 'latest') or name@sha256:<digest>; an untagged name is rejected."""
+    name, _, digest = value.partition("@")
+    if digest:
+        if not _IMAGE_DIGEST.match(digest):
+            raise ValueError("digest must be sha256:<64 hex digits>")
+        name = name.rsplit(":", 1)[0] if ":" in name.rsplit("/", 1)[-1] else name
+    else:
+        last = name.rsplit("/", 1)[-1]
+        if ":" not in last:
+            raise ValueError("must be pinned by a tag or digest (e.g. 'registry/trainer:1.0.0'); untagged means latest")
+        name, tag = name.rsplit(":", 1)
+        if tag == "latest":
+            raise ValueError("must be pinned; ':latest' moves under you")
+        if not _IMAGE_TAG.match(tag):
+            raise ValueError(f"tag {tag!r} is not a valid image tag")
+    if not _IMAGE_NAME.match(name):
+        raise ValueError(f"{name!r} is not a valid image name (lowercase, 'registry[:port]/path')")
+    return value
+
+
+class Launcher(enum.StrEnum):
+    INDEXED_JOB = "indexed-job"  # batch/v1 Indexed Job + headless Service (seed 000)
+    PYTORCHJOB = "pytorchjob"  # Kubeflow training operator PyTorchJob (seed 004)
+
+
+class NcclDebug(enum.StrEnum):
+    NONE = "NONE"
+    VERSION = "VERSION"
+    WARN = "WARN"
+    INFO = "INFO"
+    TRACE = "TRACE"
+
+
+class NcclConfig(_Model):
+    """NCCL environment of training pods."""
+
+    debug: NcclDebug = Field(default=NcclDebug.WARN, description="NCCL_DEBUG level.")
+    socket_ifname: str | None = Field(
+        default=None, description="NCCL_SOCKET_IFNAME, e.g. 'eth0' or '^lo,docker' (unset: NCCL picks)."
+    )
+
+    _optional = field_validator("socket_ifname", mode="before")(classmethod(lambda cls, v: _empty_to_none(v)))
+
+    @field_validator("socket_ifname")
+    @classmethod
+    def _ifname(cls, v: str | None) -> str | None:
+        if v is not None and not _IFNAME.match(v):
+            raise ValueError("must be interface names or prefixes, comma separated, optionally '^'-negated ('eth0', '^lo,docker')")
+        return v
+
+
+class ElasticConfig(_Model):
+    """pytorchjob: torch elastic (the job keeps running with between minNodes and nodes pods)."""
+
+    enabled: bool = Field(default=False)
+    min_nodes: int = Field(default=1, ge=1, description="Fewest pods the job runs with.")
+
+
+class TrainingConfig(_Model):
+    """The distributed training job (torchrun) and its pods."""
+
+    enabled: bool = Field(default=False, description="Submit the training job.")
+    launcher: Launcher = Field(default=Launcher.INDEXED_JOB, description="indexed-job or pytorchjob.")
+    image: str | None = Field(default=None, description="Workload image, pinned by tag or digest.")
+    nodes: int = Field(default=1, ge=1, le=512, description="Pods (one per node).")
+    gpus_per_node: int = Field(default=1, ge=1, le=16, description="GPUs per pod = torchrun nproc_per_node.")
+    cpu_request: str = Field(default="4")
+    cpu_limit: str = Field(default="8")
+    memory_request: str = Field(default="16Gi")
+    memory_limit: str = Field(default="32Gi")
+    max_restarts: int = Field(default=3, ge=0, le=100, description="torchrun --max-restarts (in-pod restarts).")
+    backoff_limit_per_index: int = Field(default=2, ge=0, le=100, description="indexed-job: pod retries per index.")
+    epochs: int = Field(default=10, ge=1)
+    batch_size: int = Field(default=64, ge=1, description="Per-rank batch size.")
+    checkpoint_every: int = Field(default=1, ge=1, description="Checkpoint interval in epochs.")
+    shm_size: str = Field(default="8Gi", description="Size of the /dev/shm memory volume (dataloader workers).")
+    elastic: ElasticConfig = Field(default_factory=ElasticConfig)
+    nccl: NcclConfig = Field(default_factory=NcclConfig)
+
+    _optional = field_validator("image", mode="before")(classmethod(lambda cls, v: _empty_to_none(v)))
+    _quantities = field_validator("cpu_request", "cpu_limit", "memory_request", "memory_limit", "shm_size", mode="before")(
+        classmethod(lambda cls, v: _check_quantity(v))
+    )
+
+    @field_validator("image")
+    @classmethod
+    def _image(cls, v: str | None) -> str | None:
+        return None if v is None else _check_pinned_image(v)
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+
+class AcceptanceConfig(_Model):
+    """The NCCL acceptance Job: an all-reduce sweep checked against network.linkGbps."""
+
+    nccl: bool = Field(default=False, description="Run the NCCL all-reduce acceptance Job.")
+    min_busbw_fraction: float = Field(default=0.9, description="Pass when busbw >= this x linkGbps.")
+    max_bytes: int = Field(default=2**30, ge=2**30, le=2**34, description="Largest all-reduce size (>= 1 GiB).")
+
+    @field_validator("min_busbw_fraction")
+    @classmethod
+    def _fraction(cls, v: float) -> float:
+        if not 0 < v <= 1:
+            raise ValueError("must be a fraction in (0, 1], e.g. 0.9")
+        return v
+
+
+class NetworkConfig(_Model):
+    """The network between GPU nodes, as declared (what the acceptance test holds it to)."""
+
+    link_gbps: float | None = Field(default=None, gt=0, le=3200, description="Per-node link rate in Gbit/s.")
+    rdma: bool = Field(default=False, description="NCCL must use RDMA (IB/RoCE), not sockets.")
+
+    _optional = field_validator("link_gbps", mode="before")(classmethod(lambda cls, v: _empty_to_none(v)))
+
+
+class NfsExport(_Model):
+    server: str = Field(description="NFS server address or DNS name.")
+    path: str = Field(description="Exported directory, absolute.")
+
+    @field_validator("path")
+    @classmethod
+    def _path(cls, v: str) -> str:
+        if not re.fullmatch(r"/[A-Za-z0-9._/-]*", v):
+            raise ValueError("must be an absolute path such as '/srv/nfs/shared'")
+        return v
+
+    @field_validator("server")
+    @classmethod
+    def _server(cls, v: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?", v):
+            raise ValueError("must be an IPv4 address or DNS name")
+        return v
+
+
+class StorageConfig(_Model):
+    """The shared ReadWriteMany volume (cache, data, checkpoints) training pods mount."""
+
+    size: str = Field(default="100Gi", description="Requested size of the shared claim.")
+    # lab
+    nfs: NfsExport | None = Field(default=None, description="lab: an existing NFS export {server, path}.")
+    provision: bool = Field(default=False, description="lab: set up an NFS server on the control plane.")
+    export_path: str = Field(default="/srv/gpu-cluster/shared", description="lab provision: directory exported.")
+    # dev
+    host_path: str | None = Field(default=None, description="dev: a node directory (single-node clusters).")
+    use_default_class: bool = Field(default=False, description="dev: a claim on the cluster's default class.")
+
+    _optional = field_validator("nfs", "host_path", mode="before")(classmethod(lambda cls, v: _empty_to_none(v)))
+    _size = field_validator("size", mode="before")(classmethod(lambda cls, v: _check_quantity(v)))
+
+    @field_validator("export_path", "host_path")
+    @classmethod
+    def _abs(cls, v: str | None) -> str | None:
+        if v is not None and not re.fullmatch(r"/[A-Za-z0-9._-][A-Za-z0-9._/-]*", v):
+            raise ValueError("must be an absolute path (not '/'), e.g. '/srv/gpu-cluster/shared'")
+        return v
+
+    @property
+    def configured(self) -> bool:
+        return bool(self.nfs or self.provision or self.host_path or self.use_default_class)
+
+
+class MonitoringAlerts(_Model):
+    """Thresholds of the GPU alert rules (components/monitoring/alerts.py)."""
+
+    gpu_temp_celsius: int = Field(default=85, ge=60, le=110, description="GpuTemperatureHigh above this, 10 min.")
+    idle_minutes: int = Field(default=30, ge=5, le=1440, description="GpuAllocatedButIdle after this long at 0%.")
+
+
+class MonitoringConfig(_Model):
+    """kube-prometheus-stack (Prometheus, Alertmanager, Grafana), GPU dashboards and alert rules."""
+
+    enabled: bool = Field(default=True, description="Deploy the monitoring layer.")
+    retention: str = Field(default="15d", description="Prometheus retention time, e.g. 15d, 72h.")
+    storage_size: str = Field(default="50Gi", description="Prometheus volume size (PVC or emptyDir limit).")
+    storage_class: str | None = Field(default=None, description="StorageClass of the PVC; none: emptyDir.")
+    alerts: MonitoringAlerts = Field(default_factory=MonitoringAlerts)
+
+    _optional = field_validator("storage_class", mode="before")(classmethod(lambda cls, v: _empty_to_none(v)))
+
+    @field_validator("retention")
+    @classmethod
+    def _retention(cls, v: str) -> str:
+        if not re.fullmatch(r"[1-9][0-9]*(h|d|w|y)", v):
+            raise ValueError("must be a Prometheus duration in h, d, w or y, e.g. '15d'")
+        return v
+
+    @field_validator("storage_size")
+    @classmethod
+    def _storage_size(cls, v: str) -> str:
+        if not re.fullmatch(r"[1-9][0-9]*(Gi|Ti)", v):
+            raise ValueError("must be a size in Gi or Ti, e.g. '50Gi'")
+        return v
+
+
+# --- gke ---------------------------------------------------------------------------------------
+
+
+class GkeLocation(enum.StrEnum):
+    ZONAL = "zonal"  # control plane in gke.zone
+    REGIONAL = "regional"  # control plane replicated across the zones of gcp:region
+
+
+class ReleaseChannel(enum.StrEnum):
+    RAPID = "RAPID"
+    REGULAR = "REGULAR"
+    STABLE = "STABLE"
+    EXTENDED = "EXTENDED"
+
+
+class GkeDriver(enum.StrEnum):
+    GKE_DEFAULT = "gke-default"  # GKE installs its default driver for the node version
+    GKE_LATEST = "gke-latest"  # GKE installs the latest driver for the node version
+    INSTALLER_COS = "installer-cos"  # the driver-installer DaemonSet of seed 001, COS nodes
+    INSTALLER_UBUNTU = "installer-ubuntu"  # the same on Ubuntu nodes
+    NONE = "none"  # the GPU Operator installs it (Ubuntu nodes)
+
+    @property
+    def installer(self) -> bool:
+        return self in (GkeDriver.INSTALLER_COS, GkeDriver.INSTALLER_UBUNTU)
+
+    @property
+    def gke_managed(self) -> bool:
+        return self in (GkeDriver.GKE_DEFAULT, GkeDriver.GKE_LATEST)
+
+
+class GkeSharingStrategy(enum.StrEnum):
+    NONE = "none"
+    TIME_SHARING = "time-sharing"
+    MPS = "mps"
+
+
+class GkeGpuSharing(_Model):
+    """GKE's GPU sharing on one pool (its own device plugin enforces it)."""
+
+    strategy: GkeSharingStrategy = Field(default=GkeSharingStrategy.NONE, description="none, time-sharing or mps.")
+    max_clients: int = Field(default=1, ge=1, le=48, description="Containers sharing each GPU (2-48 when shared).")
+
+
+class GkeAccelerator(_Model):
+    type: str = Field(description="Compute Engine accelerator type, e.g. nvidia-l4.")
+    count: int = Field(ge=1, le=16, description="GPUs per node.")
+
+
+class GkeAutoscaling(_Model):
+    min_nodes: int = Field(default=0, ge=0, le=1000, description="Per zone; 0 lets the pool scale to zero.")
+    max_nodes: int = Field(default=1, ge=1, le=1000, description="Per zone.")
+
+
+_GCE_ZONE = re.compile(r"^[a-z]+-[a-z]+[0-9]+-[a-z]$")
+_GCE_NAME = re.compile(r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$")
+
+
+def _check_zone(v: str) -> str:
+    if not _GCE_ZONE.match(v):
+        raise ValueError(f"{v!r} is not a Compute Engine zone such as 'us-central1-a'")
+    return v
+
+
+def _check_gce_name(v: str) -> str:
+    if not _GCE_NAME.match(v):
+        raise ValueError("must start with a letter, use a-z, 0-9 and '-', at most 40 characters")
+    return v
+
+
+class GpuPool(_Model):
+    """One GPU node pool of the gke stack."""
+
+    name: str = Field(description="Node pool name.")
+    machine_type: str = Field(description="e.g. g2-standard-8, a2-highgpu-1g, n1-standard-8.")
+    accelerator: GkeAccelerator
+    zones: tuple[str, ...] = Field(description="Zones of the pool's nodes (where the accelerator is offered).")
+    autoscaling: GkeAutoscaling = Field(default_factory=GkeAutoscaling)
+    spot: bool = Field(default=False, description="Spot VMs (preemptible, cheaper).")
+    disk_size_gb: int = Field(default=200, ge=50, le=65536)
+    disk_type: Literal["pd-balanced", "pd-ssd", "pd-standard", "hyperdisk-balanced"] = "pd-balanced"
+    labels: dict[str, str] = Field(default_factory=dict, description="Extra Kubernetes node labels.")
+    driver: GkeDriver = Field(default=GkeDriver.GKE_DEFAULT)
+    sharing: GkeGpuSharing = Field(default_factory=GkeGpuSharing)
+    mig_partition_size: str | None = Field(default=None, description="GKE MIG partition, e.g. 1g.5gb (A100/H100).")
+
+    _name = field_validator("name")(classmethod(lambda cls, v: _check_gce_name(v)))
+    _optional = field_validator("mig_partition_size", mode="before")(classmethod(lambda cls, v: _empty_to_none(v)))
+
+    @field_validator("zones")
+    @classmethod
+    def _zones(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(_check_zone(z) for z in v)
+
+
+class GkeSystemPool(_Model):
+    """The small CPU pool for cluster add-ons (DNS, metrics, the GPU stack's controllers)."""
+
+    machine_type: str = Field(default="e2-standard-4")
+    nodes_per_zone: int = Field(default=1, ge=1, le=10)
+    disk_size_gb: int = Field(default=100, ge=50, le=65536)
+
+
+class GkePrivateNodes(_Model):
+    enabled: bool = Field(default=False, description="Nodes without public IPs (egress needs Cloud NAT).")
+    master_cidr: ipaddress.IPv4Network = Field(default=ipaddress.IPv4Network("172.16.0.0/28"))
+
+
+class AuthorizedNetwork(_Model):
+    cidr: ipaddress.IPv4Network
+    name: str = Field(default="")
+
+
+class FilestoreTier(enum.StrEnum):
+    BASIC_HDD = "BASIC_HDD"
+    BASIC_SSD = "BASIC_SSD"
+    ZONAL = "ZONAL"
+    REGIONAL = "REGIONAL"
+    ENTERPRISE = "ENTERPRISE"
+
+    @property
+    def zonal(self) -> bool:
+        return self in (FilestoreTier.BASIC_HDD, FilestoreTier.BASIC_SSD, FilestoreTier.ZONAL)
+
+
+# Capacity limits per tier (GiB), from the Filestore service tiers.
+FILESTORE_CAPACITY: dict[FilestoreTier, tuple[int, int]] = {
+    FilestoreTier.BASIC_HDD: (1024, 65434),
+    FilestoreTier.BASIC_SSD: (2560, 65434),
+    FilestoreTier.ZONAL: (1024, 102400),
+    FilestoreTier.REGIONAL: (1024, 102400),
+    FilestoreTier.ENTERPRISE: (1024, 10240),
+}
+
+
+class GkeFilestore(_Model):
+    tier: FilestoreTier = Field(default=FilestoreTier.BASIC_HDD)
+    capacity_gb: int = Field(default=1024, description="GiB; minimum per tier (BASIC_SSD 2560, others 1024).")
+    zone: str | None = Field(default=None, description="Zonal tiers: its zone (default: gke.zone or the first pool's).")
+
+    _optional = field_validator("zone", mode="before")(classmethod(lambda cls, v: _empty_to_none(v)))
+
+    @field_validator("zone")
+    @classmethod
+    def _zone(cls, v: str | None) -> str | None:
+        return None if v is None else _check_zone(v)
+
+
+class GkeConfig(_Model):
+    """The gke stack: cluster, system pool, GPU pools, Filestore. Project and region: gcp:project, gcp:region."""
+
+    cluster_name: str = Field(default="gpu-cluster")
+    location: GkeLocation = Field(default=GkeLocation.ZONAL)
+    zone: str | None = Field(default=None, description="zonal: the control plane's zone.")
+    release_channel: ReleaseChannel = Field(default=ReleaseChannel.REGULAR)
+    deletion_protection: bool = Field(default=True)
+    network: str = Field(default="default", description="VPC network.")
+    subnetwork: str | None = Field(default=None, description="Subnetwork (default: the network's in the region).")
+    private_nodes: GkePrivateNodes = Field(default_factory=GkePrivateNodes)
+    authorized_networks: tuple[AuthorizedNetwork, ...] = Field(default=(), description="CIDRs allowed to the API.")
+    system_pool: GkeSystemPool = Field(default_factory=GkeSystemPool)
+    gpu_pools: tuple[GpuPool, ...] = Field(default=())
+    filestore: GkeFilestore = Field(default_factory=GkeFilestore)
+
+    _name = field_validator("cluster_name")(classmethod(lambda cls, v: _check_gce_name(v)))
+    _optional = field_validator("zone", "subnetwork", mode="before")(classmethod(lambda cls, v: _empty_to_none(v)))
+
+    @field_validator("zone")
+    @classmethod
+    def _zone(cls, v: str | None) -> str | None:
+        return None if v is None else _check_zone(v)
+
+    @property
+    def filestore_location(self) -> str | None:
+        """Zonal tiers: a zone; None means the region (regional tiers)."""
+        if not self.filestore.tier.zonal:
+            return None
+        if self.filestore.zone:
+            return self.filestore.zone
+        if self.zone:
+            return self.zone
+        return self.gpu_pools[0].zones[0] if self.gpu_pools and self.gpu_pools[0].zones else None
+
+
 class StackConfig(_Model):
     """Everything a stack file says, validated. Field docs become the README config table."""
 
@@ -243,6 +655,25 @@ class StackConfig(_Model):
     # every platform
     gpu: GpuConfig = Field(
         default_factory=GpuConfig, description="GPU software stack, sharing and the GPU-ready gate."
+    )
+    # gke (project and region come from gcp:project and gcp:region)
+    gke: GkeConfig = Field(
+        default_factory=GkeConfig, description="gke: cluster, system pool, GPU node pools and Filestore."
+    )
+    monitoring: MonitoringConfig = Field(
+        default_factory=MonitoringConfig, description="Prometheus, Grafana, GPU dashboards and alert rules."
+    )
+    training: TrainingConfig = Field(
+        default_factory=TrainingConfig, description="The distributed training job (torchrun)."
+    )
+    acceptance: AcceptanceConfig = Field(
+        default_factory=AcceptanceConfig, description="The NCCL all-reduce acceptance Job."
+    )
+    network: NetworkConfig = Field(
+        default_factory=NetworkConfig, description="The GPU nodes' network as declared (link rate, RDMA)."
+    )
+    storage: StorageConfig = Field(
+        default_factory=StorageConfig, description="The shared ReadWriteMany volume of training pods."
     )
     # dev
     kube_context: str | None = Field(
@@ -282,6 +713,8 @@ class StackConfig(_Model):
         """Nodes with GPUs, as far as the config knows (lab: hosts with gpus > 0; dev: gpuNodes)."""
         if self.platform is Platform.DEV:
             return len(self.gpu_nodes)
+        if self.platform is Platform.GKE:  # the nodes that exist after `up`: each pool's minimum per zone
+            return sum(p.autoscaling.min_nodes * len(p.zones) for p in self.gke.gpu_pools)
         return sum(1 for h in self.hosts if h.is_gpu)
 
     @property
@@ -365,10 +798,152 @@ def _gpu_checks(cfg: StackConfig) -> list[tuple[str, str]]:
     return problems
 
 
+def _training_checks(cfg: StackConfig) -> list[tuple[str, str]]:
+    """training, acceptance, network and storage against each other and the configured nodes."""
+    problems: list[tuple[str, str]] = []
+    t, acc, st = cfg.training, cfg.acceptance, cfg.storage
+    runs = t.enabled or acc.nccl
+    for req, lim, key in ((t.cpu_request, t.cpu_limit, "cpu"), (t.memory_request, t.memory_limit, "memory")):
+        if quantity_value(req) > quantity_value(lim):
+            problems.append((f"training.{key}Request", f"{req} is more than training.{key}Limit {lim}"))
+    if quantity_value(t.shm_size) > quantity_value(t.memory_limit):
+        problems.append(("training.shmSize", f"{t.shm_size} exceeds training.memoryLimit {t.memory_limit} (shm counts as memory)"))
+    if t.elastic.enabled and t.launcher is not Launcher.PYTORCHJOB:
+        problems.append(("training.elastic.enabled", "elastic training needs training.launcher pytorchjob"))
+    if t.elastic.enabled and t.elastic.min_nodes > t.nodes:
+        problems.append(("training.elastic.minNodes", f"{t.elastic.min_nodes} is more than training.nodes {t.nodes}"))
+    if runs and t.image is None:
+        what = "training.enabled" if t.enabled else "acceptance.nccl"
+        problems.append(("training.image", f"{what} needs the workload image, pinned ('registry/trainer:1.0.0')"))
+    if acc.nccl:
+        if t.nodes < 2:
+            problems.append(("acceptance.nccl", "measures the network between nodes; needs training.nodes >= 2"))
+        if cfg.network.link_gbps is None:
+            problems.append(("network.linkGbps", "acceptance.nccl needs the declared link rate to compare busbw with"))
+    if runs and cfg.gpu_node_count and t.nodes > cfg.gpu_node_count:
+        where = "gpuNodes" if cfg.platform is Platform.DEV else "hosts with gpus > 0"
+        problems.append(("training.nodes", f"{t.nodes} pods (one per node) but only {cfg.gpu_node_count} {where}"))
+    if runs and cfg.platform is Platform.LAB:
+        gpu_hosts = sorted((h.gpus for h in cfg.hosts if h.is_gpu), reverse=True)
+        if gpu_hosts and t.nodes <= len(gpu_hosts) and gpu_hosts[t.nodes - 1] < t.gpus_per_node:
+            problems.append(
+                ("training.gpusPerNode",
+                 f"{t.nodes} x {t.gpus_per_node} GPUs do not fit: only {sum(g >= t.gpus_per_node for g in gpu_hosts)} "
+                 f"host(s) have {t.gpus_per_node} or more GPUs")
+            )
+    if runs and cfg.gpu_node_count == 0 and cfg.platform in (Platform.LAB, Platform.DEV):
+        problems.append(("training.enabled", "no GPU node is configured (hosts[].gpus on lab, gpuNodes on dev)"))
+    # storage
+    if cfg.platform is Platform.LAB:
+        if st.nfs and st.provision:
+            problems.append(("storage.provision", "choose one: an existing export (storage.nfs) or provision: true"))
+        if st.host_path or st.use_default_class:
+            problems.append(("storage", "hostPath and useDefaultClass are dev keys; lab uses storage.nfs or storage.provision"))
+        if runs and not (st.nfs or st.provision):
+            problems.append(("storage", "training needs shared storage: set storage.nfs {server, path} or storage.provision: true"))
+    elif cfg.platform is Platform.DEV:
+        if st.nfs or st.provision:
+            problems.append(("storage", "nfs and provision are lab keys; dev uses storage.hostPath or storage.useDefaultClass"))
+        if st.host_path and st.use_default_class:
+            problems.append(("storage.useDefaultClass", "choose one: storage.hostPath or useDefaultClass"))
+        if runs and not (st.host_path or st.use_default_class):
+            problems.append(("storage", "training needs shared storage: set storage.hostPath or storage.useDefaultClass: true"))
+        if runs and st.host_path and t.nodes > 1:
+            problems.append(("storage.hostPath", "a node directory is not shared between nodes; use useDefaultClass with training.nodes > 1"))
+    return problems
+
+
+def _monitoring_checks(cfg: StackConfig) -> list[tuple[str, str]]:
+    m = cfg.monitoring
+    hours = int(m.retention[:-1]) * {"h": 1, "d": 24, "w": 24 * 7, "y": 24 * 365}[m.retention[-1]]
+    # The idle alert needs its whole window in the TSDB (and dashboards a day of history).
+    if hours * 60 < max(m.alerts.idle_minutes, 24 * 60):
+        return [("monitoring.retention", f"{m.retention} is shorter than a day (or alerts.idleMinutes); use e.g. 15d")]
+    return []
+
+
+def _gke_checks(cfg: StackConfig) -> list[tuple[str, str]]:
+    """gke: pools against the accelerator table, drivers against gpu.stack. gcp:project and
+    gcp:region live outside this namespace; stacks/gke.py checks them (and zones against the region)."""
+    from components.gke import accelerators  # no cycle: accelerators imports nothing of the project
+
+    if cfg.platform is not Platform.GKE:
+        return []
+    gke, problems = cfg.gke, []
+    if gke.location is GkeLocation.ZONAL and not gke.zone:
+        problems.append(("gke.zone", "a zonal cluster needs its zone, e.g. 'us-central1-a' (or location: regional)"))
+    if gke.location is GkeLocation.REGIONAL and gke.zone:
+        problems.append(("gke.zone", "applies to location zonal only; a regional cluster spans gcp:region"))
+    if gke.private_nodes.enabled and gke.private_nodes.master_cidr.prefixlen != 28:
+        problems.append(("gke.privateNodes.masterCidr", "must be a /28, e.g. 172.16.0.0/28"))
+    low, high = FILESTORE_CAPACITY[gke.filestore.tier]
+    if not low <= gke.filestore.capacity_gb <= high:
+        problems.append(("gke.filestore.capacityGb", f"{gke.filestore.tier.value} takes {low} to {high} GiB"))
+    if gke.filestore.zone and not gke.filestore.tier.zonal:
+        problems.append(("gke.filestore.zone", f"{gke.filestore.tier.value} is regional; leave zone unset"))
+    if not gke.gpu_pools:
+        problems.append(("gke.gpuPools", "gke needs at least one GPU node pool"))
+    for key, value in (("hosts", cfg.hosts), ("gpuNodes", cfg.gpu_nodes), ("kubeContext", cfg.kube_context)):
+        if value:
+            problems.append((key, "is not a gke key (GPU nodes come from gke.gpuPools)"))
+    operator = cfg.gpu.stack is GpuStack.OPERATOR
+    if not operator and cfg.gpu.sharing.mode is SharingMode.TIME_SLICING:
+        problems.append(("gpu.sharing.mode", "on gke with gpu.stack device-plugin, GKE's device plugin shares GPUs: "
+                                             "use gke.gpuPools[].sharing"))
+    seen: dict[str, int] = {}
+    for i, pool in enumerate(gke.gpu_pools):
+        key = f"gke.gpuPools[{i}]"
+        if pool.name in seen:
+            problems.append((f"{key}.name", f"duplicates gke.gpuPools[{seen[pool.name]}].name {pool.name!r}"))
+        seen.setdefault(pool.name, i)
+        if pool.name == "system":
+            problems.append((f"{key}.name", "'system' is the CPU system pool's name"))
+        problems += [(f"{key}.{sub}", msg) for sub, msg in
+                     accelerators.check(pool.machine_type, pool.accelerator.type, pool.accelerator.count)]
+        if not pool.zones:
+            problems.append((f"{key}.zones", f"must list at least one zone where {pool.accelerator.type} is offered"))
+        elif len(set(pool.zones)) != len(pool.zones):
+            problems.append((f"{key}.zones", "lists a zone twice"))
+        if pool.autoscaling.min_nodes > pool.autoscaling.max_nodes:
+            problems.append((f"{key}.autoscaling.minNodes",
+                             f"{pool.autoscaling.min_nodes} is more than maxNodes {pool.autoscaling.max_nodes}"))
+        sharing = pool.sharing
+        if sharing.strategy is GkeSharingStrategy.NONE and sharing.max_clients != 1:
+            problems.append((f"{key}.sharing.maxClients", "applies to strategy time-sharing or mps; leave it at 1"))
+        if sharing.strategy is not GkeSharingStrategy.NONE and sharing.max_clients < 2:
+            problems.append((f"{key}.sharing.maxClients", f"{sharing.strategy.value} needs 2 to 48 clients per GPU"))
+        acc = accelerators.ACCELERATORS.get(pool.accelerator.type)
+        if pool.mig_partition_size is not None and acc is not None:
+            if not acc.mig_partitions:
+                problems.append((f"{key}.migPartitionSize", f"MIG needs A100 or H100; {pool.accelerator.type} has none"))
+            elif pool.mig_partition_size not in acc.mig_partitions:
+                problems.append((f"{key}.migPartitionSize",
+                                 f"{acc.product} partitions are {', '.join(acc.mig_partitions)}"))
+        if operator:
+            # NVIDIA's GKE guide: GKE's driver and device plugin are switched off on the operator's
+            # nodes; the driver comes from Google's installer DaemonSet or the operator (Ubuntu).
+            if pool.driver.gke_managed:
+                problems.append((f"{key}.driver", "gpu.stack operator needs installer-cos, installer-ubuntu or none "
+                                                  f"(GKE's own driver and device plugin are disabled); got {pool.driver.value}"))
+            if sharing.strategy is not GkeSharingStrategy.NONE or pool.mig_partition_size is not None:
+                problems.append((f"{key}.sharing", "GKE's sharing and MIG settings need GKE's device plugin; with "
+                                                   "gpu.stack operator use gpu.sharing"))
+        elif pool.driver is GkeDriver.NONE:
+            problems.append((f"{key}.driver", "none leaves the nodes without a driver: it needs gpu.stack operator"))
+    if operator:
+        installer = {p.driver.installer for p in gke.gpu_pools if not p.driver.gke_managed}
+        if len(installer) > 1:
+            problems.append(("gke.gpuPools", "with gpu.stack operator every pool's driver is an installer-* or every "
+                                             "one is none (the operator's driver setting is cluster-wide)"))
+    return problems
+
+
 def _cross_checks(
     cfg: StackConfig, secret_keys: set[str], plaintext_secrets: frozenset[str] = frozenset()
 ) -> list[tuple[str, str]]:
-    problems: list[tuple[str, str]] = _gpu_checks(cfg)
+    problems: list[tuple[str, str]] = _gpu_checks(cfg) + _training_checks(cfg) + _monitoring_checks(cfg) + _gke_checks(cfg)
+    if cfg.platform is Platform.GKE:
+        return problems
     if cfg.platform is Platform.DEV:
         if "kubeconfig" not in secret_keys and not cfg.kube_context:
             problems.append(
@@ -451,7 +1026,7 @@ def parse(raw: dict[str, Any], secret_keys: set[str] | frozenset[str] = frozense
 # Keys whose values are structured: Pulumi hands them over as JSON text. Every other value is
 # a string (pydantic reads "22" or "true" as the declared int or bool), so a version such as
 # "1.34" never turns into a float.
-_STRUCTURED_KEYS = ("hosts", "nvidiaDriver", "bastion", "gpuNodes", "gpu")
+_STRUCTURED_KEYS = ("hosts", "nvidiaDriver", "bastion", "gpuNodes", "gpu", "training", "acceptance", "network", "storage", "monitoring", "gke")
 
 
 def _decode(key: str, value: Any) -> Any:

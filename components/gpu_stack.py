@@ -8,6 +8,11 @@ device-plugin: drivers live on the hosts (lab node prep, GKE, or the dev cluster
 operator: the NVIDIA GPU Operator Helm release owns driver (unless the hosts bring one), container
   toolkit, device plugin, DCGM exporter (pod labels; ServiceMonitor as above), GFD and MIG manager.
 
+On GKE (`gke=True`): GKE runs its own device plugin, so the device-plugin path deploys only GFD and
+the DCGM exporter, both pointed at the driver in /home/kubernetes/bin/nvidia; the operator path
+follows NVIDIA's "GPU Operator with Google GKE" values; and a ResourceQuota admits the charts'
+system-node-critical pods in the namespace (GKE allows them elsewhere than kube-system only so).
+
 Both namespaces are labelled Pod Security `privileged`: GFD reads host PCI/vGPU data and the
 operator's driver and toolkit containers load kernel modules and write host paths; neither can run
 under a stricter level. Everything else keeps the defaults of its chart.
@@ -43,22 +48,49 @@ class GpuSoftwareStackArgs:
     # A ServiceMonitor for the DCGM exporter needs the prometheus-operator CRDs, which only the
     # monitoring layer installs; the dcgm-exporter chart would fail without them.
     service_monitor: bool = False
+    # Deploy this program's device plugin DaemonSet on the device-plugin path. GKE runs its own
+    # NVIDIA device plugin on GPU nodes; a second one would advertise every GPU twice.
+    device_plugin: bool = True
+    # GKE nodes: the driver lives in /home/kubernetes/bin/nvidia (GKE's and Google's installer), and
+    # GKE admits system-node-critical pods outside kube-system only under a ResourceQuota for them.
+    gke: bool = False
 
 
-def gfd_values() -> dict[str, Any]:
-    return {"devicePlugin": {"enabled": False}, "gfd": {"enabled": True}}
+# Where GKE's driver install (and Google's driver-installer DaemonSet) puts the driver on the node.
+GKE_DRIVER_ROOT = "/home/kubernetes/bin/nvidia"
+CRITICAL_PRIORITY_CLASSES = ("system-node-critical", "system-cluster-critical")
 
 
-def dcgm_exporter_values(service_monitor: bool = False) -> dict[str, Any]:
-    return {
+def gfd_values(gke: bool = False) -> dict[str, Any]:
+    values: dict[str, Any] = {"devicePlugin": {"enabled": False}, "gfd": {"enabled": True}}
+    if gke:
+        values["nvidiaDriverRoot"] = GKE_DRIVER_ROOT
+    return values
+
+
+def dcgm_exporter_values(service_monitor: bool = False, gke: bool = False) -> dict[str, Any]:
+    values: dict[str, Any] = {
         "serviceMonitor": {"enabled": service_monitor},
         # Label metrics with the pod (namespace, pod, container) using the GPU: per-job metrics.
         "kubernetes": {"enablePodLabels": True},
         "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
     }
+    if gke:
+        # No NVIDIA container runtime on GKE nodes: mount the driver's libraries (NVML) from the host.
+        values["extraHostVolumes"] = [{"name": "nvidia-install-dir-host", "hostPath": GKE_DRIVER_ROOT}]
+        values["extraVolumeMounts"] = [
+            # the chart's own mount (a list is replaced, not merged)
+            {"name": "exporter-metrics-volume", "mountPath": "/etc/dcgm-exporter/default-counters.csv",
+             "subPath": "default-counters.csv"},
+            {"name": "nvidia-install-dir-host", "mountPath": "/usr/local/nvidia", "readOnly": True},
+        ]
+        values["extraEnv"] = [{"name": "LD_LIBRARY_PATH", "value": "/usr/local/nvidia/lib64"}]
+    return values
 
 
-def operator_values(gpu: GpuConfig, driver_on_host: bool, service_monitor: bool = False) -> dict[str, Any]:
+def operator_values(
+    gpu: GpuConfig, driver_on_host: bool, service_monitor: bool = False, gke: bool = False
+) -> dict[str, Any]:
     sharing = gpu.sharing
     device_plugin: dict[str, Any] = {"enabled": True}
     if sharing.mode is SharingMode.TIME_SLICING:
@@ -69,7 +101,7 @@ def operator_values(gpu: GpuConfig, driver_on_host: bool, service_monitor: bool 
             "data": {"time-slicing": plugin_config(sharing.replicas)},
         }
     mig = sharing.mode is SharingMode.MIG
-    return {
+    values: dict[str, Any] = {
         "driver": {"enabled": not driver_on_host, "version": versions.GPU_OPERATOR_DRIVER_VERSION},
         "toolkit": {"enabled": True},
         "devicePlugin": device_plugin,
@@ -78,6 +110,18 @@ def operator_values(gpu: GpuConfig, driver_on_host: bool, service_monitor: bool 
         "mig": {"strategy": sharing.mig_strategy.value if mig else "single"},
         "migManager": {"enabled": mig, "config": {"default": sharing.mig_profile}},
     }
+    if gke:
+        # NVIDIA's "GPU Operator with Google GKE": the container toolkit must take its runtime
+        # config from the file on GKE 1.33+ (known issue), and MIG changes need a node reboot there.
+        values["toolkit"]["env"] = [{"name": "RUNTIME_CONFIG_SOURCE", "value": "file"}]
+        if mig:
+            values["migManager"]["env"] = [{"name": "WITH_REBOOT", "value": "true"}]
+        if driver_on_host:
+            # Google's driver installer: driver and toolkit live in GKE's writable, stateful /home.
+            values["hostPaths"] = {"driverInstallDir": GKE_DRIVER_ROOT}
+            values["toolkit"]["installDir"] = GKE_DRIVER_ROOT
+            values["cdi"] = {"enabled": True}
+    return values
 
 
 def _release(parent: pulumi.Resource, name: str, chart: str, version: str, repo: str, namespace: str,
@@ -110,26 +154,41 @@ class GpuSoftwareStack(pulumi.ComponentResource):
             ),
             opts=pulumi.ResourceOptions(parent=self),
         )
+        ready: list[pulumi.Resource] = [ns]
+        if args.gke:
+            ready.append(k8s.core.v1.ResourceQuota(
+                f"{name}-critical-pods",
+                metadata=k8s.meta.v1.ObjectMetaArgs(name="gpu-critical-pods", namespace=namespace),
+                spec=k8s.core.v1.ResourceQuotaSpecArgs(
+                    hard={"pods": "100"},
+                    scope_selector=k8s.core.v1.ScopeSelectorArgs(match_expressions=[
+                        k8s.core.v1.ScopedResourceSelectorRequirementArgs(
+                            scope_name="PriorityClass", operator="In", values=list(CRITICAL_PRIORITY_CLASSES)
+                        )
+                    ]),
+                ),
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[ns]),
+            ))
         if operator:
             self.resources.append(
                 _release(self, f"{name}-operator", versions.GPU_OPERATOR_CHART, versions.GPU_OPERATOR_CHART_VERSION,
                          versions.GPU_OPERATOR_CHART_REPO, namespace,
-                         operator_values(args.gpu, args.driver_on_host, args.service_monitor), [ns])
+                         operator_values(args.gpu, args.driver_on_host, args.service_monitor, args.gke), ready)
             )
         else:
-            replicas = args.gpu.sharing.replicas if args.gpu.sharing.mode is SharingMode.TIME_SLICING else 1
-            plugin = NvidiaDevicePlugin(
-                f"{name}-device-plugin",
-                NvidiaDevicePluginArgs(namespace=namespace, time_slicing_replicas=replicas),
-                opts=pulumi.ResourceOptions(parent=self, depends_on=[ns]),
-            )
+            if args.device_plugin:
+                replicas = args.gpu.sharing.replicas if args.gpu.sharing.mode is SharingMode.TIME_SLICING else 1
+                self.resources.append(NvidiaDevicePlugin(
+                    f"{name}-device-plugin",
+                    NvidiaDevicePluginArgs(namespace=namespace, time_slicing_replicas=replicas),
+                    opts=pulumi.ResourceOptions(parent=self, depends_on=ready),
+                ))
             self.resources += [
-                plugin,
                 _release(self, f"{name}-gfd", versions.NVIDIA_DEVICE_PLUGIN_CHART,
                          versions.NVIDIA_DEVICE_PLUGIN_CHART_VERSION, versions.NVIDIA_DEVICE_PLUGIN_CHART_REPO,
-                         namespace, gfd_values(), [ns]),
+                         namespace, gfd_values(args.gke), ready),
                 _release(self, f"{name}-dcgm-exporter", versions.DCGM_EXPORTER_CHART,
                          versions.DCGM_EXPORTER_CHART_VERSION, versions.DCGM_EXPORTER_CHART_REPO,
-                         namespace, dcgm_exporter_values(args.service_monitor), [ns]),
+                         namespace, dcgm_exporter_values(args.service_monitor, args.gke), ready),
             ]
         self.register_outputs({"stack": args.gpu.stack.value, "namespace": namespace})

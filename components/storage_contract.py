@@ -5,6 +5,12 @@ pods at MOUNT_ROOT with one sub-path per purpose. lab backs it with NFS, dev wit
 cluster's default class, gke with Filestore; each platform's storage component creates the claim.
 """
 
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+
 TRAINING_NAMESPACE = "training"
 CLAIM_NAME = "shared-data"
 MOUNT_ROOT = "/mnt/shared"
@@ -14,3 +20,13 @@ MOUNTS = {
     "data": ("data", f"{MOUNT_ROOT}/data"),
     "checkpoints": ("checkpoints", f"{MOUNT_ROOT}/checkpoints"),
 }
+
+
+@dataclass(frozen=True)
+class SharedClaim:
+    """The claim a platform's storage made: training mounts it by name and waits for `ready`."""
+
+    ready: list[pulumi.Resource]  # what must exist before a pod can mount the claim
+    name: str = CLAIM_NAME
+    namespace: str = TRAINING_NAMESPACE
+    backend: str = ""  # for outputs and docs: "nfs://server/path", "hostPath", "filestore", ...

@@ -55,5 +55,32 @@ GPU_OPERATOR_CHART_VERSION = "v26.7.0"
 GPU_OPERATOR_CHART_REPO = "https://helm.ngc.nvidia.com/nvidia"
 GPU_OPERATOR_DRIVER_VERSION = "595.91.07"  # the driver container the operator installs
 
+# Monitoring: Prometheus (operator), Alertmanager, Grafana, kube-state-metrics, node-exporter.
+KUBE_PROMETHEUS_STACK_CHART = "kube-prometheus-stack"
+KUBE_PROMETHEUS_STACK_CHART_VERSION = "88.5.3"
+KUBE_PROMETHEUS_STACK_CHART_REPO = "https://prometheus-community.github.io/helm-charts"
+
 # The GPU-ready gate's check: CUDA vector add (and nvidia-smi, injected by the toolkit).
 CUDA_VECTORADD_IMAGE = "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0"
+
+# The training workload image's base (workloads/Dockerfile's FROM; a test keeps them equal).
+TRAINING_BASE_IMAGE = "nvcr.io/nvidia/pytorch:25.06-py3"
+
+# Shared storage on lab: the NFS CSI driver chart (its images are pinned by the chart version).
+CSI_DRIVER_NFS_CHART = "csi-driver-nfs"
+CSI_DRIVER_NFS_CHART_VERSION = "4.13.4"
+CSI_DRIVER_NFS_CHART_REPO = "https://raw.githubusercontent.com/kubernetes-csi/csi-driver-nfs/master/charts"
+
+# training.launcher pytorchjob: the Kubeflow training operator v1 (repository kubeflow/trainer, tag
+# v1.9.4), its standalone kustomize overlay at that tag; the overlay sets the image below.
+TRAINING_OPERATOR_VERSION = "v1.9.4"
+TRAINING_OPERATOR_KUSTOMIZE = "https://github.com/kubeflow/trainer//manifests/overlays/standalone?ref=v1.9.4"
+TRAINING_OPERATOR_IMAGE = "ghcr.io/kubeflow/training-v1/training-operator:v1-93c5489"
+
+# gke: Google's driver-installer DaemonSets (container-engine-accelerators, nvidia-driver-installer/
+# {cos,ubuntu}/daemonset-preloaded.yaml). The installer images are preloaded by GKE on each node
+# image, matching its kernel (tag "fixed", never pulled); the other two are pinned by digest upstream.
+GKE_COS_DRIVER_INSTALLER_IMAGE = "cos-nvidia-installer:fixed"
+GKE_UBUNTU_DRIVER_INSTALLER_IMAGE = "gke-nvidia-installer:fixed"
+GKE_PARTITION_GPU_IMAGE = "gcr.io/gke-release/nvidia-partition-gpu@sha256:de12f85ebfb4fb6c1893cd30c23aab662a72fa0448f97ef74fccb82d7522ef17"
+GKE_PAUSE_IMAGE = "gke.gcr.io/pause:3.8@sha256:880e63f94b145e46f1b1082bb71b85e21f16b99b180b9996407d61240ceb9830"

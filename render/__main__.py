@@ -6,6 +6,7 @@ Writes:
                               (every secret replaced by "[secret]")
   DIR/kubernetes/*.yaml       every Kubernetes object as it would be applied
   DIR/helm/<release>.yaml     every Helm release: chart, version, repository, values
+  DIR/prometheus/rules.yaml   the alert rules of every PrometheusRule, as a plain rule file
   DIR/hosts/<host>/<step>.sh  the exact command each host receives (and <step>.delete.sh,
                               <step>.stdin when stdin is not secret)
   DIR/graph.dot               parent (dashed) and dependency (solid) edges
@@ -28,7 +29,8 @@ import yaml
 from components.config import ConfigError
 from render import program
 
-NOT_OBJECTS = ("kubernetes:helm.sh/", "pulumi:providers:")
+# Releases and kustomize directories are bundles expanded by the provider, not objects themselves.
+NOT_OBJECTS = ("kubernetes:helm.sh/", "pulumi:providers:", "kubernetes:kustomize/")
 
 
 def _urn_name(urn: str) -> str:
@@ -123,6 +125,10 @@ def write(plan: program.Plan, out: Path) -> None:
     releases = plan.of_type("kubernetes:helm.sh/v3:Release")
     for r in releases:
         _write(out / "helm" / f"{r.inputs.get('name', r.name)}.yaml", yaml.safe_dump(r.inputs, sort_keys=False))
+    # Every PrometheusRule's groups as one plain Prometheus rule file (for `promtool check/test rules`).
+    rule_groups = [g for o in objects if o.get("kind") == "PrometheusRule" for g in o.get("spec", {}).get("groups", [])]
+    if rule_groups:
+        _write(out / "prometheus" / "rules.yaml", yaml.safe_dump({"groups": rule_groups}, sort_keys=False))
     steps = host_steps(plan)
     for host, host_steps_ in steps.items():
         for step, inputs in host_steps_.items():

@@ -34,6 +34,19 @@ _SECRET_VALUE = rpc._special_secret_sig  # pylint: disable=protected-access
 
 # Mocked outputs of resources whose outputs feed other resources.
 _FAKE_KUBECONFIG = "apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\nusers: []\n"
+# gcp resources' computed outputs the gke stack reads (documentation addresses, a fake CA).
+_FAKE_GCP_OUTPUTS = {
+    "gcp:container/cluster:Cluster": lambda o: {
+        "endpoint": "203.0.113.10",
+        "masterAuth": {**(o.get("masterAuth") or {}), "clusterCaCertificate": "RkFLRS1DQQ=="},
+    },
+    "gcp:filestore/instance:Instance": lambda o: {
+        "networks": [{**n, "ipAddresses": ["10.0.0.2"]} for n in (o.get("networks") or [{}])],
+    },
+    "gcp:serviceaccount/account:Account": lambda o: {
+        "email": f"{o.get('accountId')}@{o.get('project')}.iam.gserviceaccount.com",
+    },
+}
 
 
 @dataclass
@@ -119,6 +132,7 @@ class ProgramMocks(pulumi.runtime.Mocks):
             outputs["stderr"] = ""
         if args.typ.startswith("kubernetes:") and isinstance(outputs.get("metadata"), dict):
             outputs["metadata"] = {"name": args.name, **outputs["metadata"]}
+        outputs.update(_FAKE_GCP_OUTPUTS.get(args.typ, lambda _: {})(outputs))
         outputs.setdefault("name", args.name)
         return f"{args.name}-id", outputs
 

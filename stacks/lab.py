@@ -39,7 +39,10 @@ def build(cfg: StackConfig, secrets: StackSecrets) -> dict[str, object]:
         for h in cfg.hosts
         if h is not first
     ]
-    in_cluster = layers.deploy(cfg, cp.provider, after=[cni], nodes_ready=[j.ready for j in joins])
+    in_cluster = layers.deploy(
+        cfg, cp.provider, after=[cni], nodes_ready=[j.ready for j in joins],
+        nfs_connection=cp.connection,  # storage.provision: the NFS server runs on the control plane
+    )
     return {
         **in_cluster.outputs,
         "kubeconfig": cp.kubeconfig,

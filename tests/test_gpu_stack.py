@@ -81,8 +81,14 @@ def operator_values(plan: Plan) -> dict[str, Any]:
     return release.inputs["values"]
 
 
+def gate_jobs(plan: Plan) -> list[Registration]:
+    """Jobs of the GPU layer (the training layer's Jobs are children of TrainingJob components)."""
+    gates = {r.urn for r in plan.of_type(READY_GATE)}
+    return [r for r in plan.of_type(JOB) if r.parent in gates or "TrainingJob" not in r.urn]
+
+
 def gate_job(plan: Plan) -> Registration:
-    (job,) = plan.of_type(JOB)
+    (job,) = gate_jobs(plan)
     return job
 
 
@@ -190,8 +196,9 @@ def test_device_plugin_path(stack: str) -> None:
     assert gfd.inputs["namespace"] == dcgm.inputs["namespace"] == "gpu-system"
     assert gfd.inputs["values"]["gfd"]["enabled"] is True
     assert gfd.inputs["values"]["devicePlugin"]["enabled"] is False
-    # No monitoring layer in these stacks yet, so no prometheus-operator CRDs: no ServiceMonitor.
-    assert dcgm.inputs["values"]["serviceMonitor"]["enabled"] is False
+    # The committed stacks deploy monitoring (its CRDs first): the exporter's ServiceMonitor is on.
+    # With monitoring.enabled false it is off: tests/test_monitoring_component.py.
+    assert dcgm.inputs["values"]["serviceMonitor"]["enabled"] is True
     assert dcgm.inputs["values"]["kubernetes"]["enablePodLabels"] is True
     assert not releases(plan, versions.GPU_OPERATOR_CHART)
     assert namespace(plan, "gpu-system").inputs["metadata"]["labels"][PSA] == "privileged"
@@ -213,7 +220,7 @@ def test_operator_path(stack: str) -> None:
 
     values = operator_values(plan)
     assert values["dcgmExporter"]["enablePodLabels"] is True
-    assert values["dcgmExporter"]["serviceMonitor"]["enabled"] is False
+    assert values["dcgmExporter"]["serviceMonitor"]["enabled"] is True  # monitoring is on in the committed stacks
     assert values["gfd"]["enabled"] is True
     assert values["toolkit"]["enabled"] is True
     assert values["devicePlugin"]["enabled"] is True
@@ -258,7 +265,7 @@ def test_one_gpu_stack_and_one_gate_per_plan(stack: str, path: str) -> None:
     plan = plan_for(stack, gpu(path))
     assert len(plan.of_type(SOFTWARE_STACK)) == 1
     assert len(plan.of_type(READY_GATE)) == 1
-    assert len(plan.of_type(JOB)) == 1
+    assert len(gate_jobs(plan)) == 1
 
 
 # ---------------------------------------------------------------------------------------------
@@ -400,7 +407,7 @@ def test_gate_job_custom_timeouts(monkeypatch: pytest.MonkeyPatch, minutes: int)
 @pytest.mark.parametrize("stack", STACKS)
 def test_gate_disabled(stack: str) -> None:
     plan = plan_for(stack, gpu(gate={"enabled": False, "timeoutMinutes": 30}))
-    assert not plan.of_type(JOB)
+    assert not gate_jobs(plan)
     assert not plan.of_type(READY_GATE)
     assert isinstance(plan.outputs["gpuReadyGate"], str)
     assert "skipped" in plan.outputs["gpuReadyGate"]
@@ -409,7 +416,8 @@ def test_gate_disabled(stack: str) -> None:
 
 @pytest.mark.parametrize("path", PATHS)
 def test_no_gpu_nodes_no_gate(path: str) -> None:
-    plan = plan_for("dev", gpu(path), gpuNodes=[])
+    # No GPU node: training (enabled in the committed file) would be rejected, so it is off here.
+    plan = plan_for("dev", gpu(path), gpuNodes=[], training={"enabled": False})
     assert not plan.of_type(JOB)
     assert "skipped" in plan.outputs["gpuReadyGate"]
     assert len(plan.of_type(SOFTWARE_STACK)) == 1

@@ -120,6 +120,8 @@ UPSTREAM_CHART_DIR = {
     versions.NVIDIA_DEVICE_PLUGIN_CHART: "nvidia-device-plugin",
     versions.DCGM_EXPORTER_CHART: "dcgm-exporter",
     versions.GPU_OPERATOR_CHART: "gpu-operator",
+    versions.CSI_DRIVER_NFS_CHART: f"csi-driver-nfs/v{versions.CSI_DRIVER_NFS_CHART_VERSION}",
+    versions.KUBE_PROMETHEUS_STACK_CHART: "kube-prometheus-stack",
 }
 
 PINNED = {
@@ -130,6 +132,10 @@ PINNED = {
     ),
     versions.DCGM_EXPORTER_CHART: (versions.DCGM_EXPORTER_CHART_VERSION, versions.DCGM_EXPORTER_CHART_REPO),
     versions.GPU_OPERATOR_CHART: (versions.GPU_OPERATOR_CHART_VERSION, versions.GPU_OPERATOR_CHART_REPO),
+    versions.CSI_DRIVER_NFS_CHART: (versions.CSI_DRIVER_NFS_CHART_VERSION, versions.CSI_DRIVER_NFS_CHART_REPO),
+    versions.KUBE_PROMETHEUS_STACK_CHART: (
+        versions.KUBE_PROMETHEUS_STACK_CHART_VERSION, versions.KUBE_PROMETHEUS_STACK_CHART_REPO
+    ),
 }
 
 
@@ -187,6 +193,10 @@ EXPECTED_CHARTS = {
     "lab-operator-time-slicing": [versions.FLANNEL_CHART, versions.GPU_OPERATOR_CHART],
     "lab-operator-mig": [versions.FLANNEL_CHART, versions.GPU_OPERATOR_CHART],
 }
+# Pulumi.lab.yaml's shared storage (storage.provision) adds the NFS CSI driver to every variant.
+for _charts in EXPECTED_CHARTS.values():
+    _charts.append(versions.CSI_DRIVER_NFS_CHART)
+    _charts.append(versions.KUBE_PROMETHEUS_STACK_CHART)  # monitoring.enabled defaults to true
 
 
 def _lab_config(overrides: dict[str, str]) -> tuple[dict[str, str], list[str]]:

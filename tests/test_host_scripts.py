@@ -75,6 +75,8 @@ def _script_cases() -> dict[str, str]:
         "kubeadm_join": scripts.kubeadm_join(),
         "node_ready": scripts.node_ready("gpu-1"),
         "node_drain": scripts.node_drain("gpu-1"),
+        "nfs_server": scripts.nfs_server("/srv/gpu-cluster/shared", ["192.0.2.10", "192.0.2.11"]),
+        "nfs_server_delete": scripts.nfs_server_delete("/srv/gpu-cluster/shared"),
     }
 
 

@@ -218,6 +218,9 @@ def test_hosts_only_on_lab_and_helm_per_stack(rendered: tuple[str, Path]) -> Non
     assert (out / "hosts").is_dir() == (stack == "lab")
     gpu_charts = {f"{versions.NVIDIA_DEVICE_PLUGIN_CHART}.yaml", f"{versions.DCGM_EXPORTER_CHART}.yaml"}
     expected = gpu_charts | ({f"{versions.FLANNEL_CHART}.yaml"} if stack == "lab" else set())
+    expected |= {"monitoring.yaml"}  # kube-prometheus-stack, release "monitoring" (monitoring.enabled)
+    # lab's shared storage (storage.provision in Pulumi.lab.yaml) comes through the NFS CSI driver.
+    expected |= {f"{versions.CSI_DRIVER_NFS_CHART}.yaml"} if stack == "lab" else set()
     assert {p.name for p in (out / "helm").iterdir()} == expected
 
 
@@ -271,7 +274,8 @@ def test_runs_in_one_process_are_independent() -> None:
     are parented to its own stack and it exports only its own outputs."""
     lab = program.run("lab")
     dev = program.run("dev")
-    assert set(dev.outputs) == {"kubeContext", "gpuNodes", "gpuStack", "gpuReadyGate"}
+    assert set(dev.outputs) == {"kubeContext", "gpuNodes", "gpuStack", "gpuReadyGate", "sharedClaim", "training",
+                                "grafanaAdminPassword", "grafanaPortForward"}
     roots = {r.parent for r in dev.resources if "::pulumi:pulumi:Stack::" in r.parent}
     assert roots == {"urn:pulumi:dev::gpu-cluster::pulumi:pulumi:Stack::gpu-cluster-dev"}
     again = program.run("lab")

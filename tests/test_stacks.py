@@ -137,7 +137,7 @@ def assert_gpu_layers(plan: Plan, gpu_nodes: int) -> None:
     releases = plan.of_type("kubernetes:helm.sh/v3:Release")
     gpu_releases = [r for r in releases if r.parent == stack.urn]
     assert {r.inputs["namespace"] for r in gpu_releases} == {"gpu-system"}
-    (job,) = plan.of_type("kubernetes:batch/v1:Job")
+    (job,) = [j for j in plan.of_type("kubernetes:batch/v1:Job") if "TrainingJob" not in j.urn]
     assert job.parent == gate.urn
     assert (job.name, job.inputs["metadata"]["namespace"]) == ("gpu-ready", "gpu-cluster-system")
     assert job.inputs["spec"]["completions"] == gpu_nodes
@@ -170,7 +170,7 @@ def test_lab_stack_registrations():
     assert len(plan.of_type("gpucluster:k8s:Cni")) == 1
     # flannel, plus the GPU stack's GFD (device plugin chart) and DCGM exporter
     assert sorted(r.inputs["chart"] for r in plan.of_type("kubernetes:helm.sh/v3:Release")) == [
-        "dcgm-exporter", "flannel", "nvidia-device-plugin"
+        "csi-driver-nfs", "dcgm-exporter", "flannel", "kube-prometheus-stack", "nvidia-device-plugin"
     ]
     assert len(plan.of_type("kubernetes:apps/v1:DaemonSet")) == 1
     assert len(plan.of_type("gpucluster:gpu:DevicePlugin")) == 1
@@ -213,7 +213,7 @@ def test_dev_stack_registrations():
     assert [p.inputs["metadata"]["name"] for p in patches] == ["minikube"]
     assert patches[0].inputs["metadata"]["labels"] == {"nvidia.com/gpu.present": "true"}
     assert sorted(r.inputs["chart"] for r in plan.of_type("kubernetes:helm.sh/v3:Release")) == [
-        "dcgm-exporter", "nvidia-device-plugin"
+        "dcgm-exporter", "kube-prometheus-stack", "nvidia-device-plugin"
     ]
     assert_gpu_layers(plan, gpu_nodes=1)
     assert plan.outputs == {
@@ -221,6 +221,16 @@ def test_dev_stack_registrations():
         "gpuNodes": ["minikube"],
         "gpuStack": "device-plugin",
         "gpuReadyGate": {"job": "gpu-cluster-system/gpu-ready", "gpuNodes": 1, "passed": 0},
+        "grafanaAdminPassword": SECRET_MARKER,
+        "grafanaPortForward": "kubectl -n monitoring port-forward svc/monitoring-grafana 3000:80",
+        "sharedClaim": {"claim": "training/shared-data", "backend": "hostPath:/data/gpu-cluster-shared"},
+        "training": {
+            "job": "training/train",
+            "launcher": "indexed-job",
+            "image": "registry.example.com/gpu-cluster/trainer:0.1.0",
+            "logs": "kubectl -n training logs --tail=-1 "
+                    "-l gpu-cluster.io/training-job=train,batch.kubernetes.io/job-completion-index=0",
+        },
     }
     assert all(r.urn.startswith("urn:pulumi:dev::") for r in plan.resources)
 

@@ -447,3 +447,68 @@ def node_drain(node: str) -> str:
         fi
         """
     )
+
+
+# --------------------------------------------------------------------------------------------
+# shared storage (storage.provision): an NFS export on the control plane
+
+_NFS_EXPORTS = "/etc/exports.d/gpu-cluster.exports"
+_NFS_MARKER = "$STATE_DIR/nfs-server.installed-by-gpu-cluster"
+
+
+def nfs_server(export_path: str, clients: list[str]) -> str:
+    """Install nfs-kernel-server (once), export `export_path` read-write to the cluster's nodes.
+
+    no_root_squash: the NFS CSI driver creates one directory per volume as root, and training
+    images run as root. Only the listed node addresses may mount (the CSI node plugin mounts from
+    the node's network, not the pod's).
+    """
+    if not clients:
+        raise ValueError("nfs_server needs at least one client address")
+    path = shlex.quote(export_path)
+    line = export_path + " " + " ".join(f"{c}(rw,sync,no_subtree_check,no_root_squash)" for c in clients)
+    return _script(
+        rf"""
+        if ! dpkg-query -W -f='${{Status}}' nfs-kernel-server 2>/dev/null | grep -q 'ok installed'; then
+          apt-get update -q
+          apt-get install -y -q nfs-kernel-server
+          touch "{_NFS_MARKER}"
+        fi
+        install -d -m 0755 {path}
+        if put_file {_NFS_EXPORTS} 0644 <<'EOF'; then
+        {line}
+        EOF
+          exportfs -ra
+        fi
+        if ! systemctl is-active --quiet nfs-server; then
+          systemctl enable --now nfs-server
+        fi
+        # grep reads all of exportfs' output (no -q): an early exit would fail the pipeline.
+        if ! exportfs -v | grep -E '^{export_path}([[:space:]]|$)' >/dev/null; then
+          echo "{export_path} is not exported" >&2
+          exit 1
+        fi
+        """
+    )
+
+
+def nfs_server_delete(export_path: str) -> str:
+    """Stop exporting; remove nfs-kernel-server only if this program installed it and nothing
+    else is exported. The directory and its data (checkpoints, datasets) are kept."""
+    return _script(
+        rf"""
+        rm -f {_NFS_EXPORTS}
+        if command -v exportfs >/dev/null 2>&1; then
+          exportfs -ra
+        fi
+        if [ -f "{_NFS_MARKER}" ]; then
+          others=$(cat /etc/exports /etc/exports.d/*.exports 2>/dev/null | grep -Ev '^[[:space:]]*(#|$)' || true)
+          if [ -z "$others" ]; then
+            systemctl disable --now nfs-server >/dev/null 2>&1 || true
+            apt-get purge -y -q nfs-kernel-server
+          fi
+          rm -f "{_NFS_MARKER}"
+        fi
+        echo "kept {export_path} and its data"
+        """
+    )

@@ -1,0 +1,299 @@
+"""TrainingJob: one torchrun job (the trainer, or the NCCL acceptance sweep) in the training
+namespace, by either launcher (training.launcher).
+
+indexed-job: a headless Service and a batch/v1 Job with completionMode Indexed, completions =
+  parallelism = training.nodes, pods named `<job>-<index>` under the Service's subdomain, so rank 0
+  is reachable as MASTER_ADDR = `<job>-0.<service>`. torchrun gets node_rank from the completion
+  index and restarts its workers in place (training.maxRestarts, c10d rendezvous) before the pod
+  fails; a failed pod is retried up to training.backoffLimitPerIndex times per index
+  (maxFailedIndexes 0: one index out of retries fails the Job). podFailurePolicy: disruptions
+  (preemption, eviction, node drain) do not count against those retries, and the trainer's own
+  fatal exit code (a config error no retry can fix) fails the whole Job at once.
+pytorchjob: a kubeflow.org/v1 PyTorchJob (Master 1 + Worker nodes-1, container `pytorch`, the
+  operator injecting MASTER_ADDR/RANK/WORLD_SIZE and PET_* for torchrun; elasticPolicy when
+  training.elastic.enabled). The training operator itself is `TrainingOperator` below.
+
+Both: one pod per GPU node (required anti-affinity), `nvidia.com/gpu` limits, cpu/memory requests
+and limits, the GPU taint tolerated, a memory-backed /dev/shm for dataloader workers, NCCL env
+from config, the shared claim mounted per components/storage_contract.py, and a NetworkPolicy
+limiting the rendezvous and NCCL ports to the job's own pods. Container command and env come
+from components/training/launch.py, shared with the local end-to-end test.
+
+What `pulumi up` waits for: the Service and the Job's creation only; a training run is marked
+`pulumi.com/skipAwait` so Pulumi's Job timeout never fails a long run. The NCCL acceptance Job
+(indexed-job) is the exception: `up` waits for it to pass (its podFailurePolicy turns a failed
+verdict into a failed Job, and `up` reports it) before the training job is submitted.
+
+Does not manage: gang scheduling/queueing (Kueue, Volcano), image builds, multi-NIC/RDMA
+device plumbing (Multus, SR-IOV), experiment tracking.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from components import versions
+from components.config import Launcher, TrainingConfig
+from components.device_plugin import GPU_NODE_SELECTOR_TERMS
+from components.storage_contract import MOUNTS, TRAINING_NAMESPACE, SharedClaim
+from components.training import launch
+from components.training.network_policy import RDZV_PORT, job_labels, job_peers
+
+CONTAINER = {Launcher.INDEXED_JOB: "trainer", Launcher.PYTORCHJOB: "pytorch"}
+# The operator reads MASTER_PORT from the container port of this name (default 23456 otherwise).
+PYTORCHJOB_PORT_NAME = "pytorchjob-port"
+SKIP_AWAIT = {"pulumi.com/skipAwait": "true"}
+SHM_VOLUME = "dshm"
+SHARED_VOLUME = "shared"
+
+
+@dataclass(frozen=True)
+class TrainingJobArgs:
+    training: TrainingConfig
+    claim: SharedClaim
+    # What the pods run under torchrun: the trainer (its arguments from config) or another module
+    # of the workload image with `module_args` (the acceptance sweep).
+    module: str = launch.TRAINER_MODULE
+    module_args: tuple[str, ...] = ()
+    # Wait this many minutes for completion (acceptance, indexed-job) instead of skipAwait.
+    await_minutes: int | None = None
+
+
+def service_name(job: str) -> str:
+    return f"{job}-hosts"
+
+
+def launch_spec(job: str, args: TrainingJobArgs) -> launch.LaunchSpec:
+    t = args.training
+    return launch.LaunchSpec(
+        job=job,
+        service=service_name(job),
+        namespace=TRAINING_NAMESPACE,
+        nodes=t.nodes,
+        gpus_per_node=t.gpus_per_node,
+        launcher=t.launcher.value,
+        max_restarts=t.max_restarts,
+        min_nodes=t.elastic.min_nodes if t.elastic.enabled else None,
+        rdzv_port=RDZV_PORT,
+        module=args.module,
+        module_args=tuple(args.module_args),
+        epochs=t.epochs,
+        batch_size=t.batch_size,
+        checkpoint_every=t.checkpoint_every,
+        nccl_debug=t.nccl.debug.value,
+        nccl_socket_ifname=t.nccl.socket_ifname,
+    )
+
+
+def pod_template(job: str, args: TrainingJobArgs) -> dict[str, Any]:
+    t = args.training
+    spec = launch_spec(job, args)
+    labels = job_labels(job)
+    container: dict[str, Any] = {
+        "name": CONTAINER[t.launcher],
+        "image": t.image,
+        "command": list(launch.torchrun_command(spec)),
+        "env": launch.pod_env(spec),
+        "ports": [{
+            "name": PYTORCHJOB_PORT_NAME if t.launcher is Launcher.PYTORCHJOB else "rdzv",
+            "containerPort": RDZV_PORT,
+            "protocol": "TCP",
+        }],
+        "resources": {
+            "requests": {"cpu": t.cpu_request, "memory": t.memory_request},
+            "limits": {"nvidia.com/gpu": t.gpus_per_node, "cpu": t.cpu_limit, "memory": t.memory_limit},
+        },
+        "volumeMounts": [{"name": SHM_VOLUME, "mountPath": "/dev/shm"}]
+        + [
+            {"name": SHARED_VOLUME, "mountPath": mount_path, "subPath": sub_path}
+            for sub_path, mount_path in MOUNTS.values()
+        ],
+        "securityContext": {"allowPrivilegeEscalation": False},
+    }
+    pod: dict[str, Any] = {
+        "affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": GPU_NODE_SELECTOR_TERMS}
+            },
+            # One pod per node: `nodes` means nodes, and the acceptance test measures the network.
+            "podAntiAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": [
+                    {"labelSelector": {"matchLabels": labels}, "topologyKey": "kubernetes.io/hostname"}
+                ]
+            },
+        },
+        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        "containers": [container],
+        "volumes": [
+            # Docker's 64 MiB default /dev/shm kills DataLoader workers; memory-backed and bounded.
+            {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": t.shm_size}},
+            {"name": SHARED_VOLUME, "persistentVolumeClaim": {"claimName": args.claim.name}},
+        ],
+    }
+    if t.launcher is Launcher.INDEXED_JOB:
+        # podFailurePolicy requires Never: each failure is a new pod the policy can judge.
+        pod["restartPolicy"] = "Never"
+        pod["subdomain"] = service_name(job)
+    return {"metadata": {"labels": labels}, "spec": pod}
+
+
+def headless_service_manifest(job: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": service_name(job), "namespace": TRAINING_NAMESPACE, "labels": job_labels(job)},
+        "spec": {
+            "clusterIP": "None",
+            # Rank 0 must resolve before it is Ready (there is no readiness probe to pass).
+            "publishNotReadyAddresses": True,
+            "selector": job_labels(job),
+            "ports": [{"name": "rdzv", "port": RDZV_PORT, "targetPort": RDZV_PORT, "protocol": "TCP"}],
+        },
+    }
+
+
+def _annotations(args: TrainingJobArgs) -> dict[str, str]:
+    return {} if args.await_minutes else dict(SKIP_AWAIT)
+
+
+def indexed_job_manifest(job: str, args: TrainingJobArgs) -> dict[str, Any]:
+    t = args.training
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": job,
+            "namespace": TRAINING_NAMESPACE,
+            "labels": job_labels(job),
+            "annotations": _annotations(args),
+        },
+        "spec": {
+            "completionMode": "Indexed",
+            "completions": t.nodes,
+            "parallelism": t.nodes,
+            "backoffLimitPerIndex": t.backoff_limit_per_index,
+            # DDP cannot finish without every rank: one index out of retries ends the Job.
+            "maxFailedIndexes": 0,
+            "podFailurePolicy": {
+                "rules": [
+                    {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
+                    {
+                        "action": "FailJob",
+                        "onExitCodes": {
+                            "containerName": CONTAINER[Launcher.INDEXED_JOB],
+                            "operator": "In",
+                            "values": sorted(launch.FATAL_EXIT_CODES),
+                        },
+                    },
+                ]
+            },
+            "template": pod_template(job, args),
+        },
+    }
+
+
+def pytorchjob_manifest(job: str, args: TrainingJobArgs) -> dict[str, Any]:
+    t = args.training
+    template = pod_template(job, args)
+
+    def replicas(n: int) -> dict[str, Any]:
+        # ExitCode: retry on signals/infrastructure codes (128+), fail on the program's own 1-127.
+        return {"replicas": n, "restartPolicy": "ExitCode", "template": template}
+
+    specs = {"Master": replicas(1)}
+    if t.nodes > 1:
+        specs["Worker"] = replicas(t.nodes - 1)
+    spec: dict[str, Any] = {
+        "runPolicy": {"backoffLimit": t.backoff_limit_per_index * t.nodes, "cleanPodPolicy": "None"},
+        "nprocPerNode": str(t.gpus_per_node),
+        "pytorchReplicaSpecs": specs,
+    }
+    if t.elastic.enabled:
+        spec["elasticPolicy"] = {
+            "minReplicas": t.elastic.min_nodes,
+            "maxReplicas": t.nodes,
+            "rdzvBackend": "c10d",
+            "maxRestarts": t.max_restarts,
+        }
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {
+            "name": job,
+            "namespace": TRAINING_NAMESPACE,
+            "labels": job_labels(job),
+            "annotations": dict(SKIP_AWAIT),  # custom resources are not awaited; say so anyway
+        },
+        "spec": spec,
+    }
+
+
+class TrainingOperator(pulumi.ComponentResource):
+    """The Kubeflow training operator v1 (pinned tag), from its standalone kustomize overlay.
+
+    Applied server-side (the provider's default), as upstream's install does: the CRDs are too
+    large for client-side apply's last-applied annotation. Children are awaited (the operator
+    Deployment must be ready: its webhook admits PyTorchJobs).
+    """
+
+    def __init__(self, name: str, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("gpucluster:training:TrainingOperator", name, None, opts)
+        self.directory = k8s.kustomize.v2.Directory(
+            f"{name}-manifests",
+            directory=versions.TRAINING_OPERATOR_KUSTOMIZE,
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        self.register_outputs({"version": versions.TRAINING_OPERATOR_VERSION, "image": versions.TRAINING_OPERATOR_IMAGE})
+
+
+class TrainingJob(pulumi.ComponentResource):
+    job: pulumi.CustomResource
+
+    def __init__(self, name: str, args: TrainingJobArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("gpucluster:training:TrainingJob", name, None, opts)
+        t = args.training
+        if t.image is None:
+            raise ValueError("TrainingJob needs training.image")
+        child = pulumi.ResourceOptions(parent=self)
+        peers = job_peers(name)
+        policy = k8s.networking.v1.NetworkPolicy(
+            f"{name}-peers", metadata=peers["metadata"], spec=peers["spec"], opts=child
+        )
+        depends: list[pulumi.Resource] = [policy, *args.claim.ready]
+        # The job's name is fixed (pods are addressed by it): replace by deleting first.
+        job_opts = dict(parent=self, delete_before_replace=True)
+        if t.launcher is Launcher.INDEXED_JOB:
+            svc = headless_service_manifest(name)
+            service = k8s.core.v1.Service(
+                f"{name}-hosts", metadata=svc["metadata"], spec=svc["spec"], opts=child
+            )
+            manifest = indexed_job_manifest(name, args)
+            timeouts = None
+            if args.await_minutes:
+                timeouts = pulumi.CustomTimeouts(create=f"{args.await_minutes}m", update=f"{args.await_minutes}m")
+            self.job = k8s.batch.v1.Job(
+                name,
+                metadata=manifest["metadata"],
+                spec=manifest["spec"],
+                opts=pulumi.ResourceOptions(**job_opts, depends_on=[service, *depends], custom_timeouts=timeouts),
+            )
+        else:
+            manifest = pytorchjob_manifest(name, args)
+            self.job = k8s.apiextensions.CustomResource(
+                name,
+                api_version=manifest["apiVersion"],
+                kind=manifest["kind"],
+                metadata=manifest["metadata"],
+                spec=manifest["spec"],
+                opts=pulumi.ResourceOptions(**job_opts, depends_on=depends),
+            )
+        self.register_outputs({
+            "job": f"{TRAINING_NAMESPACE}/{name}",
+            "launcher": t.launcher.value,
+            "image": t.image,
+            "awaited": bool(args.await_minutes) and t.launcher is Launcher.INDEXED_JOB,
+        })
