@@ -3,9 +3,15 @@
 A config is what `render.program.run(stack, config=...)` takes: `(values, secret_keys)`, values as
 strings keyed `gpu-cluster:<key>` (objects as JSON), exactly as `pulumi up` hands them over.
 
-Addresses: the control plane is 192.0.2.10 (TEST-NET-1) and worker i is 198.18.0.10 + i, from
+lab: the control plane is 192.0.2.10 (TEST-NET-1) and worker i is 198.18.0.10 + i, from
 198.18.0.0/15 (RFC 2544, reserved for benchmarks); neither overlaps the default pod network
 (10.244.0.0/16) or service network (10.96.0.0/12), which the config model rejects.
+
+gke: gcp:project / gcp:region (the Google Cloud provider's own keys) plus gpu-cluster:gke with N GPU
+pools alternating g2-standard-8 + 1 L4 (spot) and a2-highgpu-1g + 1 A100 40GB, each pool in one
+zone, rotating over the zones of us-central1 that offer its accelerator. Every pair is valid per
+components/gke/accelerators.py; per-zone availability is Google's table as of writing (the program
+does not check it, GKE would).
 """
 
 from __future__ import annotations
@@ -64,23 +70,81 @@ def lab_config(workers: int, gpus: int = 8, **extra: object) -> Config:
     return values, [SECRET_KEY]
 
 
-def platforms() -> list[str]:
-    """The platforms the program implements (components.config.Platform)."""
-    use_project_root()
-    from components.config import Platform
+# The in-cluster layers of Pulumi.lab.yaml (training with the NCCL acceptance Job, NFS storage on the
+# control plane): lab_config(n, **lab_layers()) is the example stack's shape with n workers.
+def lab_layers(launcher: str = "indexed-job") -> dict[str, object]:
+    return {
+        "training": {
+            "enabled": True,
+            "launcher": launcher,
+            "image": "registry.example.com/gpu-cluster/trainer:0.1.0",
+            "nodes": 2,
+            "gpusPerNode": 1,
+        },
+        "acceptance": {"nccl": True, "minBusbwFraction": 0.9},
+        "network": {"linkGbps": 25, "rdma": False},
+        "storage": {"provision": True, "exportPath": "/srv/gpu-cluster/shared", "size": "100Gi"},
+    }
 
-    return [p.value for p in Platform]
+
+GCP_PROJECT = "gpu-cluster-bench"
+GCP_REGION = "us-central1"
+# (machine type, accelerator, zones of GCP_REGION offering it), alternated pool by pool.
+GKE_POOL_KINDS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("g2-standard-8", "nvidia-l4", ("us-central1-a", "us-central1-b", "us-central1-c")),
+    ("a2-highgpu-1g", "nvidia-tesla-a100", ("us-central1-a", "us-central1-b", "us-central1-c", "us-central1-f")),
+)
 
 
-def gke_status() -> str:
-    """One line saying why there is no gke point (instead of benchmarking a fake config)."""
-    available = platforms()
-    if "gke" not in available:
-        return (
-            "gke: not measured: the program has no gke platform yet "
-            f"(components.config.Platform = {', '.join(available)})."
-        )
-    return "gke: the program has a gke platform, but bench/_configs.py has no gke config generator yet."
+def gke_pools(pools: int) -> list[dict]:
+    """`pools` GPU pools: even ones L4 (spot, scale from 0), odd ones A100 (1 node kept up)."""
+    out = []
+    for i in range(pools):
+        machine, accelerator, zones = GKE_POOL_KINDS[i % len(GKE_POOL_KINDS)]
+        l4 = accelerator == "nvidia-l4"
+        out.append({
+            "name": f"{'l4' if l4 else 'a100'}-{i}",
+            "machineType": machine,
+            "accelerator": {"type": accelerator, "count": 1},
+            "zones": [zones[(i // len(GKE_POOL_KINDS)) % len(zones)]],
+            "autoscaling": {"minNodes": 0 if l4 else 1, "maxNodes": 4 if l4 else 2},
+            "spot": l4,
+            "driver": "gke-latest" if l4 else "gke-default",
+        })
+    return out
+
+
+def gke_config(pools: int, **extra: object) -> Config:
+    """The gke stack (zonal cluster in us-central1-a) with `pools` GPU pools; `extra` as lab_config."""
+    gke = {
+        "clusterName": "gpu-cluster",
+        "location": "zonal",
+        "zone": "us-central1-a",
+        "releaseChannel": "REGULAR",
+        "network": "default",
+        "authorizedNetworks": [{"cidr": "203.0.113.0/24", "name": "office"}],
+        "systemPool": {"machineType": "e2-standard-4", "nodesPerZone": 1},
+        "gpuPools": gke_pools(pools),
+        "filestore": {"tier": "BASIC_HDD", "capacityGb": 1024},
+    }
+    values = {
+        "gcp:project": GCP_PROJECT,
+        "gcp:region": GCP_REGION,
+        PREFIX + "platform": "gke",
+        PREFIX + "gke": json.dumps(gke),
+    }
+    for key, value in extra.items():
+        values[PREFIX + key] = value if isinstance(value, str) else json.dumps(value)
+    return values, []
+
+
+def config_for(platform: str, n: int) -> Config:
+    """lab: n GPU workers; gke: n GPU pools."""
+    if platform == "lab":
+        return lab_config(n)
+    if platform == "gke":
+        return gke_config(n)
+    raise ValueError(f"no benchmark config for platform {platform!r}")
 
 
 def parse_points(text: str) -> list[int]:

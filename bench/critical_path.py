@@ -2,8 +2,12 @@
 
     .venv/bin/python bench/critical_path.py                      # N = 2, 8, 32, 128 GPU workers
     .venv/bin/python bench/critical_path.py --points 2,64 --cost nvidia-driver=300
+    .venv/bin/python bench/critical_path.py --launcher pytorchjob   # the training operator path
     make bench                                                   # this and plan_scale.py
 
+The stack is the generated lab config (bench/_configs.py) with the in-cluster layers of
+Pulumi.lab.yaml: monitoring (always on), NFS shared storage on the control plane, the NCCL
+acceptance Job and the training job (2 nodes; --launcher picks indexed-job or pytorchjob).
 For each N the real program is evaluated under the mocks (render.program.run, nothing written) and
 its plan turned into a graph in which a step can start once every step it waits for has finished,
 which is how the Pulumi engine schedules with its default unbounded `--parallel`. Step r waits for:
@@ -16,8 +20,9 @@ which is how the Pulumi engine schedules with its default unbounded `--parallel`
     an ancestor that is itself a custom resource;
   - the waits that happen in the cluster rather than in Pulumi's graph, listed in IMPLICIT_WAITS
     (the GPU-ready gate Job completes only once every GPU node is Ready).
-Each step costs the typical duration in COSTS below (components and providers cost 0; Kubernetes
-objects Pulumi does not await cost 1 s). A host step or an awaited Kubernetes kind (Deployment,
+Each step costs the typical duration in COSTS below (components and providers cost 0, except a
+component in the table: the kustomize Directory, whose children the provider creates and awaits;
+Kubernetes objects Pulumi does not await, including any annotated pulumi.com/skipAwait, cost 1 s). A host step or an awaited Kubernetes kind (Deployment,
 DaemonSet, Job, Helm release, ...) the table does not know stops the script (exit 2) rather than
 counting as free.
 
@@ -61,6 +66,7 @@ DEFAULT_POINTS = (2, 8, 32, 128)
 TOKEN_TTL = 15 * 60  # scripts.mint_join_token: kubeadm token create --ttl 15m
 COMMAND = "command:remote:Command"
 HELM = "kubernetes:helm.sh/v3:Release"
+SKIP_AWAIT = "pulumi.com/skipAwait"
 
 
 @dataclass(frozen=True)
@@ -104,13 +110,35 @@ COSTS: tuple[Cost, ...] = (
          "DCGM exporter chart: DaemonSet on GPU nodes with a large (~1 GB) image, Service, ServiceMonitor"),
     Cost("operator-release", HELM, ("-operator",), 120,
          "GPU Operator chart: operator + NFD pods scheduled (its driver containers run on after the release)"),
+    Cost("monitoring-release", HELM, ("-kube-prometheus-stack",), 120,
+         "kube-prometheus-stack: CRDs, operator (its admission webhook job first), Prometheus, Alertmanager, "
+         "Grafana, kube-state-metrics, node-exporter DaemonSet; ~10 images, Helm waits for all, ~2 min"),
+    Cost("random", "random:index/randomPassword:RandomPassword", (), 0,
+         "Grafana admin password: generated inside the random provider, no host or API involved"),
+    Cost("nfs-server", COMMAND, ("-nfs-server",), 30,
+         "control plane: apt-get install nfs-kernel-server (a few small .debs), export directory, "
+         "/etc/exports.d, exportfs -ra"),
+    Cost("csi-nfs-release", HELM, ("-csi-driver-nfs",), 40,
+         "csi-driver-nfs chart: controller Deployment + node DaemonSet, small images (~3 sidecars), Helm waits"),
+    Cost("claim", "kubernetes:core/v1:PersistentVolumeClaim", (), 5,
+         "shared claim awaited until Bound: the NFS provisioner makes its subdirectory on the export"),
+    Cost("headless-service", "kubernetes:core/v1:Service", ("-hosts",), 1,
+         "a job's headless Service: pulumi-kubernetes v4 does not wait for endpoints of a clusterIP None "
+         "Service (await/service.go), so one API call"),
+    Cost("acceptance", "kubernetes:batch/v1:Job", ("nccl-acceptance",), 120,
+         "NCCL acceptance Job (indexed-job), awaited by `up`: pods on 2 GPU nodes, trainer image pull "
+         "(PyTorch + NCCL, several GB, ~1 min on a 1 Gbit/s link), torchrun rendezvous, all_reduce sweep"),
+    Cost("training-operator", "kubernetes:kustomize/v2:Directory", (), 30,
+         "Kubeflow training operator (pytorchjob launcher): CRDs applied server-side, the operator "
+         "Deployment awaited until ready (one image), ~30 s"),
     Cost("daemonset", "kubernetes:apps/v1:DaemonSet", (), 20,
          "NVIDIA device plugin: one small image per GPU node, Pulumi awaits the rollout"),
     Cost("gate", "kubernetes:batch/v1:Job", ("gpu-ready",), 60,
          "GPU-ready gate Job, after the last GPU node is Ready (see IMPLICIT_WAITS): device plugin pod on it, "
          "CUDA sample image pull, nvidia-smi -L and vectorAdd"),
     Cost("k8s-object", "kubernetes:*", (), 1,
-         "any other Kubernetes object (Namespace, ConfigMap, RBAC, ...): one API call, nothing to await"),
+         "any other Kubernetes object (Namespace, ConfigMap, RBAC, ...) and any annotated "
+         "pulumi.com/skipAwait (the training Job, PyTorchJobs): one API call, nothing to await"),
 )
 
 # Kinds Pulumi's Kubernetes provider awaits (readiness, rollout, completion): they must have an
@@ -133,9 +161,14 @@ class UnknownStep(Exception):
 def cost_of(reg, costs: tuple[Cost, ...]) -> tuple[float, str]:
     """(seconds, cost key) of one registration; components and providers are free."""
     if not reg.custom:
-        return 0.0, "component"
+        own = next((c for c in costs if c.type == reg.type and not c.suffixes), None)
+        return (float(own.seconds), own.key) if own else (0.0, "component")
     if reg.type.startswith("pulumi:providers:"):
         return 0.0, "provider"
+    fallback = next((c for c in costs if c.type == "kubernetes:*"), None)
+    annotations = ((reg.inputs.get("metadata") or {}).get("annotations") or {}) if reg.type.startswith("kubernetes:") else {}
+    if fallback and annotations.get(SKIP_AWAIT) == "true":
+        return float(fallback.seconds), fallback.key  # Pulumi creates it and does not wait
     candidates = []
     for c in costs:
         if c.type == reg.type:
@@ -145,7 +178,6 @@ def cost_of(reg, costs: tuple[Cost, ...]) -> tuple[float, str]:
     if candidates:
         best = max(candidates, key=lambda x: x[0])[1]  # longest suffix: "-driver-ready" before "-ready"
         return float(best.seconds), best.key
-    fallback = next((c for c in costs if c.type == "kubernetes:*"), None)
     if reg.type.startswith("kubernetes:") and fallback and not any(k in reg.type for k in AWAITED_KINDS):
         return float(fallback.seconds), fallback.key
     raise UnknownStep(f"{reg.type} {reg.name}")
@@ -331,6 +363,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="comma-separated GPU worker counts (default: %(default)s)")
     parser.add_argument("--cost", action="append", default=[], metavar="KEY=SECONDS",
                         help="override one step's cost (keys: " + ", ".join(c.key for c in COSTS) + ")")
+    parser.add_argument("--launcher", choices=("indexed-job", "pytorchjob"), default="indexed-job",
+                        help="training.launcher of the evaluated stack (default: %(default)s)")
     args = parser.parse_args(argv)
     costs = _overrides(args.cost)
 
@@ -347,7 +381,7 @@ def main(argv: list[str] | None = None) -> int:
     results: list[Result] = []
     started = time.perf_counter()
     for n in args.points:
-        plan = program.run("lab", config=_configs.lab_config(n))
+        plan = program.run("lab", config=_configs.lab_config(n, **_configs.lab_layers(args.launcher)))
         try:
             graph = build_graph(plan, costs)
         except UnknownStep as e:
@@ -355,7 +389,8 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         results.append(analyse(n, graph))
 
-    print("Lab stack, 1 control plane + N GPU workers (8 GPUs each), unbounded engine parallelism:")
+    print("Lab stack, 1 control plane + N GPU workers (8 GPUs each) with Pulumi.lab.yaml's layers (monitoring, "
+          f"NFS storage, NCCL acceptance, training via {args.launcher}), unbounded engine parallelism:")
     print("| GPU workers | resources | costed steps | depth | critical path | sum of steps | speedup |")
     print("|---:|---:|---:|---:|---:|---:|---:|")
     for r in results:

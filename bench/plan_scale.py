@@ -1,20 +1,22 @@
 """How evaluating the real program scales with the number of GPU workers, against the SDK floor.
 
-    .venv/bin/python bench/plan_scale.py                     # N = 2, 8, 32, 128, 256; 3 repeats
-    .venv/bin/python bench/plan_scale.py --points 2,8 --repeats 1   # quick look
+    .venv/bin/python bench/plan_scale.py                     # lab N = 2..256, gke N = 1, 4, 16; 3 repeats
+    .venv/bin/python bench/plan_scale.py --points 2,8 --gke-points 1 --repeats 1   # quick look
     make bench                                               # this and critical_path.py
 
-For each N (GPU workers, plus one control plane) the lab stack from bench/_configs.py is evaluated
-by render.program.run: the real __main__.py under the Pulumi SDK's mocks and render's recording
+For each N the generated stack from bench/_configs.py is evaluated (lab: N GPU workers plus one
+control plane; gke: a cluster with N GPU node pools, bench/_configs.gke_config) by render.program.run: the real __main__.py under the Pulumi SDK's mocks and render's recording
 monitor, nothing written to disk. Each run is a fresh Python subprocess, so peak RSS belongs to that
 run alone and the SDK's global mock state starts clean.
 
 Columns:
+  N            lab: GPU workers; gke: GPU node pools
   resources    registrations recorded (components, providers and custom resources)
   program s    wall seconds of program.run (min and median over the repeats). Timed: config
                parsing, the project's modules' first import, every registration, output collection.
-               Not timed: interpreter start and importing pulumi, pulumi_command, pulumi_kubernetes
-               and render (done before the clock starts, identically for the floor).
+               Not timed: interpreter start and importing pulumi, pulumi_command, pulumi_kubernetes,
+               pulumi_random (gke: also pulumi_gcp's modules the program uses) and render (done
+               before the clock starts, identically for the floor of the same point).
   floor s      the same for the SDK floor (bench/floor/__main__.py) under the same mocks: as many
                ComponentResources as the plan has components and as many remote.Commands as it has
                custom resources, whose recorded inputs have the plan's average size
@@ -46,20 +48,30 @@ sys.path.insert(0, str(Path(os.path.abspath(__file__)).parent.parent))
 from bench import _configs  # noqa: E402
 
 DEFAULT_POINTS = (2, 8, 32, 128, 256)
+DEFAULT_GKE_POINTS = (1, 4, 16)
 FLOOR_DIR = _configs.PROJECT_ROOT / "bench" / "floor"
 
 
 # --- one run, in a child process -------------------------------------------------------------------
 
-def _warm_imports() -> None:
-    """Import the SDKs before the clock starts, in both modes alike."""
+def _warm_imports(platform: str) -> None:
+    """Import the SDKs before the clock starts, for the program and its floor alike."""
     import pulumi  # noqa: F401
     import pulumi_command.remote  # noqa: F401
     import pulumi_kubernetes  # noqa: F401
     import pulumi_kubernetes.apps.v1  # noqa: F401
+    import pulumi_kubernetes.batch.v1  # noqa: F401
     import pulumi_kubernetes.core.v1  # noqa: F401
     import pulumi_kubernetes.helm.v3  # noqa: F401
     import pulumi_kubernetes.meta.v1  # noqa: F401
+    import pulumi_random  # noqa: F401
+
+    if platform == "gke":  # pulumi_gcp loads a module on first attribute access: the gke stack's
+        import pulumi_gcp as gcp
+
+        for cls in (gcp.container.Cluster, gcp.container.NodePool, gcp.filestore.Instance,
+                    gcp.projects.IAMMember, gcp.serviceaccount.Account):
+            assert cls
 
     from render import program  # noqa: F401
 
@@ -78,13 +90,13 @@ def _summary(plan, wall: float) -> dict:
 
 
 def child(args: argparse.Namespace) -> None:
-    _warm_imports()
+    _warm_imports(args.platform)
     from render import program
 
     if args.child == "program":
-        config = _configs.lab_config(args.workers)
+        config = _configs.config_for(args.platform, args.workers)
         start = time.perf_counter()
-        plan = program.run("lab", config=config)
+        plan = program.run(args.platform, config=config)
         wall = time.perf_counter() - start
     else:
         values = {
@@ -147,68 +159,88 @@ def _fmt(x: float, digits: int = 2) -> str:
     return f"{x:.{digits}f}"
 
 
-def drive(points: list[int], repeats: int) -> int:
-    for line in header():
-        print(line)
-    print(f"Stack: lab, 1 control plane + N GPU workers (8 GPUs each); {repeats} repeats per point, "
-          "each run in a fresh subprocess; program and floor runs interleaved.")
-    print(flush=True)
-    rows = []
-    started = time.perf_counter()
-    for n in points:
-        prog_runs: list[dict] = []
-        floor_runs: list[dict] = []
-        for _ in range(repeats):
-            prog = _spawn("--child", "program", "--workers", str(n))
-            prog_runs.append(prog)
-            floor_runs.append(
-                _spawn(
-                    "--child", "floor",
-                    "--floor-components", str(prog["components"]),
-                    "--floor-commands", str(prog["custom"]),
-                    "--floor-input-bytes", str(prog["input_bytes"]),
-                )
-            )
-        pw = [r["wall"] for r in prog_runs]
-        fw = [r["wall"] for r in floor_runs]
-        resources = {r["resources"] for r in prog_runs}
-        if len(resources) != 1 or floor_runs[0]["resources"] != prog_runs[0]["resources"]:
-            raise SystemExit(f"plan_scale: N={n}: resource counts differ between runs: "
-                             f"program {sorted(resources)}, floor {floor_runs[0]['resources']}")
-        row = {
-            "n": n,
-            "resources": prog_runs[0]["resources"],
-            "pmin": min(pw), "pmed": statistics.median(pw),
-            "fmin": min(fw), "fmed": statistics.median(fw),
-            "prss": max(r["rss_mib"] for r in prog_runs),
-            "frss": max(r["rss_mib"] for r in floor_runs),
-            "pbytes": prog_runs[0]["input_bytes"], "fbytes": floor_runs[0]["input_bytes"],
-        }
-        row["ratio"] = row["pmed"] / row["fmed"]
-        rows.append(row)
-        print(f"  N={n}: {row['resources']} resources, program median {_fmt(row['pmed'])} s, "
-              f"floor median {_fmt(row['fmed'])} s", file=sys.stderr, flush=True)
+STACKS = {
+    "lab": ("GPU workers", "lab, 1 control plane + N GPU workers (8 GPUs each)"),
+    "gke": ("GPU pools", "gke, a zonal GKE cluster (system pool, Filestore) + N GPU node pools alternating "
+                         "g2-standard-8 / 1 L4 (spot) and a2-highgpu-1g / 1 A100, one zone each (bench/_configs.py)"),
+}
 
-    print("| GPU workers | resources | program s min | program s median | floor s min | floor s median "
+
+def measure(platform: str, n: int, repeats: int) -> dict:
+    prog_runs: list[dict] = []
+    floor_runs: list[dict] = []
+    for _ in range(repeats):
+        prog = _spawn("--child", "program", "--platform", platform, "--workers", str(n))
+        prog_runs.append(prog)
+        floor_runs.append(
+            _spawn(
+                "--child", "floor", "--platform", platform,
+                "--floor-components", str(prog["components"]),
+                "--floor-commands", str(prog["custom"]),
+                "--floor-input-bytes", str(prog["input_bytes"]),
+            )
+        )
+    pw = [r["wall"] for r in prog_runs]
+    fw = [r["wall"] for r in floor_runs]
+    resources = {r["resources"] for r in prog_runs}
+    if len(resources) != 1 or floor_runs[0]["resources"] != prog_runs[0]["resources"]:
+        raise SystemExit(f"plan_scale: {platform} N={n}: resource counts differ between runs: "
+                         f"program {sorted(resources)}, floor {floor_runs[0]['resources']}")
+    row = {
+        "n": n,
+        "resources": prog_runs[0]["resources"],
+        "pmin": min(pw), "pmed": statistics.median(pw),
+        "fmin": min(fw), "fmed": statistics.median(fw),
+        "prss": max(r["rss_mib"] for r in prog_runs),
+        "frss": max(r["rss_mib"] for r in floor_runs),
+        "pbytes": prog_runs[0]["input_bytes"], "fbytes": floor_runs[0]["input_bytes"],
+    }
+    row["ratio"] = row["pmed"] / row["fmed"]
+    print(f"  {platform} N={n}: {row['resources']} resources, program median {_fmt(row['pmed'])} s, "
+          f"floor median {_fmt(row['fmed'])} s", file=sys.stderr, flush=True)
+    return row
+
+
+def print_table(platform: str, rows: list[dict], repeats: int) -> None:
+    label, what = STACKS[platform]
+    print(f"Stack: {what}; {repeats} repeats per point, each run in a fresh subprocess; "
+          "program and floor runs interleaved.")
+    print(f"| {label} | resources | program s min | program s median | floor s min | floor s median "
           "| ratio | ms/res | peak RSS MiB program / floor | input B/res program / floor |")
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         print(f"| {r['n']} | {r['resources']} | {_fmt(r['pmin'])} | {_fmt(r['pmed'])} | {_fmt(r['fmin'])} "
               f"| {_fmt(r['fmed'])} | {_fmt(r['ratio'], 1)} | {_fmt(1000 * r['pmed'] / r['resources'], 1)} "
               f"| {r['prss']:.0f} / {r['frss']:.0f} | {r['pbytes']} / {r['fbytes']} |")
-    print()
-    print(_configs.gke_status())
+    print(flush=True)
+
+
+def drive(points: list[int], gke_points: list[int], repeats: int) -> int:
+    for line in header():
+        print(line)
+    print(flush=True)
+    started = time.perf_counter()
+    for stack, pts in (("lab", points), ("gke", gke_points)):
+        if pts:
+            print_table(stack, [measure(stack, n, repeats) for n in pts], repeats)
     print(f"Total benchmark time: {time.perf_counter() - started:.0f} s.")
     return 0
+
+
+def _gke_points(text: str) -> list[int]:
+    return [] if text.strip().lower() == "none" else _configs.parse_points(text)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--points", type=_configs.parse_points, default=list(DEFAULT_POINTS),
                         help="comma-separated GPU worker counts (default: %(default)s)")
+    parser.add_argument("--gke-points", type=_gke_points, default=list(DEFAULT_GKE_POINTS),
+                        help="comma-separated GPU pool counts for the gke stack, or 'none' (default: %(default)s)")
     parser.add_argument("--repeats", type=int, default=3, help="runs per point and mode (default: 3)")
     # Internal: one measured run (the driver spawns these).
     parser.add_argument("--child", choices=("program", "floor"), help=argparse.SUPPRESS)
+    parser.add_argument("--platform", choices=tuple(STACKS), default="lab", help=argparse.SUPPRESS)
     parser.add_argument("--workers", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--floor-components", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--floor-commands", type=int, help=argparse.SUPPRESS)
@@ -219,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.repeats < 1:
         parser.error("--repeats must be at least 1")
-    return drive(args.points, args.repeats)
+    return drive(args.points, args.gke_points, args.repeats)
 
 
 if __name__ == "__main__":
