@@ -94,8 +94,10 @@ sudo)
   ;;
 apt-get)
   action=
+  skip=
   for a in "$@"; do
-    case $a in -*) continue ;; esac
+    if [ -n "$skip" ]; then skip=; continue; fi  # the value of -o / -c
+    case $a in -o|-c) skip=1; continue ;; -*) continue ;; esac
     if [ -z "$action" ]; then action=$a; continue; fi
     case $action in
       install)
@@ -253,8 +255,22 @@ kubeadm)
 openssl)
   case "$*" in *dgst*) echo "SHA2-256(stdin)= 00ff" ;; esac
   ;;
+kubectl)
+  # `kubectl ... get node X` fails (NotFound) as many times as state/kubectl-get-node-failures
+  # says, as while a joined kubelet has not registered its Node yet; every other call succeeds.
+  case " $* " in
+    *" get node "*)
+      left=$(cat "$STATE/kubectl-get-node-failures" 2>/dev/null || echo 0)
+      if [ "$left" -gt 0 ]; then
+        echo $((left - 1)) >"$STATE/kubectl-get-node-failures"
+        echo "Error from server (NotFound): nodes \"${*: -1}\" not found" >&2
+        exit 1
+      fi
+      ;;
+  esac
+  ;;
 *)
-  # kubectl, sysctl, swapoff, swapon, systemctl, systemd-run, update-initramfs, reboot, sleep:
+  # sysctl, swapoff, swapon, systemctl, systemd-run, update-initramfs, reboot, sleep:
   # logging the call is all they do.
   ;;
 esac
@@ -373,6 +389,10 @@ class HostSim:
 
     def set_gpus(self, n: int) -> None:
         (self.state / "gpus").write_text(f"{n}\n")
+
+    def node_registers_after(self, failures: int) -> None:
+        """`kubectl get node` fails this many times before it finds the node."""
+        (self.state / "kubectl-get-node-failures").write_text(f"{failures}\n")
 
     def flag(self, name: str, on: bool = True) -> None:
         """State flags the stand-ins read: nouveau-loaded, nvidia-loaded, kubeadm-join-fails."""

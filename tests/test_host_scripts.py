@@ -199,8 +199,31 @@ def _changed(a: dict, b: dict) -> list[str]:
     return sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
 
 
+APT_LOCK_WAIT = ["-o", "DPkg::Lock::Timeout=300"]
+
+
+def _without_apt_options(call: list[str]) -> list[str]:
+    """An apt-get call without its `-o NAME=VALUE` options, so tests match on the action."""
+    if call[:1] != ["apt-get"]:
+        return call
+    out, args = [call[0]], iter(call[1:])
+    for a in args:
+        if a == "-o":
+            next(args, None)
+        else:
+            out.append(a)
+    return out
+
+
 def _calls(calls: list[list[str]], *prefix: str) -> list[list[str]]:
+    calls = [_without_apt_options(c) for c in calls]
     return [c for c in calls if c[: len(prefix)] == list(prefix)]
+
+
+def _assert_apt_waits_for_the_lock(calls: list[list[str]]) -> None:
+    apt = [c for c in calls if c[:1] == ["apt-get"]]
+    for c in apt:
+        assert c[1:3] == APT_LOCK_WAIT, f"apt-get without the dpkg lock wait: {c}"
 
 
 def _installed_specs(calls: list[list[str]]) -> set[str]:
@@ -285,6 +308,7 @@ def test_node_prep_twice_changes_nothing_and_delete_undoes_it(tmp_path, real_mac
         assert "nvidia-container-toolkit=1.17.8-1" in pinned
         pinned.add(f"{driver_pkg}={cfg.nvidia_driver.version}" if cfg.nvidia_driver.version else driver_pkg)
     assert _installed_specs(calls1) == pinned
+    _assert_apt_waits_for_the_lock(calls1)
     installed = sim.installed()
     for spec in pinned:
         pkg, _, ver = spec.partition("=")
@@ -345,6 +369,8 @@ def test_node_prep_twice_changes_nothing_and_delete_undoes_it(tmp_path, real_mac
     start = sim.mark()
     _run_all(sim, deletes)
     calls_d1 = sim.calls_since(start)
+    assert _calls(calls_d1, "apt-get", "purge")
+    _assert_apt_waits_for_the_lock(calls_d1)
     after_delete = sim.snapshot()
     assert sim.path("/etc/fstab").read_text() == FSTAB
     assert _calls(calls_d1, "swapon", "-a") and _calls(calls_d1, "sysctl", "--system")
@@ -408,6 +434,7 @@ def test_nvidia_driver_reboots_when_nouveau_holds_the_gpus(tmp_path, real_machin
     assert "rebooting to load the NVIDIA driver" in result.stdout
     calls = sim.calls_since(start)
     assert _calls(calls, "apt-get", "install")
+    _assert_apt_waits_for_the_lock(calls)
     stop = calls.index(["systemctl", "stop", "ssh.socket", "ssh.service"])
     reboot = calls.index(["systemd-run", "--on-active=5", "--unit=gpu-cluster-reboot", "systemctl", "reboot"])
     assert stop < reboot, "SSH must refuse new sessions before the reboot is scheduled"
@@ -445,6 +472,42 @@ def test_driver_ready_fails_when_fewer_gpus_than_configured(tmp_path, real_machi
     assert f"nvidia-smi sees {visible} GPU(s) but the config says 2" in result.stderr
     sleeps = _calls(sim.calls(), "sleep")
     assert 0 < len(sleeps) <= 30 and all(s == ["sleep", "5"] for s in sleeps)
+
+
+# ---------------------------------------------------------------------------------------------
+# 3b. node_ready: waits for the Node object before `kubectl wait`
+
+
+@needs_isolation
+def test_node_ready_waits_for_the_node_to_register(tmp_path, real_machine_untouched):
+    sim = HostSim(tmp_path)
+    sim.node_registers_after(2)  # NotFound twice, as while the kubelet has not registered yet
+    start = sim.mark()
+    result = sim.run(scripts.as_root(scripts.node_ready("gpu-1")))
+    assert result.returncode == 0, result.stderr
+    calls = sim.calls_since(start)
+    kubectl = [c for c in calls if c[0] == "kubectl"]
+    gets = [c for c in kubectl if "get" in c]
+    assert len(gets) == 3 and all(c[-3:] == ["get", "node", "gpu-1"] for c in gets)
+    assert _calls(calls, "sleep") == [["sleep", str(scripts.NODE_REGISTER_INTERVAL)]] * 2
+    # `kubectl wait` runs once, after the node exists.
+    waits = [i for i, c in enumerate(calls) if c[0] == "kubectl" and "wait" in c]
+    assert len(waits) == 1 and waits[0] > calls.index(gets[-1])
+    assert calls[waits[0]][-3:] == ["--for=condition=Ready", "node/gpu-1", "--timeout=10m"]
+
+
+@needs_isolation
+def test_node_ready_gives_up_when_the_node_never_registers(tmp_path, real_machine_untouched):
+    sim = HostSim(tmp_path)
+    sim.node_registers_after(10_000)
+    began = time.monotonic()
+    result = sim.run(scripts.as_root(scripts.node_ready("gpu-1")))
+    assert time.monotonic() - began < TIMEOUT
+    assert result.returncode != 0
+    assert "node gpu-1 did not register" in result.stderr
+    calls = sim.calls()
+    assert len([c for c in calls if c[0] == "kubectl" and "get" in c]) == scripts.NODE_REGISTER_TRIES
+    assert not [c for c in calls if c[0] == "kubectl" and "wait" in c]
 
 
 # ---------------------------------------------------------------------------------------------

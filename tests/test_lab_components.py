@@ -114,15 +114,16 @@ def test_node_prep_gpu_host_steps_parented_and_ordered(mocks):
     assert len(plan.of_type(COMMAND)) == len(GPU_STEPS)  # nothing outside the component
 
     step = {s: one(plan, f"gpu-1-{s}") for s in GPU_STEPS}
+    # One chain: no two steps on the host run at once (apt/dpkg lock, the driver's reboot).
     assert deps(step["kernel"]) == set()
     assert deps(step["nvidia-driver"]) == {"gpu-1-kernel"}
     assert deps(step["driver-ready"]) == {"gpu-1-nvidia-driver"}
     assert deps(step["nvidia-toolkit"]) == {"gpu-1-driver-ready"}
     assert deps(step["containerd"]) == {"gpu-1-nvidia-toolkit"}
-    assert deps(step["kube-packages"]) == {"gpu-1-kernel"}
-    # The runtime is configured only once the driver is up: the whole chain is behind containerd.
-    assert closure(plan, step["containerd"]) == {
-        "gpu-1-kernel", "gpu-1-nvidia-driver", "gpu-1-driver-ready", "gpu-1-nvidia-toolkit"
+    assert deps(step["kube-packages"]) == {"gpu-1-containerd"}
+    # The runtime is configured only once the driver is up, and the kube packages come last.
+    assert closure(plan, step["kube-packages"]) == {
+        "gpu-1-kernel", "gpu-1-nvidia-driver", "gpu-1-driver-ready", "gpu-1-nvidia-toolkit", "gpu-1-containerd"
     }
     assert "nvidia-ctk runtime configure" in step["containerd"].inputs["create"]
 
@@ -137,7 +138,7 @@ def test_node_prep_cpu_host_has_no_nvidia_steps(mocks):
     assert len(plan.of_type(COMMAND)) == len(CPU_STEPS)
     containerd = one(plan, "cpu-1-containerd")
     assert deps(containerd) == {"cpu-1-kernel"}
-    assert deps(one(plan, "cpu-1-kube-packages")) == {"cpu-1-kernel"}
+    assert deps(one(plan, "cpu-1-kube-packages")) == {"cpu-1-containerd"}
     assert "nvidia-ctk" not in containerd.inputs["create"]
 
 
@@ -152,6 +153,55 @@ def test_node_prep_preinstalled_driver_skips_install_keeps_check(mocks):
     assert deps(one(plan, "gpu-1-driver-ready")) == {"gpu-1-kernel"}
     assert deps(one(plan, "gpu-1-nvidia-toolkit")) == {"gpu-1-driver-ready"}
     assert deps(one(plan, "gpu-1-containerd")) == {"gpu-1-nvidia-toolkit"}
+    assert deps(one(plan, "gpu-1-kube-packages")) == {"gpu-1-containerd"}
+
+
+@pytest.mark.parametrize("gpu_stack", ["device-plugin", "operator"])
+@pytest.mark.parametrize("name", ["cp-1", "gpu-1", "cpu-1"])
+def test_node_prep_is_one_chain_ending_in_done(mocks, gpu_stack, name):
+    cfg = lab_config(gpu={"stack": gpu_stack})
+    component: list[NodePrep] = []
+    build(lambda: component.append(prep(cfg, name)))
+    plan = mocks.plan
+
+    steps = plan.of_type(COMMAND)
+    by_name = {r.name: r for r in steps}
+    # Exactly one step without a predecessor, each step the only dependency of the next.
+    (head,) = [r for r in steps if not r.dependencies]
+    chain = [head]
+    while True:
+        nxt = [r for r in steps if r.dependencies == [chain[-1].urn]]
+        if not nxt:
+            break
+        (step,) = nxt
+        chain.append(step)
+    assert len(chain) == len(steps), [r.name for r in chain]
+    assert chain[0].name == f"{name}-kernel" and chain[-1].name == f"{name}-kube-packages"
+    assert by_name[f"{name}-containerd"] is chain[-2]
+    (done,) = component[0].done
+    assert done is not None
+
+    @pulumi.runtime.test
+    def check():
+        return done.urn.apply(lambda urn: assert_is(urn, chain[-1].urn))
+
+    check()
+
+
+def assert_is(a, b) -> None:
+    assert a == b
+
+
+def test_node_prep_steps_delete_before_replace(mocks):
+    cfg = lab_config()
+    build(lambda: (prep(cfg, "gpu-1"), prep(cfg, "cpu-1")))
+    commands = mocks.plan.of_type(COMMAND)
+    assert len(commands) == len(GPU_STEPS) + len(CPU_STEPS)
+    for reg in commands:
+        assert reg.delete_before_replace, reg.name
+    for reg in mocks.plan.resources:
+        if reg.type != COMMAND:
+            assert not reg.delete_before_replace, reg.name
 
 
 def test_node_prep_driver_ready_survives_reboot_and_only_it_has_no_delete(mocks):
@@ -238,8 +288,12 @@ def test_control_plane_init_reads_kubeadm_config_on_stdin(mocks):
     assert docs["InitConfiguration"]["localAPIEndpoint"]["advertiseAddress"] == "192.0.2.10"
     assert init.inputs["connection"]["host"] == "192.0.2.10"
     assert "kubeadm reset -f" in init.inputs["delete"]
-    # kubeadm init runs once the first control plane is prepared.
-    assert {"cp-1-containerd", "cp-1-kube-packages"} <= deps(init)
+    # kubeadm init runs once the first control plane is prepared (the end of its prep chain).
+    assert deps(init) == {"cp-1-kube-packages"}
+    assert {"cp-1-containerd", "cp-1-kernel"} <= closure(plan, init)
+    # A changed config resets the old cluster before initialising the new one.
+    assert init.delete_before_replace
+    assert one(plan, "control-plane-kubeconfig").delete_before_replace
 
 
 def test_control_plane_kubeconfig_is_secret(mocks):
@@ -311,7 +365,7 @@ def test_node_join_worker(mocks):
     assert join.inputs["connection"]["host"] == "192.0.2.11"
     assert join.inputs["connection"]["privateKey"] == SECRET_MARKER
     assert join.inputs["stdin"] == SECRET_MARKER
-    assert {"gpu-1-token", "gpu-1-containerd", "gpu-1-kube-packages"} <= deps(join)
+    assert {"gpu-1-token", "gpu-1-kube-packages"} <= deps(join)
     # ... and so, transitively, on every step of the host's NodePrep.
     prep_steps = {r.name for r in children(plan, one(plan, "gpu-1", "gpucluster:lab:NodePrep"))}
     assert prep_steps == {f"gpu-1-{s}" for s in GPU_STEPS}
@@ -329,6 +383,8 @@ def test_node_join_worker(mocks):
 
     for reg in (token, join, ready):
         assert {"gpu-1", "192.0.2.11", "control-plane-init-id"} <= set(reg.inputs["triggers"]), reg.name
+        # A rebuilt cluster (new init id) drains and resets the node before it joins again.
+        assert reg.delete_before_replace, reg.name
 
 
 def test_node_join_stdin_carries_token_and_join_template(mocks):

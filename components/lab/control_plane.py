@@ -1,6 +1,12 @@
 """ControlPlane: `kubeadm init` on the first control-plane host, its admin kubeconfig read back as
 a secret, and the explicit Kubernetes provider every in-cluster component receives.
 
+Changing kubernetesVersion, podCidr, serviceCidr or controlPlaneEndpoint changes the kubeadm config
+and therefore REBUILDS THE CLUSTER: `kubeadm reset` on the control plane, a fresh `kubeadm init`,
+every node re-joined; workloads and everything stored in etcd are lost. The init, the kubeconfig
+read (and NodeJoin's steps) are replaced delete-before-replace: the old cluster is reset before the
+new one is initialised, never after (which would wipe the cluster just created).
+
 Does not manage: an external load balancer for controlPlaneEndpoint (bring your own when there
 is more than one control plane), etcd backups, or `kubeadm upgrade` between Kubernetes minors.
 """
@@ -44,7 +50,9 @@ class ControlPlane(pulumi.ComponentResource):
             stdin=init_config,
             # A new version, CIDR or endpoint means a new cluster: re-init rather than edit.
             triggers=[first.name, str(first.address), init_config],
-            opts=pulumi.ResourceOptions(parent=self, depends_on=args.prepared),
+            # Reset the old cluster before initialising the new one: create-before-delete would
+            # find admin.conf ("already initialised") and then the old delete would reset it.
+            opts=pulumi.ResourceOptions(parent=self, depends_on=args.prepared, delete_before_replace=True),
         )
         read = remote.Command(
             f"{name}-kubeconfig",
@@ -53,7 +61,10 @@ class ControlPlane(pulumi.ComponentResource):
             logging=remote.Logging.NONE,
             triggers=[self.init.id],
             opts=pulumi.ResourceOptions(
-                parent=self, depends_on=[self.init], additional_secret_outputs=["stdout"]
+                parent=self,
+                depends_on=[self.init],
+                additional_secret_outputs=["stdout"],
+                delete_before_replace=True,
             ),
         )
         self.kubeconfig = pulumi.Output.secret(read.stdout)

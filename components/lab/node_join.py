@@ -6,6 +6,11 @@
   ready (on the control plane): wait for the node to be Ready; delete = drain and delete the
         node, which therefore runs before the host is reset.
 
+All three are replaced delete-before-replace (their triggers include the control plane's init, so
+a rebuilt cluster re-joins every node): the old node is drained and reset before it joins again;
+create-before-delete would report "already joined" and then reset the freshly joined node.
+Changing kubernetesVersion, the CIDRs or the endpoint rebuilds the cluster (see control_plane.py).
+
 Because every join mints its own short-lived token, a worker added months later joins like the
 first ones did (no 24-hour token to renew by hand).
 """
@@ -51,20 +56,24 @@ class NodeJoin(pulumi.ComponentResource):
             # Minted only once this host is prepared, so a long driver install cannot eat the
             # token's 15 minutes before the join uses it.
             opts=pulumi.ResourceOptions(
-                parent=self, depends_on=[cp.init, *args.prepared], additional_secret_outputs=["stdout"]
+                parent=self,
+                depends_on=[cp.init, *args.prepared],
+                additional_secret_outputs=["stdout"],
+                delete_before_replace=True,
             ),
+        )
+        join_stdin: pulumi.Output[str] = pulumi.Output.secret(
+            pulumi.Output.concat(token.stdout, "\n", kubeadm.join_config_template(cfg, host))
         )
         join = remote.Command(
             f"{name}-join",
             connection=ssh.connection(host, args.private_key, cfg.bastion),
             create=scripts.as_root(scripts.kubeadm_join()),
             delete=scripts.as_root(scripts.kubeadm_reset()),
-            stdin=pulumi.Output.secret(
-                pulumi.Output.concat(token.stdout, "\n", kubeadm.join_config_template(cfg, host))
-            ),
+            stdin=join_stdin,
             logging=remote.Logging.STDERR,
             triggers=triggers,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[token, *args.prepared]),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[token, *args.prepared], delete_before_replace=True),
         )
         self.ready = remote.Command(
             f"{name}-ready",
@@ -72,6 +81,6 @@ class NodeJoin(pulumi.ComponentResource):
             create=scripts.as_root(scripts.node_ready(host.name)),
             delete=scripts.as_root(scripts.node_drain(host.name)),
             triggers=triggers,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[join, *args.network]),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[join, *args.network], delete_before_replace=True),
         )
         self.register_outputs({"node": host.name})

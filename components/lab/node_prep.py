@@ -1,10 +1,18 @@
 """NodePrep: everything a lab host needs before it can join (or start) a cluster.
 
-Steps (each a remote.Command with create and delete, scripts in `scripts.py`):
-  kernel -> kube-packages
-  kernel -> [GPU: driver -> driver-ready -> toolkit] -> containerd
-Every host gets its own NodePrep and nothing links one host's steps to another's, so all hosts
+Steps (each a remote.Command with create and delete, scripts in `scripts.py`), ONE chain per host:
+  kernel -> [GPU: nvidia-driver -> driver-ready] -> [nvidia-toolkit] -> containerd -> kube-packages
+Every step that installs packages runs after the previous one, so no two steps on a host contend
+for the apt/dpkg lock and the driver step's reboot never interrupts another step's dpkg run
+(the scripts also wait up to 5 minutes for a lock someone else, e.g. unattended-upgrades, holds).
+Hosts are independent of each other: nothing links one host's steps to another's, so all hosts
 are prepared in parallel.
+
+Every step's triggers are the host's identity (name, address) and it is replaced
+delete-before-replace: a host that changes address is cleaned up before it is prepared again,
+never after. Renaming a host is a remove plus an add, in two `pulumi up` runs (README, lab step
+6): within one run Pulumi would create the new name's steps before deleting the old name's, and
+those deletes would purge from the live host what the new steps had just installed.
 
 Does not manage: the OS itself, apt mirrors, firewalls, or removing the NVIDIA driver on destroy
 (the hold is released; the driver stays, see scripts.nvidia_driver_delete).
@@ -38,7 +46,7 @@ class NodePrep(pulumi.ComponentResource):
         super().__init__("gpucluster:lab:NodePrep", name, None, opts)
         host, cfg = args.host, args.cluster
         conn = ssh.connection(host, args.private_key, cfg.bastion)
-        # A host that changes identity is a new host: replace (delete on the old, create on the new).
+        # A host that changes address is a new host: replace (delete on the old, then create on the new).
         triggers = [host.name, str(host.address)]
 
         def step(
@@ -54,52 +62,42 @@ class NodePrep(pulumi.ComponentResource):
                 create=scripts.as_root(create),
                 delete=scripts.as_root(delete) if delete else None,
                 triggers=triggers,
-                opts=pulumi.ResourceOptions(parent=self, depends_on=after),
+                # Undo on the old host first: create-then-delete would purge what the new
+                # create just installed when both run on the same machine.
+                opts=pulumi.ResourceOptions(parent=self, depends_on=after, delete_before_replace=True),
             )
 
-        kernel = step("kernel", scripts.kernel_prep(), scripts.kernel_prep_delete(), [])
-        kube = step(
-            "kube-packages",
-            scripts.kube_packages(
-                cfg.kubernetes_version, cfg.kubernetes_minor, versions.KUBE_PACKAGE_REVISION
-            ),
-            scripts.kube_packages_delete(),
-            [kernel],
-        )
-        runtime_after: list[pulumi.Resource] = [kernel]
+        # One chain: each step waits for the one before it (see the module docstring).
+        last = step("kernel", scripts.kernel_prep(), scripts.kernel_prep_delete(), [])
         # With gpu.stack operator the GPU Operator installs driver and toolkit in containers;
         # the host keeps runc as containerd's default and the toolkit container adds nvidia.
         host_toolkit = host.is_gpu and cfg.gpu.stack is GpuStack.DEVICE_PLUGIN
         check_driver = host.is_gpu and (cfg.host_installs_driver or cfg.nvidia_driver.preinstalled)
         if check_driver:
-            driver_done: list[pulumi.Resource] = [kernel]
             if cfg.host_installs_driver:
-                driver = step(
+                last = step(
                     "nvidia-driver",
                     scripts.nvidia_driver(cfg.nvidia_driver.branch, cfg.nvidia_driver.version),
                     scripts.nvidia_driver_delete(cfg.nvidia_driver.branch),
-                    [kernel],
+                    [last],
                 )
-                driver_done = [driver]
             # A check with nothing to undo, hence no delete. It keeps dialing while the host
             # reboots after a driver install.
-            ready = step(
+            last = step(
                 "driver-ready",
                 scripts.driver_ready(host.gpus),
                 None,
-                driver_done,
+                [last],
                 connection=ssh.connection(host, args.private_key, cfg.bastion, survive_reboot=True),
             )
-            runtime_after = [ready]
         if host_toolkit:
-            toolkit = step(
+            last = step(
                 "nvidia-toolkit",
                 scripts.nvidia_toolkit(versions.NVIDIA_CONTAINER_TOOLKIT),
                 scripts.nvidia_toolkit_delete(),
-                runtime_after,
+                [last],
             )
-            runtime_after = [toolkit]
-        containerd = step(
+        last = step(
             "containerd",
             scripts.containerd(
                 cfg.containerd_version,
@@ -107,7 +105,16 @@ class NodePrep(pulumi.ComponentResource):
                 nvidia_default=host_toolkit,
             ),
             scripts.containerd_delete(),
-            runtime_after,
+            [last],
         )
-        self.done = [containerd, kube]
+        last = step(
+            "kube-packages",
+            scripts.kube_packages(
+                cfg.kubernetes_version, cfg.kubernetes_minor, versions.KUBE_PACKAGE_REVISION
+            ),
+            scripts.kube_packages_delete(),
+            [last],
+        )
+        # The end of the chain: everything on this host is prepared once it is done.
+        self.done = [last]
         self.register_outputs({"host": host.name, "gpu": host.is_gpu})

@@ -42,6 +42,12 @@ put_file() {
   echo "updated $path"
 }
 
+# apt_get ARGS...: apt-get that waits up to 5 minutes for the dpkg lock instead of failing at
+# once, so an unattended-upgrades run (or another step's install) does not fail the step.
+apt_get() {
+  apt-get -o DPkg::Lock::Timeout=300 "$@"
+}
+
 # apt_pin PKG=VERSION...: install exactly these versions (only when one differs) and hold them.
 apt_pin() {
   local spec pkg want have missing=()
@@ -54,8 +60,8 @@ apt_pin() {
     fi
   done
   if [ "${#missing[@]}" -gt 0 ]; then
-    apt-get update -q
-    apt-get install -y -q --allow-downgrades --allow-change-held-packages "${missing[@]}"
+    apt_get update -q
+    apt_get install -y -q --allow-downgrades --allow-change-held-packages "${missing[@]}"
   fi
   for spec in "$@"; do
     pkg=${spec%%=*}
@@ -71,7 +77,7 @@ apt_unpin_purge() {
   for pkg in "$@"; do
     if dpkg-query -W "$pkg" >/dev/null 2>&1; then
       apt-mark unhold "$pkg" >/dev/null
-      apt-get purge -y -q "$pkg"
+      apt_get purge -y -q "$pkg"
     fi
   done
 }
@@ -169,8 +175,8 @@ def nvidia_driver(branch: str, version: str | None) -> str:
         if [ -z "$want" ]; then
           # Branch pin: install the branch package once, then hold it so apt never moves it.
           if ! dpkg-query -W -f='${{Status}}' "$pkg" 2>/dev/null | grep -q 'install ok installed'; then
-            apt-get update -q
-            apt-get install -y -q --no-install-recommends "$pkg"
+            apt_get update -q
+            apt_get install -y -q --no-install-recommends "$pkg"
           fi
           apt-mark showhold | grep -qx "$pkg" || apt-mark hold "$pkg"
         else
@@ -327,6 +333,9 @@ def kube_packages_delete() -> str:
 # cluster membership
 
 _KUBECTL = "kubectl --kubeconfig /etc/kubernetes/admin.conf"
+# node_ready: how long to wait for a joined node's Node object to appear (60 x 5 s).
+NODE_REGISTER_TRIES = 60
+NODE_REGISTER_INTERVAL = 5
 
 
 def kubeadm_init() -> str:
@@ -429,9 +438,24 @@ def kubeadm_join() -> str:
 
 
 def node_ready(node: str) -> str:
-    """On the control plane: wait until the joined node is Ready (needs the CNI)."""
+    """On the control plane: wait until the joined node is Ready (needs the CNI).
+
+    `kubectl wait` fails at once with NotFound while the kubelet has not registered the Node
+    object yet, so first wait (up to 5 minutes) for it to exist."""
     return _script(
         rf"""
+        registered=
+        for _ in $(seq 1 {NODE_REGISTER_TRIES}); do
+          if {_KUBECTL} get node {node} >/dev/null 2>&1; then
+            registered=1
+            break
+          fi
+          sleep {NODE_REGISTER_INTERVAL}
+        done
+        if [ -z "$registered" ]; then
+          echo "node {node} did not register with the API server" >&2
+          exit 1
+        fi
         {_KUBECTL} wait --for=condition=Ready node/{node} --timeout=10m
         """
     )
@@ -470,8 +494,8 @@ def nfs_server(export_path: str, clients: list[str]) -> str:
     return _script(
         rf"""
         if ! dpkg-query -W -f='${{Status}}' nfs-kernel-server 2>/dev/null | grep -q 'ok installed'; then
-          apt-get update -q
-          apt-get install -y -q nfs-kernel-server
+          apt_get update -q
+          apt_get install -y -q nfs-kernel-server
           touch "{_NFS_MARKER}"
         fi
         install -d -m 0755 {path}
@@ -505,7 +529,7 @@ def nfs_server_delete(export_path: str) -> str:
           others=$(cat /etc/exports /etc/exports.d/*.exports 2>/dev/null | grep -Ev '^[[:space:]]*(#|$)' || true)
           if [ -z "$others" ]; then
             systemctl disable --now nfs-server >/dev/null 2>&1 || true
-            apt-get purge -y -q nfs-kernel-server
+            apt_get purge -y -q nfs-kernel-server
           fi
           rm -f "{_NFS_MARKER}"
         fi
