@@ -4,14 +4,20 @@ Follows the upstream static manifest (deployments/static/nvidia-device-plugin.ym
 versions.py) with two changes: it runs only on GPU nodes (nodes labelled
 nvidia.com/gpu.present=true by this program, or GKE accelerator nodes), and it tolerates the
 nvidia.com/gpu taint this program and GKE put on GPU nodes, plus CriticalAddonsOnly. Not privileged: it needs only the kubelet's
-device-plugin socket directory.
+device-plugin socket directory (and, with a MIG strategy, CAP_SYS_ADMIN: see below).
 
-Does not manage: GPU sharing, GPU Feature Discovery or the DCGM exporter (the GPU-stack layer).
+Config file (a ConfigMap, mounted as CONFIG_FILE) when the plugin needs more than its defaults:
+time-slicing replicas, or a MIG strategy (single / mixed) for GPUs the administrator has ALREADY
+partitioned (`nvidia-smi mig`); this plugin advertises MIG devices, it never creates them.
+
+Does not manage: MIG partitioning (nvidia-smi mig on the hosts, or the GPU Operator's MIG manager),
+GPU Feature Discovery or the DCGM exporter (the GPU-stack layer).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -33,28 +39,33 @@ GPU_NODE_SELECTOR_TERMS = [
 class NvidiaDevicePluginArgs:
     namespace: str = "kube-system"
     image: str = versions.NVIDIA_DEVICE_PLUGIN_IMAGE
-    # Time-slicing: pods that share each GPU (1 = no sharing, no config file).
+    # Time-slicing: pods that share each GPU (1 = no sharing).
     time_slicing_replicas: int = 1
+    # How MIG devices (already partitioned by the admin) are advertised: none, single or mixed.
+    mig_strategy: str = "none"
+
+    @property
+    def needs_config(self) -> bool:
+        return self.time_slicing_replicas > 1 or self.mig_strategy != "none"
 
 
 CONFIG_MOUNT = "/etc/nvidia-device-plugin"
+MIG_STRATEGIES = ("none", "single", "mixed")
 
 
-def plugin_config(replicas: int) -> str:
-    """The device plugin's config file (version v1) for time-slicing."""
-    return yaml.safe_dump(
-        {
-            "version": "v1",
-            "flags": {"migStrategy": "none"},
-            "sharing": {"timeSlicing": {"resources": [{"name": "nvidia.com/gpu", "replicas": replicas}]}},
-        },
-        sort_keys=False,
-    )
+def plugin_config(replicas: int = 1, mig_strategy: str = "none") -> str:
+    """The device plugin's config file (version v1): MIG strategy, and time-slicing when replicas > 1."""
+    if mig_strategy not in MIG_STRATEGIES:
+        raise ValueError(f"mig_strategy must be one of {', '.join(MIG_STRATEGIES)}; got {mig_strategy!r}")
+    config: dict = {"version": "v1", "flags": {"migStrategy": mig_strategy}}
+    if replicas > 1:
+        config["sharing"] = {"timeSlicing": {"resources": [{"name": "nvidia.com/gpu", "replicas": replicas}]}}
+    return yaml.safe_dump(config, sort_keys=False)
 
 
 def daemonset_manifest(name: str, args: NvidiaDevicePluginArgs) -> dict:
     labels = {"app.kubernetes.io/name": "nvidia-device-plugin", "app.kubernetes.io/instance": name}
-    manifest = {
+    manifest: dict[str, Any] = {
         "apiVersion": "apps/v1",
         "kind": "DaemonSet",
         "metadata": {"name": name, "namespace": args.namespace, "labels": labels},
@@ -103,11 +114,19 @@ def daemonset_manifest(name: str, args: NvidiaDevicePluginArgs) -> dict:
             },
         },
     }
-    if args.time_slicing_replicas > 1:
+    if args.needs_config:
         pod = manifest["spec"]["template"]["spec"]
-        pod["containers"][0]["env"] = [{"name": "CONFIG_FILE", "value": f"{CONFIG_MOUNT}/config.yaml"}]
-        pod["containers"][0]["volumeMounts"].append({"name": "config", "mountPath": CONFIG_MOUNT, "readOnly": True})
+        container = pod["containers"][0]
+        container["env"] = [{"name": "CONFIG_FILE", "value": f"{CONFIG_MOUNT}/config.yaml"}]
+        container["volumeMounts"].append({"name": "config", "mountPath": CONFIG_MOUNT, "readOnly": True})
         pod["volumes"].append({"name": "config", "configMap": {"name": f"{name}-config"}})
+        if args.mig_strategy != "none":
+            # As the upstream chart does for a MIG strategy: the container toolkit exposes the MIG
+            # monitor capability (/proc/driver/nvidia/capabilities) only to a container asking for
+            # it and holding CAP_SYS_ADMIN; without it the plugin cannot enumerate MIG devices.
+            # Still not privileged: every other capability stays dropped.
+            container["env"].append({"name": "NVIDIA_MIG_MONITOR_DEVICES", "value": "all"})
+            container["securityContext"]["capabilities"]["add"] = ["SYS_ADMIN"]
     return manifest
 
 
@@ -124,12 +143,12 @@ class NvidiaDevicePlugin(pulumi.ComponentResource):
         args = args or NvidiaDevicePluginArgs()
         manifest = daemonset_manifest(name, args)
         depends: list[pulumi.Resource] = []
-        if args.time_slicing_replicas > 1:
+        if args.needs_config:
             depends.append(
                 k8s.core.v1.ConfigMap(
                     f"{name}-config",
                     metadata=k8s.meta.v1.ObjectMetaArgs(name=f"{name}-config", namespace=args.namespace),
-                    data={"config.yaml": plugin_config(args.time_slicing_replicas)},
+                    data={"config.yaml": plugin_config(args.time_slicing_replicas, args.mig_strategy)},
                     opts=pulumi.ResourceOptions(parent=self),
                 )
             )
@@ -140,5 +159,6 @@ class NvidiaDevicePlugin(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self, depends_on=depends),
         )
         self.register_outputs(
-            {"image": args.image, "namespace": args.namespace, "timeSlicingReplicas": args.time_slicing_replicas}
+            {"image": args.image, "namespace": args.namespace, "timeSlicingReplicas": args.time_slicing_replicas,
+             "migStrategy": args.mig_strategy}
         )

@@ -1,10 +1,18 @@
 """GpuSoftwareStack: what makes GPUs usable in the cluster, by one of two paths (gpu.stack).
 
 device-plugin: drivers live on the hosts (lab node prep, GKE, or the dev cluster's nodes). This
-  program's typed device plugin DaemonSet (time-slicing config when asked), GPU Feature Discovery
-  with Node Feature Discovery from the device plugin's own chart (its device plugin disabled), and
-  the DCGM exporter chart with its Service and pod labels on metrics (its ServiceMonitor once a
-  monitoring layer provides the prometheus-operator CRDs: `service_monitor`).
+  program's typed device plugin DaemonSet (its config file carries time-slicing, or the MIG
+  strategy for GPUs the admin has already partitioned with `nvidia-smi mig`), GPU Feature Discovery
+  with Node Feature Discovery from the device plugin's own chart (its device plugin disabled; GFD
+  keeps the chart's default node affinity, which already admits only nodes NFD labels
+  feature.node.kubernetes.io/pci-10de.present (an NVIDIA PCI device) or nodes labelled
+  nvidia.com/gpu.present=true, and gets the same MIG strategy), and the DCGM exporter chart with
+  its Service and pod labels on metrics (its ServiceMonitor once a monitoring layer provides the
+  prometheus-operator CRDs: `service_monitor`), pinned to GPU nodes by node affinity (the chart
+  has none: on a CPU node the exporter finds no GPU and crash-loops).
+Both paths: the DCGM ServiceMonitor copies the scraped pod's node name to a `node` label
+  (the exporter's own `Hostname` is the node only when the exporter is given NODE_NAME, otherwise
+  its pod's host name); the alerts and dashboards use `node`.
 operator: the NVIDIA GPU Operator Helm release owns driver (unless the hosts bring one), container
   toolkit, device plugin, DCGM exporter (pod labels; ServiceMonitor as above), GFD and MIG manager.
 
@@ -18,8 +26,8 @@ operator's driver and toolkit containers load kernel modules and write host path
 under a stricter level. Everything else keeps the defaults of its chart.
 
 Does not manage: the monitoring stack that scrapes the ServiceMonitors (the observability layer),
-MIG on the device-plugin path (partitioning needs the operator's MIG manager; the config model
-rejects it).
+MIG partitioning on the device-plugin path (nvidia-smi mig on the hosts; only the operator's MIG
+manager partitions, and the config model rejects a migProfile there).
 """
 
 from __future__ import annotations
@@ -32,7 +40,12 @@ import pulumi_kubernetes as k8s
 
 from components import versions
 from components.config import GpuConfig, GpuStack, SharingMode
-from components.device_plugin import NvidiaDevicePlugin, NvidiaDevicePluginArgs, plugin_config
+from components.device_plugin import (
+    GPU_NODE_SELECTOR_TERMS,
+    NvidiaDevicePlugin,
+    NvidiaDevicePluginArgs,
+    plugin_config,
+)
 
 GPU_NAMESPACE = "gpu-system"
 OPERATOR_NAMESPACE = "gpu-operator"
@@ -61,8 +74,25 @@ GKE_DRIVER_ROOT = "/home/kubernetes/bin/nvidia"
 CRITICAL_PRIORITY_CLASSES = ("system-node-critical", "system-cluster-critical")
 
 
-def gfd_values(gke: bool = False) -> dict[str, Any]:
+# The label the DCGM ServiceMonitors put the scraped pod's node name in (alerts and dashboards use it).
+METRICS_NODE_LABEL = "node"
+DCGM_NODE_RELABELINGS = [
+    {"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": METRICS_NODE_LABEL, "action": "replace"}
+]
+
+
+def device_plugin_mig_strategy(gpu: GpuConfig) -> str:
+    """The device plugin's / GFD's MIG strategy on the device-plugin path (none unless mode mig)."""
+    return gpu.sharing.mig_strategy.value if gpu.sharing.mode is SharingMode.MIG else "none"
+
+
+def gfd_values(gke: bool = False, mig_strategy: str = "none") -> dict[str, Any]:
+    # No `affinity`: the chart's default already restricts GFD to NVIDIA nodes (NFD's
+    # pci-10de.present, Tegra's cpu vendor, or nvidia.com/gpu.present=true).
     values: dict[str, Any] = {"devicePlugin": {"enabled": False}, "gfd": {"enabled": True}}
+    if mig_strategy != "none":
+        # GFD labels MIG devices (nvidia.com/mig-*.count, gpu.product) by the plugin's strategy.
+        values["migStrategy"] = mig_strategy
     if gke:
         values["nvidiaDriverRoot"] = GKE_DRIVER_ROOT
     return values
@@ -70,9 +100,13 @@ def gfd_values(gke: bool = False) -> dict[str, Any]:
 
 def dcgm_exporter_values(service_monitor: bool = False, gke: bool = False) -> dict[str, Any]:
     values: dict[str, Any] = {
-        "serviceMonitor": {"enabled": service_monitor},
+        "serviceMonitor": {"enabled": service_monitor, "relabelings": DCGM_NODE_RELABELINGS},
         # Label metrics with the pod (namespace, pod, container) using the GPU: per-job metrics.
         "kubernetes": {"enablePodLabels": True},
+        # GPU nodes only (the chart has no default): elsewhere the exporter finds no GPU and
+        # crash-loops, which fails the release's wait (and GKE's system pool is never a GPU node).
+        "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": GPU_NODE_SELECTOR_TERMS}}},
         "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
     }
     if gke:
@@ -105,7 +139,8 @@ def operator_values(
         "driver": {"enabled": not driver_on_host, "version": versions.GPU_OPERATOR_DRIVER_VERSION},
         "toolkit": {"enabled": True},
         "devicePlugin": device_plugin,
-        "dcgmExporter": {"enabled": True, "enablePodLabels": True, "serviceMonitor": {"enabled": service_monitor}},
+        "dcgmExporter": {"enabled": True, "enablePodLabels": True,
+                         "serviceMonitor": {"enabled": service_monitor, "relabelings": DCGM_NODE_RELABELINGS}},
         "gfd": {"enabled": True},
         "mig": {"strategy": sharing.mig_strategy.value if mig else "single"},
         "migManager": {"enabled": mig, "config": {"default": sharing.mig_profile}},
@@ -180,13 +215,14 @@ class GpuSoftwareStack(pulumi.ComponentResource):
                 replicas = args.gpu.sharing.replicas if args.gpu.sharing.mode is SharingMode.TIME_SLICING else 1
                 self.resources.append(NvidiaDevicePlugin(
                     f"{name}-device-plugin",
-                    NvidiaDevicePluginArgs(namespace=namespace, time_slicing_replicas=replicas),
+                    NvidiaDevicePluginArgs(namespace=namespace, time_slicing_replicas=replicas,
+                                           mig_strategy=device_plugin_mig_strategy(args.gpu)),
                     opts=pulumi.ResourceOptions(parent=self, depends_on=ready),
                 ))
             self.resources += [
                 _release(self, f"{name}-gfd", versions.NVIDIA_DEVICE_PLUGIN_CHART,
                          versions.NVIDIA_DEVICE_PLUGIN_CHART_VERSION, versions.NVIDIA_DEVICE_PLUGIN_CHART_REPO,
-                         namespace, gfd_values(args.gke), ready),
+                         namespace, gfd_values(args.gke, device_plugin_mig_strategy(args.gpu)), ready),
                 _release(self, f"{name}-dcgm-exporter", versions.DCGM_EXPORTER_CHART,
                          versions.DCGM_EXPORTER_CHART_VERSION, versions.DCGM_EXPORTER_CHART_REPO,
                          namespace, dcgm_exporter_values(args.service_monitor, args.gke), ready),

@@ -26,10 +26,9 @@ _REGION = re.compile(r"^[a-z]+-[a-z]+[0-9]+$")
 class GcpConfigError(ConfigError):
     """A ConfigError whose keys may be in the gcp: namespace (shown as they are) or gpu-cluster:."""
 
-    def __init__(self, problems: list[tuple[str, str]]):
-        self.problems = problems
-        lines = [f"{key if key.startswith('gcp:') else 'gpu-cluster:' + key}: {message}" for key, message in problems]
-        pulumi.RunError.__init__(self, "invalid stack configuration:\n  " + "\n  ".join(lines))
+    @staticmethod
+    def qualified_key(key: str) -> str:
+        return key if key.startswith("gcp:") else ConfigError.qualified_key(key)
 
 
 def gcp_settings(cfg: StackConfig, gcp_config: pulumi.Config | None = None) -> tuple[str, str]:

@@ -90,6 +90,36 @@ def test_a2_a3_g2_counts():
     assert accelerators.FIXED["g2-standard-48"] == ("nvidia-l4", 4)
 
 
+@pytest.mark.parametrize("machine, acc, count", [
+    ("a3-highgpu-1g", "nvidia-h100-80gb", 1),
+    ("a3-highgpu-2g", "nvidia-h100-80gb", 2),
+    ("a3-highgpu-4g", "nvidia-h100-80gb", 4),
+    ("a3-megagpu-8g", "nvidia-h100-mega-80gb", 8),
+])
+def test_a3_machine_types(machine, acc, count):
+    assert accelerators.FIXED[machine] == (acc, count)
+    assert accelerators.check(machine, acc, count) == []
+    assert config.parse(gke_raw(pool(L4, machineType=machine, accelerator={"type": acc, "count": count})))
+
+
+def test_h100_mega_is_not_an_h100():
+    assert accelerators.ACCELERATORS["nvidia-h100-mega-80gb"].product == "H100 Mega 80GB"
+    assert_problem(gke_raw(pool(L4, machineType="a3-megagpu-8g", accelerator={"type": "nvidia-h100-80gb", "count": 8})),
+                   "gke.gpuPools[0].accelerator.type", "a3-megagpu-8g", "nvidia-h100-mega-80gb")
+    assert_problem(gke_raw(pool(L4, machineType="a3-highgpu-4g", accelerator={"type": "nvidia-h100-80gb", "count": 8})),
+                   "gke.gpuPools[0].accelerator.count", "exactly 4")
+
+
+@pytest.mark.parametrize("machine, acc, size", [
+    ("a2-highgpu-1g", "nvidia-tesla-a100", "4g.20gb"),
+    ("a3-highgpu-1g", "nvidia-h100-80gb", "4g.40gb"),
+])
+def test_four_slice_mig_partitions(machine, acc, size):
+    assert size in accelerators.ACCELERATORS[acc].mig_partitions
+    raw = gke_raw(pool(L4, machineType=machine, accelerator={"type": acc, "count": 1}, migPartitionSize=size))
+    assert config.parse(raw).gke.gpu_pools[0].mig_partition_size == size
+
+
 # ---------------------------------------------------------------------------------------------
 # rejections
 
@@ -233,6 +263,22 @@ def test_missing_project_and_region_name_the_gcp_keys():
     text = str(err.value)
     assert "gcp:project: is required" in text and "gcp:region: is required" in text
     assert "gpu-cluster:gcp" not in text
+    assert isinstance(err.value, gke_stack.GcpConfigError)
+    assert dict(err.value.problems).keys() == {"gcp:project", "gcp:region"}
+
+
+def test_gcp_config_error_formats_through_config_error():
+    """One formatting path: gcp: keys as they are, every other key under gpu-cluster:."""
+    err = gke_stack.GcpConfigError([("gcp:project", "is required"), ("gke.zone", "is wrong")])
+    plain = ConfigError([("gke.zone", "is wrong")])
+    assert str(err) == "invalid stack configuration:\n  gcp:project: is required\n  gpu-cluster:gke.zone: is wrong"
+    assert str(plain).splitlines()[1] == str(err).splitlines()[2]
+    assert err.args == (str(err),)
+
+
+def test_device_plugin_mig_on_gke_points_to_gke_partitions():
+    raw = gke_raw(gpu={"sharing": {"mode": "mig"}})
+    assert_problem(raw, "gpu.sharing.mode", "gke.gpuPools[].migPartitionSize")
 
 
 def test_zones_outside_the_region():

@@ -84,7 +84,7 @@ def operator_values(plan: Plan) -> dict[str, Any]:
 def gate_jobs(plan: Plan) -> list[Registration]:
     """Jobs of the GPU layer (the training layer's Jobs are children of TrainingJob components)."""
     gates = {r.urn for r in plan.of_type(READY_GATE)}
-    return [r for r in plan.of_type(JOB) if r.parent in gates or "TrainingJob" not in r.urn]
+    return [r for r in plan.of_type(JOB) if r.parent in gates or "gpucluster:training:Job" not in r.urn]
 
 
 def gate_job(plan: Plan) -> Registration:
@@ -116,7 +116,12 @@ def committed_gpu_hosts(stack: str = "lab") -> list[str]:
     ("gpu_cfg", "key", "fragment"),
     [
         pytest.param(gpu("device-plugin", {"mode": "mig", "migProfile": "all-1g.10gb"}),
-                     "gpu.sharing.mode", "operator", id="mig-needs-operator"),
+                     "gpu.sharing.migProfile", "the device-plugin path cannot partition GPUs; partition them with "
+                     "nvidia-smi mig or use gpu.stack operator", id="device-plugin-cannot-partition"),
+        pytest.param(gpu("device-plugin", {"mode": "mig", "migProfile": "all-balanced"}),
+                     "gpu.sharing.migProfile", "nvidia-smi mig", id="device-plugin-cannot-balance"),
+        pytest.param(gpu("device-plugin", {"mode": "mig", "migStrategy": "mixed"}),
+                     "gpu.sharing.migStrategy", "gate", id="device-plugin-mixed-with-gate"),
         pytest.param(gpu("operator", {"mode": "mig", "migProfile": "all-disabled"}),
                      "gpu.sharing.migProfile", "profile", id="mig-all-disabled"),
         pytest.param(gpu("device-plugin", {"mode": "time-slicing", "replicas": 1}),
@@ -165,6 +170,9 @@ def test_mixed_balanced_is_fine_without_gate() -> None:
         gpu("device-plugin", {"mode": "time-slicing", "replicas": 48}),
         gpu("operator", {"mode": "mig", "migStrategy": "single", "migProfile": "all-balanced"}),
         gpu("operator", {"mode": "mig", "migStrategy": "mixed", "migProfile": "all-1g.10gb"}),
+        # device-plugin: GPUs partitioned by the admin, advertised by strategy
+        gpu("device-plugin", {"mode": "mig", "migStrategy": "single"}),
+        gpu("device-plugin", {"mode": "mig", "migStrategy": "mixed"}, {"enabled": False}),
         gpu(gate={"enabled": True, "timeoutMinutes": 5}),
         gpu(gate={"enabled": True, "timeoutMinutes": 240}),
     ],
@@ -457,3 +465,103 @@ def test_no_time_slicing_no_config_map(stack: str) -> None:
     assert not [r for r in plan.of_type(CONFIGMAP) if r.inputs["metadata"]["name"] == "gpu-device-plugin-config"]
     (ds,) = device_plugin_daemonsets(plan)
     assert "env" not in ds.inputs["spec"]["template"]["spec"]["containers"][0]
+
+
+
+# ---------------------------------------------------------------------------------------------
+# MIG on the device-plugin path: GPUs the admin partitioned, advertised by strategy
+
+
+@pytest.mark.parametrize("stack", STACKS)
+@pytest.mark.parametrize(("strategy", "gate"), [("single", True), ("mixed", False)])
+def test_device_plugin_mig_strategy(stack: str, strategy: str, gate: bool) -> None:
+    plan = plan_for(stack, gpu("device-plugin", {"mode": "mig", "migStrategy": strategy},
+                               {"enabled": gate, "timeoutMinutes": 30}))
+    (cm,) = [r for r in plan.of_type(CONFIGMAP) if r.inputs["metadata"]["name"] == "gpu-device-plugin-config"]
+    config = yaml.safe_load(cm.inputs["data"]["config.yaml"])
+    assert config == {"version": "v1", "flags": {"migStrategy": strategy}}  # no time-slicing section
+
+    (ds,) = device_plugin_daemonsets(plan)
+    pod = ds.inputs["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert env["CONFIG_FILE"].endswith("/config.yaml")
+    assert env["NVIDIA_MIG_MONITOR_DEVICES"] == "all"
+    sc = container["securityContext"]
+    assert sc["capabilities"] == {"drop": ["ALL"], "add": ["SYS_ADMIN"]}
+    assert sc["allowPrivilegeEscalation"] is False and not sc.get("privileged")
+    assert cm.urn in ds.dependencies
+    for obj in kubernetes_objects(Plan(stack=plan.stack, resources=[cm, ds])):
+        assert kubernetes_validate.validate(obj, "1.34", strict=True) == "1.34"
+
+    (gfd,) = releases(plan, versions.NVIDIA_DEVICE_PLUGIN_CHART)
+    assert gfd.inputs["values"]["migStrategy"] == strategy
+    assert not releases(plan, versions.GPU_OPERATOR_CHART)
+
+
+def test_gfd_mig_strategy_is_the_charts_top_level_key(upstream_dir) -> None:
+    """GFD reads MIG_STRATEGY from the chart's top-level `migStrategy` (null: unset)."""
+    from components.gpu_stack import gfd_values
+
+    upstream = yaml.safe_load((upstream_dir / "nvidia-device-plugin" / "values.yaml").read_text())
+    assert "migStrategy" in upstream and upstream["migStrategy"] is None
+    assert gfd_values(mig_strategy="mixed")["migStrategy"] == "mixed"
+    assert "migStrategy" not in gfd_values()
+
+
+def test_plugin_config() -> None:
+    from components.device_plugin import plugin_config
+
+    assert yaml.safe_load(plugin_config(4)) == {
+        "version": "v1", "flags": {"migStrategy": "none"},
+        "sharing": {"timeSlicing": {"resources": [{"name": "nvidia.com/gpu", "replicas": 4}]}}}
+    assert yaml.safe_load(plugin_config(mig_strategy="single")) == {"version": "v1", "flags": {"migStrategy": "single"}}
+    with pytest.raises(ValueError, match="mig_strategy"):
+        plugin_config(mig_strategy="all-1g.10gb")
+
+
+# ---------------------------------------------------------------------------------------------
+# Where the charts' pods run, and the node label on DCGM metrics
+
+
+def _terms(affinity: dict[str, Any]) -> list[dict[str, Any]]:
+    return affinity["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_dcgm_exporter_runs_on_gpu_nodes_only(stack: str, upstream_dir) -> None:
+    from components.device_plugin import GPU_NODE_SELECTOR_TERMS
+
+    upstream = yaml.safe_load((upstream_dir / "dcgm-exporter" / "values.yaml").read_text())
+    assert upstream["affinity"] == {}  # the chart itself would schedule everywhere
+    (dcgm,) = releases(plan_for(stack, gpu("device-plugin")), versions.DCGM_EXPORTER_CHART)
+    terms = _terms(dcgm.inputs["values"]["affinity"])
+    assert terms == GPU_NODE_SELECTOR_TERMS
+    keys = {e["key"] for t in terms for e in t["matchExpressions"]}
+    assert keys == {"nvidia.com/gpu.present", "cloud.google.com/gke-accelerator"}
+
+
+def test_gfd_keeps_the_charts_gpu_only_affinity(upstream_dir) -> None:
+    """The nvidia-device-plugin chart's default affinity (used by its GFD DaemonSet too) already
+    admits only NVIDIA nodes; this program does not override it."""
+    upstream = yaml.safe_load((upstream_dir / "nvidia-device-plugin" / "values.yaml").read_text())
+    keys = {e["key"] for t in _terms(upstream["affinity"]) for e in t["matchExpressions"]}
+    assert keys == {"feature.node.kubernetes.io/pci-10de.present", "feature.node.kubernetes.io/cpu-model.vendor_id",
+                    "nvidia.com/gpu.present"}
+    (gfd,) = releases(plan_for("lab", gpu("device-plugin")), versions.NVIDIA_DEVICE_PLUGIN_CHART)
+    assert "affinity" not in gfd.inputs["values"] and "nodeSelector" not in gfd.inputs["values"]
+
+
+NODE_RELABELING = [{"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "node", "action": "replace"}]
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_both_dcgm_service_monitors_label_the_node(stack: str, upstream_dir) -> None:
+    (dcgm,) = releases(plan_for(stack, gpu("device-plugin")), versions.DCGM_EXPORTER_CHART)
+    assert dcgm.inputs["values"]["serviceMonitor"]["relabelings"] == NODE_RELABELING
+    assert operator_values(plan_for(stack, gpu("operator")))["dcgmExporter"]["serviceMonitor"][
+        "relabelings"] == NODE_RELABELING
+    # both keys exist upstream (as empty lists)
+    dcgm_up = yaml.safe_load((upstream_dir / "dcgm-exporter" / "values.yaml").read_text())
+    op_up = yaml.safe_load((upstream_dir / "gpu-operator" / "values.yaml").read_text())
+    assert dcgm_up["serviceMonitor"]["relabelings"] == [] == op_up["dcgmExporter"]["serviceMonitor"]["relabelings"]

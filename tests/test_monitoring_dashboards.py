@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -143,14 +145,44 @@ def test_fleet_dashboard_covers_the_issue_metrics() -> None:
     fleet = " ".join(t["expr"] for t in _targets(_boards()[0]))
     for metric in ("GPU_UTIL", "FB_USED", "FB_FREE", "POWER_USAGE", "GPU_TEMP", "SM_CLOCK", "XID_ERRORS"):
         assert f"DCGM_FI_DEV_{metric}" in fleet
-    assert "by (Hostname, gpu)" in fleet
+    # per node as the DCGM ServiceMonitors label it (the exporter's Hostname may be its pod's name)
+    assert "by (node, gpu)" in fleet and "Hostname" not in fleet
+    node_var = next(v for v in _boards()[0]["templating"]["list"] if v["name"] == "node")
+    assert node_var["query"]["query"] == "label_values(DCGM_FI_DEV_GPU_TEMP, node)"
 
 
 def test_training_dashboard_groups_by_pod_and_job() -> None:
     training = " ".join(t["expr"] for t in _targets(_boards()[1]))
     assert "exported_namespace, exported_pod" in training
-    assert dashboards.JOB_LABEL in training
+    assert f"count by (exported_namespace, {dashboards.JOB_LABEL})" in training
+    assert "training_kubeflow_org_job_name" not in training  # PyTorchJob pods only
     assert "container_network_receive_bytes_total" in training and "container_network_transmit_bytes_total" in training
+
+
+def test_exporter_label_name() -> None:
+    assert dashboards.exporter_label_name("gpu-cluster.io/training-job") == "gpu_cluster_io_training_job"
+    assert dashboards.exporter_label_name("app") == "app"
+
+
+@pytest.mark.parametrize("launcher", ["indexed-job", "pytorchjob"])
+def test_training_pods_carry_the_label_the_dashboard_groups_on(launcher: str) -> None:
+    """Rendered training pod templates (both launchers) carry the pod label whose exporter form the
+    training dashboard groups GPUs by, with the job's name as its value."""
+    from components.config import Launcher, TrainingConfig
+    from components.storage_contract import SharedClaim
+    from components.training.job import TrainingJobArgs, indexed_job_manifest, pytorchjob_manifest
+
+    t = TrainingConfig.model_validate({"launcher": launcher, "nodes": 2})
+    args = TrainingJobArgs(training=t, claim=SharedClaim(ready=[]))
+    if t.launcher is Launcher.INDEXED_JOB:
+        templates = [indexed_job_manifest("train", args)["spec"]["template"]]
+    else:
+        templates = [r["template"] for r in pytorchjob_manifest("train", args)["spec"]["pytorchReplicaSpecs"].values()]
+    assert templates
+    for template in templates:
+        labels = template["metadata"]["labels"]
+        (pod_label,) = [k for k in labels if dashboards.exporter_label_name(k) == dashboards.JOB_LABEL]
+        assert labels[pod_label] == "train"
 
 
 def test_extra_panel_groups_are_the_seam_for_another_exporter() -> None:
@@ -159,3 +191,25 @@ def test_extra_panel_groups_are_the_seam_for_another_exporter() -> None:
     rows = [p["title"] for p in board["panels"] if p["type"] == "row"]
     assert rows[-1] == "RDMA"
     assert board["panels"][-1]["targets"][0]["expr"].startswith("sum by (node)")
+
+
+PROMTOOL = shutil.which("promtool")
+
+
+@pytest.mark.skipif(PROMTOOL is None, reason="promtool not installed (apt-get install prometheus)")
+def test_promtool_parses_every_dashboard_query(tmp_path: Path) -> None:
+    """Every panel query and variable query, wrapped as a recording rule, passes `promtool check
+    rules` (a PromQL syntax error in a dashboard otherwise shows only in Grafana)."""
+    exprs = [t["expr"] for b in _boards() for t in _targets(b)] + [q for b in _boards() for q in _var_queries(b)]
+    rules = [{"record": f"gpu_cluster:dashboard_query_{i}", "expr": expr} for i, expr in enumerate(exprs)]
+    path = tmp_path / "dashboard-queries.yaml"
+    path.write_text(yaml.safe_dump({"groups": [{"name": "dashboards", "rules": rules}]}, sort_keys=False))
+    result = subprocess.run([PROMTOOL, "check", "rules", str(path)], capture_output=True, text=True, timeout=120,
+                            check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"SUCCESS: {len(rules)} rules found" in result.stdout
+    # not vacuous: a broken query fails
+    path.write_text(yaml.safe_dump({"groups": [{"name": "d", "rules": [{"record": "x:y", "expr": "sum by (a (b)"}]}]}))
+    broken = subprocess.run([PROMTOOL, "check", "rules", str(path)], capture_output=True, text=True, timeout=120,
+                            check=False)
+    assert broken.returncode != 0

@@ -27,8 +27,9 @@ PROMTOOL = shutil.which("promtool")
 needs_promtool = pytest.mark.skipif(PROMTOOL is None, reason="promtool not installed (apt-get install prometheus)")
 THRESHOLDS = MonitoringAlerts()  # the committed lab stack uses the defaults
 
-# One GPU as the DCGM exporter reports it through the chart's ServiceMonitor.
-GPU = {"Hostname": "gpu-1", "gpu": "0", "UUID": "GPU-0", "modelName": "NVIDIA H100 80GB HBM3",
+# One GPU as the DCGM exporter reports it through the chart's ServiceMonitor: `node` from its
+# relabeling (the scraped pod's node), `Hostname` the exporter pod's host name.
+GPU = {"node": "gpu-1", "Hostname": "dcgm-exporter-x", "gpu": "0", "UUID": "GPU-0", "modelName": "NVIDIA H100 80GB HBM3",
        "job": "dcgm-exporter", "namespace": "gpu-system", "pod": "dcgm-exporter-x", "container": "exporter"}
 GPU1 = {**GPU, "gpu": "1", "UUID": "GPU-1"}
 # ... held by a training pod (exporter pod labels; honorLabels false renames them exported_*).
@@ -57,7 +58,12 @@ CASES: dict[str, tuple[str, list[dict[str, str]], dict[str, str], str, list[dict
     ),
     "GpuXidError": (
         "3m", [_series("DCGM_FI_DEV_XID_ERRORS", GPU, "0 13 13 13")], GPU, "13",
-        [_series("DCGM_FI_DEV_XID_ERRORS", GPU, "0 79 79 79"), _series("DCGM_FI_DEV_XID_ERRORS", GPU1, "0x3")],
+        [
+            _series("DCGM_FI_DEV_XID_ERRORS", GPU, "0 79 79 79"),  # fatal: GpuFatalXidError's
+            _series("DCGM_FI_DEV_XID_ERRORS", GPU1, "0x3"),
+            # an XID reported before the window: the last-XID gauge still holds it, no new fault
+            _series("DCGM_FI_DEV_XID_ERRORS", {**GPU, "gpu": "2", "UUID": "GPU-2"}, "13x20"),
+        ],
     ),
     "GpuUncorrectableMemoryError": (
         "3m", [_series("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", GPU, "0 0 1 1")], GPU, "",
@@ -233,3 +239,44 @@ def test_promtool_test_catches_a_wrong_expectation(rules_file: Path, tmp_path: P
     test_file.write_text(yaml.safe_dump(spec, sort_keys=False))
     result = _promtool("test", "rules", str(test_file))
     assert result.returncode != 0
+
+
+@needs_promtool
+def test_xid_alerts_over_time(rules_file: Path, tmp_path: Path) -> None:
+    """A non-fatal XID fires for XID_WINDOW after the gauge changes, then clears although the gauge
+    still holds it, and fires again on a different XID; a fatal XID stays firing."""
+    assert alerts.XID_WINDOW == "10m"
+    xid = [_series("DCGM_FI_DEV_XID_ERRORS", GPU, "0 13x14 31x14"),
+           _series("DCGM_FI_DEV_XID_ERRORS", GPU1, "0 79x40")]
+    gpu_rule = _rules()["GpuXidError"]
+    fatal_rule = _rules()["GpuFatalXidError"]
+
+    def exp(rule: dict[str, Any], labels: dict[str, str], value: str) -> dict[str, Any]:
+        return {"exp_labels": {**labels, **rule["labels"]},
+                "exp_annotations": {k: _expand(v, labels, value) for k, v in rule["annotations"].items()}}
+
+    spec = {"rule_files": [str(rules_file)], "evaluation_interval": "1m", "tests": [{
+        "interval": "1m",
+        "input_series": xid,
+        "alert_rule_test": [
+            {"eval_time": "5m", "alertname": "GpuXidError", "exp_alerts": [exp(gpu_rule, GPU, "13")]},
+            {"eval_time": "13m", "alertname": "GpuXidError", "exp_alerts": []},
+            {"eval_time": "17m", "alertname": "GpuXidError", "exp_alerts": [exp(gpu_rule, GPU, "31")]},
+            {"eval_time": "29m", "alertname": "GpuXidError", "exp_alerts": []},
+            {"eval_time": "39m", "alertname": "GpuFatalXidError", "exp_alerts": [exp(fatal_rule, GPU1, "79")]},
+        ],
+    }]}
+    test_file = tmp_path / "xid.test.yaml"
+    test_file.write_text(yaml.safe_dump(spec, sort_keys=False))
+    result = _promtool("test", "rules", str(test_file))
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_alerts_name_the_node_label_the_service_monitors_set() -> None:
+    from components.gpu_stack import DCGM_NODE_RELABELINGS, METRICS_NODE_LABEL
+
+    assert METRICS_NODE_LABEL == "node"  # GpuNodeWithoutGpuMetrics joins kube-state-metrics' `node` on it
+    assert [r["targetLabel"] for r in DCGM_NODE_RELABELINGS] == [METRICS_NODE_LABEL]
+    for name, rule in _rules().items():
+        assert "Hostname" not in rule["expr"] + str(rule["annotations"]), name
+    assert "max by (node) (DCGM_FI_DEV_GPU_TEMP)" in _rules()["GpuNodeWithoutGpuMetrics"]["expr"]

@@ -26,9 +26,11 @@ class Accelerator:
 ACCELERATORS: dict[str, Accelerator] = {
     a.type: a
     for a in (
-        Accelerator("nvidia-tesla-a100", "A100 40GB", ("1g.5gb", "2g.10gb", "3g.20gb", "7g.40gb")),
+        Accelerator("nvidia-tesla-a100", "A100 40GB", ("1g.5gb", "2g.10gb", "3g.20gb", "4g.20gb", "7g.40gb")),
         Accelerator("nvidia-a100-80gb", "A100 80GB", ("1g.10gb", "2g.20gb", "3g.40gb", "7g.80gb")),
-        Accelerator("nvidia-h100-80gb", "H100 80GB", ("1g.10gb", "1g.20gb", "2g.20gb", "3g.40gb", "7g.80gb")),
+        Accelerator("nvidia-h100-80gb", "H100 80GB", ("1g.10gb", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb")),
+        # A3 Mega; GKE's multi-instance GPU page lists A100 and H100 (80GB), not H100 Mega: no MIG here.
+        Accelerator("nvidia-h100-mega-80gb", "H100 Mega 80GB"),
         Accelerator("nvidia-l4", "L4"),
         Accelerator("nvidia-tesla-t4", "T4"),
         Accelerator("nvidia-tesla-v100", "V100"),
@@ -42,7 +44,8 @@ FIXED: dict[str, tuple[str, int]] = {
     **{f"a2-highgpu-{n}g": ("nvidia-tesla-a100", n) for n in (1, 2, 4, 8)},
     "a2-megagpu-16g": ("nvidia-tesla-a100", 16),
     **{f"a2-ultragpu-{n}g": ("nvidia-a100-80gb", n) for n in (1, 2, 4, 8)},
-    "a3-highgpu-8g": ("nvidia-h100-80gb", 8),
+    **{f"a3-highgpu-{n}g": ("nvidia-h100-80gb", n) for n in (1, 2, 4, 8)},
+    "a3-megagpu-8g": ("nvidia-h100-mega-80gb", 8),
     **{f"g2-standard-{cpus}": ("nvidia-l4", 1) for cpus in (4, 8, 12, 16, 32)},
     "g2-standard-24": ("nvidia-l4", 2),
     "g2-standard-48": ("nvidia-l4", 4),
@@ -90,7 +93,7 @@ def check(machine_type: str, accelerator_type: str, count: int) -> list[tuple[st
         known = ", ".join(t for t in FIXED if t.startswith(family + "-"))
         return [("machineType", f"{machine_type} is not a GPU machine type of {family}; known: {known}")]
     return [("machineType", f"{machine_type!r} is not a GPU machine type this program knows: a2-highgpu-*, "
-                            "a2-megagpu-16g, a2-ultragpu-*, a3-highgpu-8g, g2-standard-*, n1-(standard|highmem|highcpu)-*")]
+                            "a2-megagpu-16g, a2-ultragpu-*, a3-highgpu-*, a3-megagpu-8g, g2-standard-*, n1-(standard|highmem|highcpu)-*")]
 
 
 def _family_of(accelerator_type: str) -> str:

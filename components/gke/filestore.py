@@ -92,7 +92,7 @@ class FilestoreStorage(pulumi.ComponentResource):
             ],
             opts=pulumi.ResourceOptions(parent=self),
         )
-        self.server = self.instance.networks.apply(lambda nets: nets[0].ip_addresses[0])
+        self.server = self.instance.networks.apply(lambda nets: (nets[0].ip_addresses or [""])[0])
         k8s_opts = pulumi.ResourceOptions(parent=self, provider=args.provider)
         pv_name = volume_name(args.instance_name)
         pv = self.server.apply(lambda ip: volume_manifest(pv_name, ip, fs.capacity_gb))

@@ -154,8 +154,11 @@ class Monitoring(pulumi.ComponentResource):
         admin = k8s.core.v1.Secret(
             f"{name}-grafana-admin",
             metadata=k8s.meta.v1.ObjectMetaArgs(name=GRAFANA_ADMIN_SECRET, namespace=NAMESPACE),
-            string_data={"admin-user": GRAFANA_ADMIN_USER, "admin-password": pulumi.Output.secret(password.result)},
-            # The SDK keeps data/stringData secret.
+            # The SDK keeps data/stringData secret; the password is secret on its own as well.
+            string_data={
+                "admin-user": GRAFANA_ADMIN_USER,
+                "admin-password": pulumi.Output.secret(password.result),  # type: ignore[arg-type]
+            },
             opts=pulumi.ResourceOptions(parent=self, depends_on=[ns]),
         )
         self.release = k8s.helm.v3.Release(
@@ -184,7 +187,7 @@ class Monitoring(pulumi.ComponentResource):
                 data={f"{slug}.json": json.dumps(dashboards.to_json(board), indent=1, sort_keys=True)},
                 opts=pulumi.ResourceOptions(parent=self, depends_on=[ns]),
             )
-        self.grafana_admin_password = pulumi.Output.secret(password.result)
+        self.grafana_admin_password: pulumi.Output[str] = pulumi.Output.secret(password.result)
         self.grafana_port_forward = pulumi.Output.from_input(PORT_FORWARD)
         self.register_outputs({
             "namespace": NAMESPACE,

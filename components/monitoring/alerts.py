@@ -9,9 +9,16 @@ counters, so:
   * sustained throttling is seen as a busy GPU whose SM clock stays far below its own recent maximum
     (whatever the reason: thermal, power, reliability).
 
-Label conventions of the DCGM exporter as both GPU-stack paths deploy it: `Hostname` is the node,
+Label conventions of the DCGM exporter as both GPU-stack paths deploy it: `node` is the node (both
+DCGM ServiceMonitors copy the scraped pod's node name into it: components/gpu_stack.py
+DCGM_NODE_RELABELINGS; the exporter's own `Hostname` may be its pod's host name, not the node's),
 `gpu`/`UUID` the device; the pod holding the GPU arrives as `exported_namespace`/`exported_pod`
 (the charts' ServiceMonitors keep `honorLabels: false`, so the scrape target's own namespace/pod win).
+
+XIDs: DCGM_FI_DEV_XID_ERRORS is a gauge holding the LAST XID the GPU reported; it does not return
+to 0. A fatal XID stays an alert until the GPU is reset (the reset is the fix and clears it); any
+other XID alerts only for 10 minutes after the value changes, so an application fault does not
+leave a warning firing forever.
 
 Does not manage: Alertmanager receivers (where alerts are sent) and the chart's default rules.
 """
@@ -21,6 +28,7 @@ from __future__ import annotations
 from typing import Any
 
 from components.config import MonitoringAlerts
+from components.gpu_stack import METRICS_NODE_LABEL as NODE
 
 # The Service (hence `job`) of the exporter: dcgm-exporter chart (device-plugin) or GPU Operator.
 DCGM_JOBS = "dcgm-exporter|nvidia-dcgm-exporter"
@@ -38,8 +46,18 @@ _RUNNING_PODS_AS_EXPORTED = (
 )
 
 
+# How long a non-fatal XID alerts after the last-XID gauge changed.
+XID_WINDOW = "10m"
+
+
 def _fatal_xid_expr() -> str:
     return " or ".join(f"DCGM_FI_DEV_XID_ERRORS == {x}" for x in FATAL_XIDS)
+
+
+def _new_xid_expr() -> str:
+    """A GPU whose last XID changed within XID_WINDOW to a non-fatal one; $value is the XID."""
+    return (f"((DCGM_FI_DEV_XID_ERRORS > 0) and (changes(DCGM_FI_DEV_XID_ERRORS[{XID_WINDOW}]) > 0)) "
+            f"unless ({_fatal_xid_expr()})")
 
 
 def _alert(name: str, expr: str, for_: str, severity: str, summary: str, description: str, runbook: str) -> dict[str, Any]:
@@ -52,20 +70,24 @@ def _alert(name: str, expr: str, for_: str, severity: str, summary: str, descrip
 
 
 def gpu_rules(thresholds: MonitoringAlerts) -> list[dict[str, Any]]:
-    gpu = "GPU {{ $labels.gpu }} on {{ $labels.Hostname }}"
+    gpu = "GPU {{ $labels.gpu }} on {{ $labels." + NODE + " }}"
+    per_gpu = f"{NODE}, gpu, UUID"
     return [
         _alert(
             "GpuFatalXidError", _fatal_xid_expr(), "0m", "critical",
             "GPU reported a fatal XID error",
             f"{gpu} reported XID {{{{ $value }}}}; the GPU needs a reset.",
             "Cordon and drain the node, check `dmesg | grep -i xid`, reset the GPU (nvidia-smi -r) or reboot; "
-            "replace the GPU if it repeats.",
+            "replace the GPU if it repeats. This alert stays firing on purpose until the GPU is reset: DCGM "
+            "keeps reporting the last XID, and a fatal one means the GPU is unusable until then.",
         ),
         _alert(
-            "GpuXidError", f"(DCGM_FI_DEV_XID_ERRORS > 0) unless ({_fatal_xid_expr()})", "0m", "warning",
+            "GpuXidError", _new_xid_expr(), "0m", "warning",
             "GPU reported an XID error",
             f"{gpu} reported XID {{{{ $value }}}} (often an application fault such as 13, 31 or 43).",
-            "Look up the XID in NVIDIA's XID catalogue; check the logs of the pod that used the GPU.",
+            "Look up the XID in NVIDIA's XID catalogue; check the logs of the pod that used the GPU. The alert "
+            f"clears {XID_WINDOW} after the XID was reported (DCGM keeps the last XID, which is no ongoing "
+            "fault); the same XID reported again right after is not a change and does not re-fire it.",
         ),
         _alert(
             "GpuUncorrectableMemoryError", "increase(DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS[10m]) > 0", "0m",
@@ -83,9 +105,9 @@ def gpu_rules(thresholds: MonitoringAlerts) -> list[dict[str, Any]]:
         _alert(
             "GpuClocksThrottled",
             # The reference is the GPU's own maximum across all its series (it changes pods).
-            "(DCGM_FI_DEV_GPU_UTIL > 80) and on(Hostname, gpu, UUID) "
-            "(DCGM_FI_DEV_SM_CLOCK < on(Hostname, gpu, UUID) group_left() "
-            "0.7 * max by (Hostname, gpu, UUID) (max_over_time(DCGM_FI_DEV_SM_CLOCK[1d])))",
+            f"(DCGM_FI_DEV_GPU_UTIL > 80) and on({per_gpu}) "
+            f"(DCGM_FI_DEV_SM_CLOCK < on({per_gpu}) group_left() "
+            f"0.7 * max by ({per_gpu}) (max_over_time(DCGM_FI_DEV_SM_CLOCK[1d])))",
             "15m", "warning",
             "Busy GPU running far below its clock for 15 minutes",
             f"{gpu} is busy but its SM clock is under 70% of its maximum of the last day: thermal, "
@@ -128,8 +150,9 @@ def gpu_rules(thresholds: MonitoringAlerts) -> list[dict[str, Any]]:
         ),
         _alert(
             "GpuNodeWithoutGpuMetrics",
-            '(max by (node) (kube_node_status_capacity{resource="nvidia_com_gpu"}) > 0) unless on(node) '
-            'max by (node) (label_replace(DCGM_FI_DEV_GPU_TEMP, "node", "$1", "Hostname", "(.+)"))',
+            # kube-state-metrics' `node` and the DCGM ServiceMonitors' `node` (NODE) name the same node.
+            f'(max by (node) (kube_node_status_capacity{{resource="nvidia_com_gpu"}}) > 0) unless on(node) '
+            f"max by ({NODE}) (DCGM_FI_DEV_GPU_TEMP)",
             "15m", "warning",
             "GPU node without GPU metrics",
             "{{ $labels.node }} has GPUs but no DCGM exporter reports them: no GPU alerts for that node.",

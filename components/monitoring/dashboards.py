@@ -2,10 +2,11 @@
 
 Two dashboards, provisioned by the Grafana sidecar from labelled ConfigMaps:
   * GPU fleet: utilization, memory used/total, power, temperature, SM clock and XID errors per node
-    (`Hostname`) and GPU (`gpu`).
+    (`node`, set by the DCGM ServiceMonitors from the scraped pod's node) and GPU (`gpu`).
   * GPU training: the same metrics per namespace / job / pod holding the GPU (the DCGM exporter's
-    pod labels: `exported_namespace`, `exported_pod` and the pod's own labels, e.g. the
-    PyTorchJob name) and the network throughput of those pods (cAdvisor via the kubelet).
+    pod labels: `exported_namespace`, `exported_pod` and the pod's own labels, among them the
+    training job label both launchers put on their pods) and the network throughput of those pods
+    (cAdvisor via the kubelet).
 
 Seam for more exporters (RDMA counters later): a `PanelGroup` is a titled row of panels; pass extra
 groups to `fleet_dashboard` / `training_dashboard` (Monitoring takes them in its args).
@@ -16,14 +17,27 @@ Does not manage: the chart's own Kubernetes dashboards, Grafana folders, alert v
 from __future__ import annotations
 
 import itertools
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from components.gpu_stack import METRICS_NODE_LABEL as NODE
+from components.training.network_policy import JOB_LABEL as TRAINING_JOB_POD_LABEL
+
 SCHEMA_VERSION = 39
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
-# The training operator's pod label `training.kubeflow.org/job-name`, as the DCGM exporter names it
-# on metrics (characters invalid in Prometheus label names become '_').
-JOB_LABEL = "training_kubeflow_org_job_name"
+
+
+def exporter_label_name(pod_label: str) -> str:
+    """A pod label's name as the DCGM exporter puts it on metrics (enablePodLabels): characters
+    invalid in a Prometheus label name become '_'. It reaches Prometheus unprefixed: it clashes with
+    no target label (only namespace/pod/container do, hence exported_namespace/exported_pod)."""
+    return re.sub(r"[^a-zA-Z0-9_]", "_", pod_label)
+
+
+# The job label both launchers (indexed-job and pytorchjob) put on every training pod
+# (components/training/network_policy.py), as it arrives on DCGM metrics.
+JOB_LABEL = exporter_label_name(TRAINING_JOB_POD_LABEL)
 
 
 @dataclass(frozen=True)
@@ -131,12 +145,12 @@ def to_json(d: Dashboard) -> dict[str, Any]:
 # ------------------------------------------------------------------------------------------------
 # GPU fleet: per node and GPU
 
-_SEL = 'Hostname=~"$node", gpu=~"$gpu"'
-_PER_GPU = "{{Hostname}} GPU {{gpu}}"
+_SEL = f'{NODE}=~"$node", gpu=~"$gpu"'
+_PER_GPU = "{{" + NODE + "}} GPU {{gpu}}"
 
 
 def fleet_dashboard(extra_groups: tuple[PanelGroup, ...] = ()) -> Dashboard:
-    by_gpu = "max by (Hostname, gpu) "
+    by_gpu = f"max by ({NODE}, gpu) "
     groups = (
         PanelGroup("Fleet", (
             Panel("GPUs reporting", ((f"count(DCGM_FI_DEV_GPU_TEMP{{{_SEL}}})", "GPUs"),), kind="stat"),
@@ -175,8 +189,8 @@ def fleet_dashboard(extra_groups: tuple[PanelGroup, ...] = ()) -> Dashboard:
         title="GPU fleet",
         groups=groups + tuple(extra_groups),
         variables=(
-            _query_var("node", "label_values(DCGM_FI_DEV_GPU_TEMP, Hostname)", "Node"),
-            _query_var("gpu", 'label_values(DCGM_FI_DEV_GPU_TEMP{Hostname=~"$node"}, gpu)', "GPU"),
+            _query_var("node", f"label_values(DCGM_FI_DEV_GPU_TEMP, {NODE})", "Node"),
+            _query_var("gpu", f'label_values(DCGM_FI_DEV_GPU_TEMP{{{NODE}=~"$node"}}, gpu)', "GPU"),
         ),
     )
 
@@ -204,7 +218,8 @@ def training_dashboard(extra_groups: tuple[PanelGroup, ...] = ()) -> Dashboard:
         PanelGroup("Jobs", (
             Panel("GPUs per job", ((f"count by (exported_namespace, {JOB_LABEL}) (DCGM_FI_DEV_GPU_UTIL{{{_POD_SEL}}})",
                                     "{{exported_namespace}}/{{" + JOB_LABEL + "}}"),),
-                  description=f"Pods without the {JOB_LABEL} label (not a PyTorchJob) count under an empty job."),
+                  description=f"By the pods' {TRAINING_JOB_POD_LABEL} label (both launchers set it); GPUs of "
+                              "other pods count under an empty job."),
             Panel("Mean GPU utilization per job", ((
                 f"avg by (exported_namespace, {JOB_LABEL}) (DCGM_FI_DEV_GPU_UTIL{{{_POD_SEL}}})",
                 "{{exported_namespace}}/{{" + JOB_LABEL + "}}"),), "percent"),
