@@ -9,9 +9,11 @@ setup:
 test:
 	$(PY) -m pytest -q
 
+# CI (.ci/run) runs ruff and mypy too; pre-commit runs them the same way: .pre-commit-config.yaml.
 lint:
 	$(PY) -m ruff check .
 	shellcheck .ci/run
+	$(PY) -m mypy
 
 render:
 	$(PY) -m render $(STACK) --out out/$(STACK)

@@ -76,69 +76,103 @@ class Cost:
     suffixes: tuple[str, ...]  # the resource name ends with one of these (() = any name of the type)
     seconds: float
     why: str
+    # Where the number comes from: a document that states it, or "estimate:" and what it rests on.
+    source: str
+
+    def __post_init__(self) -> None:
+        if not self.source.strip():
+            raise ValueError(f"cost {self.key!r} has no source")
 
 
 # Typical durations on a healthy lab (Ubuntu 22.04 servers, a 100 Mbit/s+ link to the mirrors,
-# images pulled from the Internet). Rationale per line; override any with --cost KEY=SECONDS.
+# images pulled from the Internet). Rationale and source per line; a source starting "estimate:" is
+# this project's estimate (what it rests on follows), not a measured or documented figure. Override
+# any with --cost KEY=SECONDS.
 COSTS: tuple[Cost, ...] = (
     Cost("kernel", COMMAND, ("-kernel",), 5,
-         "modules-load/sysctl files, modprobe, sysctl --system, swapoff (seed 000 section 2): local, seconds"),
+         "modules-load/sysctl files, modprobe, sysctl --system, swapoff (seed 000 section 2): local, seconds",
+         source="estimate: local file writes and modprobe; the steps are seed 000 section 2 (../shared/seeds/000_*.txt)"),
     Cost("kube-packages", COMMAND, ("-kube-packages",), 45,
-         "pkgs.k8s.io key + apt-get update + kubelet/kubeadm/kubectl/cri-tools (~90 MB of .debs)"),
+         "pkgs.k8s.io key + apt-get update + kubelet/kubeadm/kubectl/cri-tools (~90 MB of .debs)",
+         source="estimate: the pkgs.k8s.io .debs of kubeadm/kubelet/kubectl/cri-tools (~90 MB); seed 000 installs the same from pkgs.k8s.io"),
     Cost("nvidia-driver", COMMAND, ("-nvidia-driver",), 240,
-         "nvidia-driver-<branch>-server: ~400 MB of .debs plus the DKMS build of the kernel module, 3-5 min"),
+         "nvidia-driver-<branch>-server: ~400 MB of .debs plus the DKMS build of the kernel module, 3-5 min",
+         source="estimate: the driver packages build the kernel module with DKMS at install (NVIDIA Driver Installation Guide, Ubuntu); the GPU Operator docs likewise warn that its driver container compiles the module at start and takes minutes"),
     Cost("driver-ready", COMMAND, ("-driver-ready",), 120,
-         "the reboot the driver step schedules (server firmware POST 1-3 min) until nvidia-smi sees the GPUs"),
+         "the reboot the driver step schedules (server firmware POST 1-3 min) until nvidia-smi sees the GPUs",
+         source="estimate: seed 000 (※NVIDIA driver 設定後は再起動が必要: a reboot after the driver) and seed 002 (reboot after a module option); server POST time varies by vendor"),
     Cost("nvidia-toolkit", COMMAND, ("-nvidia-toolkit",), 40,
-         "NVIDIA apt repo + nvidia-container-toolkit (4 small packages) + nvidia-ctk runtime configure"),
+         "NVIDIA apt repo + nvidia-container-toolkit (4 small packages) + nvidia-ctk runtime configure",
+         source="estimate: NVIDIA Container Toolkit install guide (apt repo, nvidia-container-toolkit, `nvidia-ctk runtime configure`), as in seed 000"),
     Cost("containerd", COMMAND, ("-containerd",), 60,
-         "Docker apt repo + containerd.io (~30 MB), config.toml (systemd cgroups), restart"),
+         "Docker apt repo + containerd.io (~30 MB), config.toml (systemd cgroups), restart",
+         source="estimate: containerd.io from Docker's apt repo (Docker docs, Install Docker Engine on Ubuntu) plus a restart; seed 000 does the same"),
     Cost("init", COMMAND, ("control-plane-init",), 60,
          "kubeadm init: image pull ('This might take a minute or two', kubeadm's preflight message), certs, "
-         "static pods; the control plane is healthy ~25 s in, the rest is addons and the upload phases"),
-    Cost("kubeconfig", COMMAND, ("-kubeconfig",), 2, "one SSH session reading /etc/kubernetes/admin.conf"),
-    Cost("token", COMMAND, ("-token",), 2, "kubeadm token create: one SSH session, one API call"),
+         "static pods; the control plane is healthy ~25 s in, the rest is addons and the upload phases",
+         source="kubeadm init's own output: preflight 'This might take a minute or two, depending on the speed of your internet connection', then '[apiclient] All control plane components are healthy after N seconds' (kubernetes.io, Creating a cluster with kubeadm); the 25 s and 60 s are estimates"),
+    Cost("kubeconfig", COMMAND, ("-kubeconfig",), 2, "one SSH session reading /etc/kubernetes/admin.conf",
+         source="estimate: one SSH round trip on a LAN"),
+    Cost("token", COMMAND, ("-token",), 2, "kubeadm token create: one SSH session, one API call",
+         source="estimate: one SSH round trip and one API call (kubernetes.io, kubeadm token reference)"),
     Cost("join", COMMAND, ("-join",), 30,
-         "kubeadm join: discovery, TLS bootstrap, kubelet start (kube-proxy/pause images pulled after)"),
+         "kubeadm join: discovery, TLS bootstrap, kubelet start (kube-proxy/pause images pulled after)",
+         source="estimate: kubeadm join's phases: preflight, kubelet-start, TLS bootstrap (kubernetes.io, kubeadm join reference)"),
     Cost("ready", COMMAND, ("-ready",), 30,
-         "kubectl wait node Ready: ~30 s once the CNI pod runs on the node (kube-proxy + CNI image pull)"),
+         "kubectl wait node Ready: ~30 s once the CNI pod runs on the node (kube-proxy + CNI image pull)",
+         source="estimate: a node turns Ready once its CNI pod runs (kubernetes.io, Creating a cluster with kubeadm: install a Pod network add-on before CoreDNS starts)"),
     Cost("cni-release", HELM, ("cni-flannel", "cni-calico"), 60,
-         "CNI chart (flannel/calico) installed with wait: image pull and DaemonSet rollout, ~1 min"),
+         "CNI chart (flannel/calico) installed with wait: image pull and DaemonSet rollout, ~1 min",
+         source="estimate: Helm --wait waits for the DaemonSet's pods (helm.sh docs, helm install --wait), image pulls included"),
     Cost("gfd-release", HELM, ("-gfd",), 45,
-         "GPU Feature Discovery + Node Feature Discovery chart: a Deployment and DaemonSets, small images"),
+         "GPU Feature Discovery + Node Feature Discovery chart: a Deployment and DaemonSets, small images",
+         source="estimate: GPU Feature Discovery / NFD chart defaults (../shared/upstream values): small images, Helm --wait"),
     Cost("dcgm-release", HELM, ("-dcgm-exporter",), 60,
-         "DCGM exporter chart: DaemonSet on GPU nodes with a large (~1 GB) image, Service, ServiceMonitor"),
+         "DCGM exporter chart: DaemonSet on GPU nodes with a large (~1 GB) image, Service, ServiceMonitor",
+         source="estimate: the dcgm-exporter image bundles DCGM (NVIDIA NGC: about a GB), pulled on every GPU node"),
     Cost("operator-release", HELM, ("-operator",), 120,
-         "GPU Operator chart: operator + NFD pods scheduled (its driver containers run on after the release)"),
+         "GPU Operator chart: operator + NFD pods scheduled (its driver containers run on after the release)",
+         source="estimate: NVIDIA GPU Operator docs (Getting Started): the operator deploys NFD and its operands; its driver containers finish minutes after the release"),
     Cost("monitoring-release", HELM, ("-kube-prometheus-stack",), 120,
          "kube-prometheus-stack: CRDs, operator (its admission webhook job first), Prometheus, Alertmanager, "
-         "Grafana, kube-state-metrics, node-exporter DaemonSet; ~10 images, Helm waits for all, ~2 min"),
+         "Grafana, kube-state-metrics, node-exporter DaemonSet; ~10 images, Helm waits for all, ~2 min",
+         source="estimate: kube-prometheus-stack chart defaults (../shared/upstream values): admission webhook Job, operator, Prometheus, Alertmanager, Grafana, kube-state-metrics, node-exporter"),
     Cost("random", "random:index/randomPassword:RandomPassword", (), 0,
-         "Grafana admin password: generated inside the random provider, no host or API involved"),
+         "Grafana admin password: generated inside the random provider, no host or API involved",
+         source="pulumi-random docs: RandomPassword is generated by the provider, no remote call"),
     Cost("nfs-server", COMMAND, ("-nfs-server",), 30,
          "control plane: apt-get install nfs-kernel-server (a few small .debs), export directory, "
-         "/etc/exports.d, exportfs -ra"),
+         "/etc/exports.d, exportfs -ra",
+         source="estimate: nfs-kernel-server install and exportfs (Ubuntu Server docs, Network File System)"),
     Cost("csi-nfs-release", HELM, ("-csi-driver-nfs",), 40,
-         "csi-driver-nfs chart: controller Deployment + node DaemonSet, small images (~3 sidecars), Helm waits"),
+         "csi-driver-nfs chart: controller Deployment + node DaemonSet, small images (~3 sidecars), Helm waits",
+         source="estimate: csi-driver-nfs chart defaults (../shared/upstream values): controller Deployment with sidecars, node DaemonSet, Helm --wait"),
     Cost("claim", "kubernetes:core/v1:PersistentVolumeClaim", (), 5,
-         "shared claim awaited until Bound: the NFS provisioner makes its subdirectory on the export"),
+         "shared claim awaited until Bound: the NFS provisioner makes its subdirectory on the export",
+         source="estimate: csi-driver-nfs dynamic provisioning makes a subdirectory on the export (csi-driver-nfs docs)"),
     Cost("headless-service", "kubernetes:core/v1:Service", ("-hosts",), 1,
          "a job's headless Service: pulumi-kubernetes v4 does not wait for endpoints of a clusterIP None "
-         "Service (await/service.go), so one API call"),
+         "Service (await/service.go), so one API call",
+         source="pulumi-kubernetes await logic (provider docs on resource readiness; await/service.go): no endpoint wait for clusterIP None"),
     Cost("acceptance", "kubernetes:batch/v1:Job", ("nccl-acceptance",), 120,
          "NCCL acceptance Job (indexed-job), awaited by `up`: pods on 2 GPU nodes, trainer image pull "
-         "(PyTorch + NCCL, several GB, ~1 min on a 1 Gbit/s link), torchrun rendezvous, all_reduce sweep"),
+         "(PyTorch + NCCL, several GB, ~1 min on a 1 Gbit/s link), torchrun rendezvous, all_reduce sweep",
+         source="seed 002 (../shared/seeds/002_*.txt): nccl-tests all_reduce of 10 GiB in 3.8 s at 2.81 GB/s busbw over 25GbE, so a sweep up to 1 GiB takes seconds; the image pull, pod start and rendezvous are estimates"),
     Cost("training-operator", "kubernetes:kustomize/v2:Directory", (), 30,
          "Kubeflow training operator (pytorchjob launcher): CRDs applied server-side, the operator "
-         "Deployment awaited until ready (one image), ~30 s"),
+         "Deployment awaited until ready (one image), ~30 s",
+         source="estimate: Kubeflow training operator standalone overlay (CRDs and one Deployment; kubeflow/training-operator install docs)"),
     Cost("daemonset", "kubernetes:apps/v1:DaemonSet", (), 20,
-         "NVIDIA device plugin: one small image per GPU node, Pulumi awaits the rollout"),
+         "NVIDIA device plugin: one small image per GPU node, Pulumi awaits the rollout",
+         source="estimate: NVIDIA k8s-device-plugin DaemonSet, one small image (seeds 000 and 001 deploy it)"),
     Cost("gate", "kubernetes:batch/v1:Job", ("gpu-ready",), 60,
          "GPU-ready gate Job, after the last GPU node is Ready (see IMPLICIT_WAITS): device plugin pod on it, "
-         "CUDA sample image pull, nvidia-smi -L and vectorAdd"),
+         "CUDA sample image pull, nvidia-smi -L and vectorAdd",
+         source="estimate: one pod per GPU node running nvidia-smi and the CUDA vectorAdd sample (seed 001 uses cuda-vector-add as its check)"),
     Cost("k8s-object", "kubernetes:*", (), 1,
          "any other Kubernetes object (Namespace, ConfigMap, RBAC, ...) and any annotated "
-         "pulumi.com/skipAwait (the training Job, PyTorchJobs): one API call, nothing to await"),
+         "pulumi.com/skipAwait (the training Job, PyTorchJobs): one API call, nothing to await",
+         source="pulumi-kubernetes docs: an object annotated pulumi.com/skipAwait (or a kind without await logic) is done when the API call returns"),
 )
 
 # Kinds Pulumi's Kubernetes provider awaits (readiness, rollout, completion): they must have an
@@ -353,7 +387,8 @@ def _overrides(items: list[str]) -> tuple[Cost, ...]:
         if not sep or key not in table:
             raise SystemExit(f"critical_path: --cost wants KEY=SECONDS with KEY one of {', '.join(table)}; got {item!r}")
         c = table[key]
-        table[key] = Cost(c.key, c.type, c.suffixes, float(value), f"{c.why} [overridden: {value} s]")
+        table[key] = Cost(c.key, c.type, c.suffixes, float(value), f"{c.why} [overridden: {value} s]",
+                          "--cost on the command line")
     return tuple(table.values())
 
 
@@ -371,11 +406,11 @@ def main(argv: list[str] | None = None) -> int:
     from render import program
 
     print("Cost table (seconds per step; components and providers 0):")
-    print("| key | matches | s | rationale |")
-    print("|---|---|---:|---|")
+    print("| key | matches | s | rationale | source |")
+    print("|---|---|---:|---|---|")
     for c in costs:
         match = f"{c.type} " + " or ".join(f"*{x}" for x in c.suffixes) if c.suffixes else c.type
-        print(f"| {c.key} | `{match}` | {c.seconds:.0f} | {c.why} |")
+        print(f"| {c.key} | `{match}` | {c.seconds:.0f} | {c.why} | {c.source} |")
     print()
 
     results: list[Result] = []

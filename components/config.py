@@ -15,6 +15,7 @@ import enum
 import ipaddress
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -35,8 +36,13 @@ class ConfigError(pulumi.RunError):
 
     def __init__(self, problems: list[tuple[str, str]]):
         self.problems = problems
-        lines = [f"{NAMESPACE}:{key}: {message}" for key, message in problems]
+        lines = [f"{self.qualified_key(key)}: {message}" for key, message in problems]
         super().__init__("invalid stack configuration:\n  " + "\n  ".join(lines))
+
+    @staticmethod
+    def qualified_key(key: str) -> str:
+        """The key as `pulumi config` names it (subclasses may admit other namespaces)."""
+        return f"{NAMESPACE}:{key}"
 
 
 class Platform(enum.StrEnum):
@@ -314,6 +320,7 @@ class TrainingConfig(_Model):
     epochs: int = Field(default=10, ge=1)
     batch_size: int = Field(default=64, ge=1, description="Per-rank batch size.")
     checkpoint_every: int = Field(default=1, ge=1, description="Checkpoint interval in epochs.")
+    checkpoint_every_steps: int = Field(default=0, ge=0, description="Also checkpoint every N steps (0: off).")
     shm_size: str = Field(default="8Gi", description="Size of the /dev/shm memory volume (dataloader workers).")
     elastic: ElasticConfig = Field(default_factory=ElasticConfig)
     nccl: NcclConfig = Field(default_factory=NcclConfig)
@@ -706,6 +713,10 @@ class StackConfig(_Model):
     def _containerd(cls, v: str) -> str:
         if not _APT_VERSION.match(v):
             raise ValueError("must be a Debian package version such as '1.7.27-1'")
+        # The lab's containerd config edit (sandbox_image, SystemdCgroup) follows the 1.x layout;
+        # containerd 2.x moved those keys.
+        if not re.match(r"1\.[67]\.", v):
+            raise ValueError(f"{v}: only containerd 1.6.x and 1.7.x are supported; 2.x is not supported yet")
         return v
 
     @property
@@ -764,7 +775,7 @@ def _key_path(loc: tuple[Any, ...]) -> str:
     return out
 
 
-def _describe(err: dict[str, Any]) -> str:
+def _describe(err: Mapping[str, Any]) -> str:
     kind = err.get("type", "")
     if kind == "missing":
         return "is required"
@@ -784,17 +795,24 @@ def _gpu_checks(cfg: StackConfig) -> list[tuple[str, str]]:
         problems.append(("gpu.sharing.replicas", "time-slicing needs 2 to 48 replicas per GPU"))
     if sharing.mode is not SharingMode.TIME_SLICING and sharing.replicas != 1:
         problems.append(("gpu.sharing.replicas", "applies only to mode time-slicing; leave it at 1"))
-    if sharing.mode is SharingMode.MIG:
-        if cfg.gpu.stack is not GpuStack.OPERATOR:
-            problems.append(
-                ("gpu.sharing.mode", "mig needs gpu.stack operator (its MIG manager partitions the GPUs)")
-            )
+    if sharing.mode is SharingMode.MIG and cfg.gpu.stack is GpuStack.OPERATOR:
+        # The operator's MIG manager partitions the GPUs by migProfile.
         if sharing.mig_strategy is MigStrategy.MIXED and sharing.mig_profile == "all-balanced" and cfg.gpu.gate.enabled:
             problems.append(
                 ("gpu.sharing.migProfile", "the GPU-ready gate needs one MIG slice type under mixed; use all-<N>g.<M>gb")
             )
         if sharing.mig_profile == "all-disabled":
             problems.append(("gpu.sharing.migProfile", "mig needs a profile such as all-1g.10gb or all-balanced"))
+    elif sharing.mode is SharingMode.MIG:
+        # device-plugin: the GPUs are already partitioned (nvidia-smi mig); the plugin and GFD
+        # only advertise the MIG devices by migStrategy.
+        if sharing.mig_profile != "all-disabled":
+            problems.append(("gpu.sharing.migProfile", "the device-plugin path cannot partition GPUs; partition them "
+                                                       "with nvidia-smi mig or use gpu.stack operator"))
+        if sharing.mig_strategy is MigStrategy.MIXED and cfg.gpu.gate.enabled:
+            problems.append(("gpu.sharing.migStrategy", "the GPU-ready gate needs one MIG slice type under mixed, "
+                                                        "unknown for GPUs partitioned by hand: use single or "
+                                                        "gpu.gate.enabled false"))
     return problems
 
 
@@ -820,6 +838,16 @@ def _training_checks(cfg: StackConfig) -> list[tuple[str, str]]:
             problems.append(("acceptance.nccl", "measures the network between nodes; needs training.nodes >= 2"))
         if cfg.network.link_gbps is None:
             problems.append(("network.linkGbps", "acceptance.nccl needs the declared link rate to compare busbw with"))
+        if t.enabled and t.launcher is Launcher.PYTORCHJOB:
+            # `up` cannot await a PyTorchJob (a custom resource): the training run would start next
+            # to the acceptance sweep, compete for its GPUs and ignore its verdict.
+            problems.append((
+                "training.enabled",
+                "with training.launcher pytorchjob and acceptance.nccl, `up` cannot wait for the acceptance "
+                "verdict before training starts (both would compete for the GPUs): run `up` with "
+                "training.enabled false first, read the verdict (stack output ncclAcceptance.result), then "
+                "enable training (and set acceptance.nccl false)",
+            ))
     if runs and cfg.gpu_node_count and t.nodes > cfg.gpu_node_count:
         where = "gpuNodes" if cfg.platform is Platform.DEV else "hosts with gpus > 0"
         problems.append(("training.nodes", f"{t.nodes} pods (one per node) but only {cfg.gpu_node_count} {where}"))
@@ -890,6 +918,9 @@ def _gke_checks(cfg: StackConfig) -> list[tuple[str, str]]:
     if not operator and cfg.gpu.sharing.mode is SharingMode.TIME_SLICING:
         problems.append(("gpu.sharing.mode", "on gke with gpu.stack device-plugin, GKE's device plugin shares GPUs: "
                                              "use gke.gpuPools[].sharing"))
+    if not operator and cfg.gpu.sharing.mode is SharingMode.MIG:
+        problems.append(("gpu.sharing.mode", "on gke with gpu.stack device-plugin, GKE partitions GPUs: "
+                                             "use gke.gpuPools[].migPartitionSize"))
     seen: dict[str, int] = {}
     for i, pool in enumerate(gke.gpu_pools):
         key = f"gke.gpuPools[{i}]"

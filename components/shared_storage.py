@@ -16,7 +16,7 @@ volume snapshots (the CSI driver's snapshotter is switched off: no snapshot CRDs
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pulumi
@@ -40,6 +40,9 @@ class SharedStorageArgs:
     namespace: k8s.core.v1.Namespace  # the training namespace (components/training_namespace.py)
     # lab with storage.provision: where the NFS server is set up (the first control plane).
     nfs_connection: remote.ConnectionArgs | None = None
+    # ...and what must be done on that host first (its NodePrep.done): the server's apt-get must
+    # not race node prep, and on destroy the export goes before the host's packages.
+    nfs_after: list[pulumi.Resource] = field(default_factory=list)
 
 
 def csi_driver_nfs_values() -> dict[str, Any]:
@@ -119,7 +122,11 @@ class SharedStorage(pulumi.ComponentResource):
                     create=scripts.as_root(scripts.nfs_server(share, [str(h.address) for h in cfg.hosts])),
                     delete=scripts.as_root(scripts.nfs_server_delete(share)),
                     triggers=[share, *(str(h.address) for h in cfg.hosts)],
-                    opts=child,
+                    # Delete first: the old delete would otherwise remove the export (and maybe
+                    # the server) the new create just set up on the same host.
+                    opts=pulumi.ResourceOptions(
+                        parent=self, depends_on=list(args.nfs_after), delete_before_replace=True
+                    ),
                 ))
             driver = k8s.helm.v3.Release(
                 f"{name}-csi-driver-nfs",

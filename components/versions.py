@@ -69,6 +69,8 @@ TRAINING_BASE_IMAGE = "nvcr.io/nvidia/pytorch:25.06-py3"
 # Shared storage on lab: the NFS CSI driver chart (its images are pinned by the chart version).
 CSI_DRIVER_NFS_CHART = "csi-driver-nfs"
 CSI_DRIVER_NFS_CHART_VERSION = "4.13.4"
+# `master/charts` is upstream's documented Helm repo URL (its index.yaml lists every released chart
+# version); the version above is pinned, so the branch name does not float what gets installed.
 CSI_DRIVER_NFS_CHART_REPO = "https://raw.githubusercontent.com/kubernetes-csi/csi-driver-nfs/master/charts"
 
 # training.launcher pytorchjob: the Kubeflow training operator v1 (repository kubeflow/trainer, tag

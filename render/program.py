@@ -12,6 +12,7 @@ import json
 import os
 import runpy
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,7 +36,7 @@ _SECRET_VALUE = rpc._special_secret_sig  # pylint: disable=protected-access
 # Mocked outputs of resources whose outputs feed other resources.
 _FAKE_KUBECONFIG = "apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\nusers: []\n"
 # gcp resources' computed outputs the gke stack reads (documentation addresses, a fake CA).
-_FAKE_GCP_OUTPUTS = {
+_FAKE_GCP_OUTPUTS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "gcp:container/cluster:Cluster": lambda o: {
         "endpoint": "203.0.113.10",
         "masterAuth": {**(o.get("masterAuth") or {}), "clusterCaCertificate": "RkFLRS1DQQ=="},
@@ -59,6 +60,7 @@ class Registration:
     dependencies: list[str]
     provider: str
     inputs: dict[str, Any]  # secrets replaced by SECRET_MARKER
+    delete_before_replace: bool = False  # the deleteBeforeReplace resource option
 
 
 @dataclass
@@ -113,7 +115,7 @@ def _deserialize_keeping_secrets(struct: Any, type_: str = "") -> dict[str, Any]
     Keys come out sorted: a protobuf Struct is a map whose iteration order (upb) differs from one
     process to the next, and render's output must be byte-identical across runs.
     """
-    from google.protobuf import json_format
+    from google.protobuf import json_format  # type: ignore[import-untyped]
 
     raw = json_format.MessageToDict(struct)
     if type_.startswith("command:remote:") and "connection" in raw:
@@ -132,11 +134,12 @@ class ProgramMocks(pulumi.runtime.Mocks):
             outputs["stderr"] = ""
         if args.typ.startswith("kubernetes:") and isinstance(outputs.get("metadata"), dict):
             outputs["metadata"] = {"name": args.name, **outputs["metadata"]}
-        outputs.update(_FAKE_GCP_OUTPUTS.get(args.typ, lambda _: {})(outputs))
+        fake: dict[str, Any] = _FAKE_GCP_OUTPUTS.get(args.typ, lambda _: {})(outputs)
+        outputs.update(fake)
         outputs.setdefault("name", args.name)
         return f"{args.name}-id", outputs
 
-    def call(self, args: pulumi.runtime.MockCallArgs) -> dict:
+    def call(self, args: pulumi.runtime.MockCallArgs) -> Any:
         return {}
 
 
@@ -158,6 +161,7 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
                     dependencies=sorted(set(request.dependencies)),
                     provider=request.provider,
                     inputs=_deserialize_keeping_secrets(request.object, request.type),
+                    delete_before_replace=bool(request.deleteBeforeReplace),
                 )
             )
         return response
@@ -215,7 +219,9 @@ def run(
     @pulumi.runtime.test
     def evaluate():
         runpy.run_path(main, run_name="__main__")
-        exported = dict(get_root_resource().outputs)
+        root = get_root_resource()
+        assert root is not None  # set_mocks created it
+        exported = dict(getattr(root, "outputs", {}))
 
         async def collect() -> None:
             for key, value in exported.items():

@@ -42,6 +42,7 @@ def build(cfg: StackConfig, secrets: StackSecrets) -> dict[str, object]:
     in_cluster = layers.deploy(
         cfg, cp.provider, after=[cni], nodes_ready=[j.ready for j in joins],
         nfs_connection=cp.connection,  # storage.provision: the NFS server runs on the control plane
+        nfs_after=prep[first.name].done,  # ...once that host's package installs are finished
     )
     return {
         **in_cluster.outputs,

@@ -45,6 +45,7 @@ def deploy(
     nodes_ready: list[pulumi.Resource] | None = None,
     shared_claim: SharedClaim | None = None,
     nfs_connection: remote.ConnectionArgs | None = None,
+    nfs_after: list[pulumi.Resource] | None = None,
 ) -> ClusterLayers:
     """`after`: what must exist before any in-cluster layer (the CNI, node labels).
     `nodes_ready`: steps that finish when GPU nodes are Ready; the gate waits for them so its
@@ -97,9 +98,11 @@ def deploy(
 
     # --- shared storage and training ---
     # `shared_claim`: a claim the platform made itself (gke: Filestore); lab and dev get theirs
-    # from storage config. `nfs_connection`: lab, storage.provision (the control plane's SSH).
+    # from storage config. `nfs_connection`: lab, storage.provision (the control plane's SSH);
+    # `nfs_after`: that host's NodePrep.done, so the NFS server's apt-get does not race node prep.
     training = training_layer.deploy(
-        cfg, provider, after, layers.gate, shared_claim=shared_claim, nfs_connection=nfs_connection
+        cfg, provider, after, layers.gate, shared_claim=shared_claim, nfs_connection=nfs_connection,
+        nfs_after=nfs_after,
     )
     layers.outputs.update(training.outputs or {})
 

@@ -299,6 +299,18 @@ def test_bad_containerd_version():
     assert_problem(err, "containerdVersion", "Debian package version")
 
 
+@pytest.mark.parametrize("version", ["2.0.5-1", "2.1.3-1", "1.5.11-1"])
+def test_containerd_outside_1_6_and_1_7_is_refused(version):
+    err = problems_of(lab_raw(containerdVersion=version))
+    assert_problem(err, "containerdVersion", "2.x is not supported yet")
+
+
+@pytest.mark.parametrize("version", ["1.6.33-1", "1.7.27-1"])
+def test_containerd_1_6_and_1_7_are_accepted(version):
+    cfg = config.parse(lab_raw(containerdVersion=version), {"sshPrivateKey"})
+    assert cfg.containerd_version == version
+
+
 def test_several_problems_in_one_error():
     hosts = [
         host("CP_1", "192.0.2.300", "control-plane", sshPort=0),

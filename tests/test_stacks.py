@@ -3,6 +3,7 @@ configs) under the recording mocks, then checked on what it registers and how it
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections import Counter
 from functools import cache
@@ -137,7 +138,7 @@ def assert_gpu_layers(plan: Plan, gpu_nodes: int) -> None:
     releases = plan.of_type("kubernetes:helm.sh/v3:Release")
     gpu_releases = [r for r in releases if r.parent == stack.urn]
     assert {r.inputs["namespace"] for r in gpu_releases} == {"gpu-system"}
-    (job,) = [j for j in plan.of_type("kubernetes:batch/v1:Job") if "TrainingJob" not in j.urn]
+    (job,) = [j for j in plan.of_type("kubernetes:batch/v1:Job") if "gpucluster:training:Job" not in j.urn]
     assert job.parent == gate.urn
     assert (job.name, job.inputs["metadata"]["namespace"]) == ("gpu-ready", "gpu-cluster-system")
     assert job.inputs["spec"]["completions"] == gpu_nodes
@@ -326,3 +327,57 @@ def test_changing_one_address_changes_only_that_hosts_triggers():
         else:
             assert old[name].inputs["triggers"] == new[name].inputs["triggers"], name
             assert old[name].inputs == new[name].inputs, name
+
+
+# ---------------------------------------------------------------------------------------------
+# ordering on one host, and replacements that must not wipe what they just created
+
+# The steps that install packages (apt/dpkg), in the order they must run on a host.
+PACKAGE_STEPS = ("nvidia-driver", "nvidia-toolkit", "containerd", "kube-packages")
+
+
+def test_each_hosts_package_steps_form_one_chain():
+    plan = committed("lab")
+    graph = dependency_graph(plan)
+    for prep in plan.of_type(NODE_PREP):
+        steps = {r.name.removeprefix(prep.name + "-"): r for r in children(plan, prep) if r.type == COMMAND}
+        order = ["kernel", *(s for s in ("nvidia-driver", "driver-ready", "nvidia-toolkit") if s in steps),
+                 "containerd", "kube-packages"]
+        assert set(order) == set(steps), prep.name
+        # Each step waits (transitively) for the one before it: no two run on the host at once.
+        for before, after in itertools.pairwise(order):
+            assert steps[before].urn in transitive(graph, steps[after].urn), (prep.name, before, after)
+        installing = [s for s in order if s in PACKAGE_STEPS]
+        assert len(installing) >= 2, prep.name
+        # ...and the chain ends in kube-packages, which everything joining the cluster waits for.
+        last = steps["kube-packages"].urn
+        assert {s.urn for s in steps.values()} - {last} <= transitive(graph, last), prep.name
+
+
+def test_nfs_server_waits_for_the_control_planes_prep():
+    plan = committed("lab")
+    graph = dependency_graph(plan)
+    (nfs,) = [r for r in plan.of_type(COMMAND) if r.name.endswith("-nfs-server")]
+    values, _ = program.stack_config("lab")
+    first = next(h for h in json.loads(values["gpu-cluster:hosts"]) if h["role"] == "control-plane")
+    # An explicit dependency (so it is also deleted before the host's packages on destroy).
+    assert {short(u) for u in nfs.dependencies} == {f"{first['name']}-kube-packages"}
+    prep = owned_commands(plan, NODE_PREP, first["name"])
+    assert prep <= transitive(graph, nfs.urn)
+    assert nfs.inputs["connection"]["host"] == first["address"]
+    assert nfs.delete_before_replace
+
+
+def test_cluster_membership_and_prep_commands_delete_before_replace():
+    plan = committed("lab")
+    commands = plan.of_type(COMMAND)
+    suffixes = ("-init", "-kubeconfig", "-token", "-join", "-ready")
+    membership = [r for r in commands if r.name.endswith(suffixes)]
+    assert {r.name for r in membership} >= {"control-plane-init", "control-plane-kubeconfig"}
+    assert len([r for r in membership if r.name.endswith("-join")]) == len(plan.of_type(NODE_JOIN))
+    prep = [r for p in plan.of_type(NODE_PREP) for r in children(plan, p)]
+    assert prep
+    for r in membership + prep:
+        assert r.delete_before_replace, r.name
+    # Every remote command in the lab stack is replaced delete-first.
+    assert all(r.delete_before_replace for r in commands)

@@ -13,6 +13,9 @@ rendered ones.
   checkpoint exists; the surviving torchrun restarts its worker and waits in the c10d rendezvous;
   index 1 is started again (as the Job controller would) and rejoins; the run resumes from the
   newest checkpoint, so at most one checkpoint interval is lost, and finishes with loss falling.
+- kill the store host: index 0 (whose torchrun hosts the c10d store) is killed; the survivor's
+  torchrun exits with a failure instead of hanging; every failed index gets a new pod (as the Job
+  controller would, within backoffLimitPerIndex) and the run resumes from the newest checkpoint.
 - the NCCL acceptance sweep through the same launcher, with a fake NCCL log: the table, and the
   verdict's exit code reaching the "pod" through torchrun (socket fallback with RDMA declared).
 """
@@ -292,6 +295,89 @@ def test_loss_falls_and_checkpoints_appear(kill_and_resume):
     assert checkpoint_steps(ckpt_dir)[-1] == TOTAL_STEPS
     assert len(checkpoint_steps(ckpt_dir)) <= 3  # --keep-checkpoints default
     assert not [p for p in ckpt_dir.iterdir() if p.name.startswith(".tmp-")]
+
+
+# --- kill index 0, which hosts the c10d store: every pod's torchrun exits, each is replaced --------
+
+
+# The Job controller's retries per index (training.backoffLimitPerIndex's default).
+BACKOFF_LIMIT_PER_INDEX = 2
+
+
+@pytest.fixture(scope="module")
+def kill_store_host(tmp_path_factory):
+    """Index 0 is killed; the survivors lose the rendezvous store, so their torchrun exits (it cannot
+    rendezvous again without it). Like the Job controller, every index whose pod failed gets a new
+    pod (at most BACKOFF_LIMIT_PER_INDEX per index; the killed one is a disruption and not counted)
+    until every index has completed."""
+    tmp = tmp_path_factory.mktemp("train-kill0")
+    shared = tmp / "shared"
+    spec = pod_spec(launch.TRAINER_MODULE)
+    command = localize(spec, launch.TRAINER_MODULE, TRAIN_OVERRIDES, shared)
+    ckpt_dir = Path(re.search(r"--checkpoint-dir=(\S+)", command[2])[1].strip("'\""))
+    port = free_port()
+
+    def start(index: int, attempt: int) -> Pod:
+        return Pod(index, command, pod_env(spec, index, port, tmp), tmp / f"pod-{index}-{attempt}.log")
+
+    current = [start(i, 0) for i in range(spec.pods)]
+    every = list(current)
+    try:
+        deadline = time.monotonic() + 45
+        while time.monotonic() < deadline:
+            steps = checkpoint_steps(ckpt_dir) if ckpt_dir.is_dir() else []
+            if steps and steps[-1] >= 2 * CHECKPOINT_EVERY:
+                break
+            if any(p.proc.poll() is not None for p in current):
+                pytest.fail(f"a pod exited before the kill:\n{_logs(every)}")
+            time.sleep(0.05)
+        else:
+            pytest.fail(f"no checkpoint within the deadline:\n{_logs(every)}")
+        current[0].kill()  # global rank 0 writes the checkpoints: none can land after this
+        at_kill = checkpoint_steps(ckpt_dir)
+        assert at_kill[-1] < TOTAL_STEPS, "the run finished before the kill: raise throttle-ms"
+        current[0] = start(0, 1)
+        every.append(current[0])
+        retries = [0] * spec.pods
+        completed: set[int] = set()
+        deadline = time.monotonic() + 90
+        while len(completed) < spec.pods:
+            if time.monotonic() > deadline:
+                pytest.fail(f"indexes {sorted(set(range(spec.pods)) - completed)} still running:\n{_logs(every)}")
+            for index, pod in enumerate(current):
+                code = pod.proc.poll()
+                if code is None or index in completed:
+                    continue
+                if code == 0:
+                    completed.add(index)
+                    continue
+                retries[index] += 1
+                if retries[index] > BACKOFF_LIMIT_PER_INDEX:
+                    pytest.fail(f"index {index} out of retries (exit {code}):\n{_logs(every)}")
+                current[index] = start(index, retries[index] + (index == 0))
+                every.append(current[index])
+            time.sleep(0.1)
+        yield {"pods": every, "at_kill": at_kill, "retries": retries, "ckpt_dir": ckpt_dir, "logs": _logs(every)}
+    finally:
+        for pod in every:
+            pod.kill()
+
+
+def test_store_host_killed_survivors_exit_and_replaced_pods_finish(kill_store_host):
+    # the survivor's torchrun did exit (failed) rather than hang on the lost store
+    assert kill_store_host["retries"][1:] and all(r >= 1 for r in kill_store_host["retries"][1:]), kill_store_host["logs"]
+    done = [e for pod in kill_store_host["pods"] for e in pod.events("done")]
+    assert [e["step"] for e in done] == [str(TOTAL_STEPS)], kill_store_host["logs"]
+    assert checkpoint_steps(kill_store_host["ckpt_dir"])[-1] == TOTAL_STEPS
+
+
+def test_store_host_killed_resumes_from_the_newest_checkpoint(kill_store_host):
+    resumes = [e for pod in kill_store_host["pods"] for e in pod.events("resume")]
+    newest_at_kill = kill_store_host["at_kill"][-1]
+    assert resumes, kill_store_host["logs"]
+    # every restart resumes from the newest checkpoint at the kill (less than one interval lost)
+    assert {int(e["step"]) for e in resumes} == {newest_at_kill}, kill_store_host["logs"]
+    assert newest_at_kill >= 2 * CHECKPOINT_EVERY
 
 
 # --- the NCCL acceptance sweep through the same launcher ----------------------------------------

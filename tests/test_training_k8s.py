@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import functools
+import ipaddress
 import json
 import re
 import subprocess
@@ -47,7 +48,7 @@ from tests.conftest import PROJECT_DIR
 IMAGE = "registry.example.com/gpu-cluster/trainer:0.1.0"
 JOB = "kubernetes:batch/v1:Job"
 PYTORCHJOB = "kubernetes:kubeflow.org/v1:PyTorchJob"
-TRAINING_JOB_TYPE = "gpucluster:training:TrainingJob"
+TRAINING_JOB_TYPE = "gpucluster:training:Job"
 
 
 def _with(stack: str, **overrides: Any) -> tuple[dict[str, str], list[str]]:
@@ -65,9 +66,12 @@ def _with(stack: str, **overrides: Any) -> tuple[dict[str, str], list[str]]:
 CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "lab": ("lab", {}),
     "dev": ("dev", {}),
-    "lab-pytorchjob": ("lab", {"training": {"launcher": "pytorchjob"}}),
+    # pytorchjob: acceptance and training in one `up` are rejected (the PyTorchJob is not awaited)
+    "lab-pytorchjob": ("lab", {"training": {"launcher": "pytorchjob"}, "acceptance": {"nccl": False}}),
+    "lab-pytorchjob-acceptance": ("lab", {"training": {"launcher": "pytorchjob", "enabled": False},
+                                          "network": {"linkGbps": 100, "rdma": True}}),
     "lab-pytorchjob-elastic": ("lab", {"training": {"launcher": "pytorchjob", "elastic": {"enabled": True, "minNodes": 1}},
-                                       "network": {"linkGbps": 100, "rdma": True},
+                                       "acceptance": {"nccl": False},
                                        "storage": {"provision": False, "nfs": {"server": "nas.lab.example", "path": "/export/gpu"}}}),
     "dev-pytorchjob-default-class": ("dev", {"training": {"launcher": "pytorchjob"},
                                              "storage": {"hostPath": "", "useDefaultClass": True}}),
@@ -119,7 +123,12 @@ def env_of(container: dict[str, Any]) -> dict[str, str]:
 
 
 def jobs_of(case: str) -> list[str]:
-    return [ACCEPTANCE_JOB, TRAINING_JOB] if case.startswith("lab") else [TRAINING_JOB]
+    """The jobs the case's config turns on (acceptance first)."""
+    stack, overrides = CASES[case]
+    values = _with(stack, **overrides)[0]
+    t = json.loads(values.get("gpu-cluster:training", "{}"))
+    acc = json.loads(values.get("gpu-cluster:acceptance", "{}"))
+    return [name for name, on in ((ACCEPTANCE_JOB, acc.get("nccl")), (TRAINING_JOB, t.get("enabled"))) if on]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -254,9 +263,21 @@ def test_pod_failure_policy() -> None:
 
 def test_trainer_arguments_come_from_config() -> None:
     script = find("lab", "Job", TRAINING_JOB)["spec"]["template"]["spec"]["containers"][0]["command"][2]
-    for arg in ("--epochs=10", "--batch-size=64", "--checkpoint-every=1", "--max_restarts=3",
-                f"--checkpoint-dir={MOUNTS['checkpoints'][1]}/{TRAINING_JOB}", "-m trainer.train"):
+    for arg in ("--epochs=10", "--batch-size=64", "--checkpoint-every=1", "--checkpoint-every-steps=0",
+                "--max_restarts=3", f"--checkpoint-dir={MOUNTS['checkpoints'][1]}/{TRAINING_JOB}", "-m trainer.train"):
         assert arg in script, arg
+
+
+@pytest.mark.parametrize("case", ["lab", "lab-pytorchjob"])
+def test_checkpoint_every_steps_reaches_the_command(case: str) -> None:
+    stack, overrides = CASES[case]
+    p = program.run(stack, config=_with(stack, **{**overrides, "training": {
+        **overrides.get("training", {}), "checkpointEverySteps": 250}}))
+    (job,) = [o for o in kubernetes_objects(p)
+              if o["kind"] in ("Job", "PyTorchJob") and o["metadata"]["name"] == TRAINING_JOB]
+    for template in pod_specs(job):
+        script = template["spec"]["containers"][0]["command"][2]
+        assert "--checkpoint-every-steps=250" in script and "--checkpoint-every=1" in script
 
 
 def test_acceptance_runs_the_bench_with_the_declared_network() -> None:
@@ -266,7 +287,7 @@ def test_acceptance_runs_the_bench_with_the_declared_network() -> None:
     assert "--link-gbps 25 --min-busbw-fraction 0.9 --max-bytes 1073741824" in script
     assert "--rdma" not in script
     assert "--max_restarts=0" in script  # a measurement is not retried in place
-    elastic = container_of("lab-pytorchjob-elastic", ACCEPTANCE_JOB, "Master")["command"][2]
+    elastic = container_of("lab-pytorchjob-acceptance", ACCEPTANCE_JOB, "Master")["command"][2]
     assert "--link-gbps 100" in elastic and "--rdma" in elastic
 
 
@@ -281,7 +302,7 @@ def container_of(case: str, name: str, replica: str = "Master") -> dict[str, Any
 # the PyTorchJob
 
 
-@pytest.mark.parametrize("case", ["lab-pytorchjob", "lab-pytorchjob-elastic", "dev-pytorchjob-default-class"])
+@pytest.mark.parametrize("case", [c for c in CASES if "pytorchjob" in c])
 def test_pytorchjob_shape(case: str) -> None:
     nodes = 2 if case.startswith("lab") else 1
     for name in jobs_of(case):
@@ -313,7 +334,7 @@ def test_pytorchjob_shape(case: str) -> None:
 
 def test_training_operator_installed_once_and_pinned() -> None:
     p = plan("lab-pytorchjob")
-    (operator,) = p.of_type("gpucluster:training:TrainingOperator")
+    (operator,) = p.of_type("gpucluster:training:Operator")
     (directory,) = p.of_type("kubernetes:kustomize/v2:Directory")
     assert directory.parent == operator.urn
     assert directory.inputs["directory"] == versions.TRAINING_OPERATOR_KUSTOMIZE
@@ -321,7 +342,7 @@ def test_training_operator_installed_once_and_pinned() -> None:
     assert "/manifests/overlays/standalone" in versions.TRAINING_OPERATOR_KUSTOMIZE
     for job in p.of_type(TRAINING_JOB_TYPE):
         assert depends_on(p, job, operator)
-    assert not plan("lab").of_type("gpucluster:training:TrainingOperator")
+    assert not plan("lab").of_type("gpucluster:training:Operator")
 
 
 def test_training_operator_pin_matches_upstream_notes(upstream_dir: Path) -> None:
@@ -405,7 +426,7 @@ def test_jobs_depend_on_gate_claim_and_policies(case: str) -> None:
         kids = [r for r in p.resources if r.parent == job.urn and r.type in (JOB, PYTORCHJOB)]
         (kid,) = kids
         assert claim.urn in kid.dependencies
-    if ACCEPTANCE_JOB in jobs:
+    if {ACCEPTANCE_JOB, TRAINING_JOB} <= set(jobs):
         # the run waits for the network check (same GPUs; a bad network should stop it)
         assert depends_on(p, jobs[TRAINING_JOB], jobs[ACCEPTANCE_JOB])
 
@@ -448,7 +469,7 @@ def test_component_outputs(mocks):
         assert (metadata["name"], metadata["namespace"]) == ("demo", TRAINING_NAMESPACE)
         assert metadata["annotations"] == {"pulumi.com/skipAwait": "true"}
         assert metadata["labels"] == network_policy.job_labels("demo")
-        assert urn.endswith("gpucluster:training:TrainingJob$kubernetes:batch/v1:Job::demo")
+        assert urn.endswith("gpucluster:training:Job$kubernetes:batch/v1:Job::demo")
 
     return pulumi.Output.all(job.job.metadata, job.job.urn).apply(check)
 
@@ -532,6 +553,11 @@ def _peer_ok(peers: list[dict[str, Any]] | None, policy_ns: str, other: dict[str
     if not peers:
         return True
     for peer in peers:
+        if "ipBlock" in peer:
+            assert set(peer["ipBlock"]) == {"cidr"}, "the evaluator handles cidr only"
+            if "ip" in other and ipaddress.ip_address(other["ip"]) in ipaddress.ip_network(peer["ipBlock"]["cidr"]):
+                return True
+            continue
         ns_sel, pod_sel = peer.get("namespaceSelector"), peer.get("podSelector")
         ns_ok = _selects(ns_sel, other["ns_labels"]) if ns_sel is not None else other["ns"] == policy_ns
         pod_ok = _selects(pod_sel, other["labels"]) if pod_sel is not None else True
@@ -557,13 +583,18 @@ def _pod(ns: str, labels: dict[str, str]) -> dict[str, Any]:
     return {"ns": ns, "labels": labels, "ns_labels": {"kubernetes.io/metadata.name": ns}}
 
 
+def _address(ip: str) -> dict[str, Any]:
+    """A destination that is no pod: an IP address (e.g. NodeLocal DNSCache's on the node)."""
+    return {"ns": None, "labels": {}, "ns_labels": {}, "ip": ip}
+
+
 @pytest.mark.parametrize("case", ["lab", "lab-pytorchjob"])
 def test_network_policies_semantics(case: str) -> None:
     policies = [o for o in objects(case) if o["kind"] == "NetworkPolicy"]
-    assert {p["metadata"]["name"] for p in policies} == {
-        "default-deny", "allow-dns", f"{TRAINING_JOB}-peers", f"{ACCEPTANCE_JOB}-peers"}
+    assert {p["metadata"]["name"] for p in policies} == {"default-deny", "allow-dns"} | {
+        f"{job}-peers" for job in jobs_of(case)}
     train = [_pod(TRAINING_NAMESPACE, t["metadata"]["labels"]) for t in pod_specs(job_object(case, TRAINING_JOB))]
-    acc = _pod(TRAINING_NAMESPACE, pod_specs(job_object(case, ACCEPTANCE_JOB))[0]["metadata"]["labels"])
+    acc = _pod(TRAINING_NAMESPACE, network_policy.job_labels(ACCEPTANCE_JOB))
     stray = _pod(TRAINING_NAMESPACE, {"app": "notebook"})
     outsider = _pod("default", network_policy.job_labels(TRAINING_JOB))  # same labels, other namespace
     dns = _pod("kube-system", {"k8s-app": "kube-dns"})
@@ -582,6 +613,13 @@ def test_network_policies_semantics(case: str) -> None:
     assert allowed(policies, stray, dns, 53, "UDP")
     assert not allowed(policies, a, _pod("default", {}), 53, "UDP")
     assert not allowed(policies, a, _pod("internet", {}), 443)
+    # NodeLocal DNSCache (169.254.20.10 on the node) on port 53 only; no other link-local address
+    node_local = _address("169.254.20.10")
+    assert allowed(policies, a, node_local, 53, "UDP") and allowed(policies, a, node_local, 53, "TCP")
+    assert allowed(policies, stray, node_local, 53, "UDP")
+    assert not allowed(policies, a, node_local, 8080)
+    assert not allowed(policies, a, _address("169.254.169.254"), 53, "UDP")  # e.g. the metadata server
+    assert not allowed(policies, a, _address("203.0.113.5"), 53, "UDP")
 
 
 def test_policy_evaluator_has_teeth() -> None:
@@ -708,9 +746,10 @@ def test_render_shows_job_claim_policy_and_acceptance(tmp_path: Path, stack: str
 
 
 def test_render_pytorchjob_lists_the_custom_resource() -> None:
-    kinds = {(o["kind"], o["metadata"]["name"]) for o in objects("lab-pytorchjob")}
-    assert {("PyTorchJob", TRAINING_JOB), ("PyTorchJob", ACCEPTANCE_JOB)} <= kinds
-    assert all(o.get("kind") for o in objects("lab-pytorchjob"))  # the kustomize bundle is not an object
+    for case, name in (("lab-pytorchjob", TRAINING_JOB), ("lab-pytorchjob-acceptance", ACCEPTANCE_JOB)):
+        kinds = {(o["kind"], o["metadata"]["name"]) for o in objects(case)}
+        assert ("PyTorchJob", name) in kinds
+        assert all(o.get("kind") for o in objects(case))  # the kustomize bundle is not an object
 
 
 @pytest.mark.parametrize(
@@ -723,6 +762,8 @@ def test_render_pytorchjob_lists_the_custom_resource() -> None:
         ("lab", {"storage": json.dumps({})}, "storage"),
         ("dev", {"training": {"nodes": 2}}, "training.nodes"),
         ("dev", {"training": {"elastic": {"enabled": True}}}, "training.elastic.enabled"),
+        # the committed lab stack runs the acceptance Job: with pytorchjob `up` could not await it
+        ("lab", {"training": {"launcher": "pytorchjob"}}, "training.enabled"),
     ],
 )
 def test_rejected_configs_register_nothing(stack: str, overrides: dict[str, Any], key: str) -> None:

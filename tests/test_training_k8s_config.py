@@ -59,7 +59,7 @@ def test_full_lab_training_config_parses():
     cfg = parse(lab_two_gpu_workers(
         training={"enabled": True, "image": IMAGE, "nodes": 2, "gpusPerNode": 1, "launcher": "pytorchjob",
                   "elastic": {"enabled": True, "minNodes": 1}, "nccl": {"debug": "INFO", "socketIfname": "^lo,docker"}},
-        acceptance={"nccl": True, "minBusbwFraction": 0.8},
+        acceptance={"nccl": False, "minBusbwFraction": 0.8},
         network={"linkGbps": 25, "rdma": True},
         storage={"nfs": {"server": "nas.lab.example", "path": "/export/gpu"}},
     ))
@@ -125,6 +125,27 @@ def test_bad_busbw_fraction_rejected(fraction):
 
 def test_acceptance_below_one_gib_rejected():
     assert any(k == "acceptance.maxBytes" for k, _ in problems(lab_raw(acceptance={"maxBytes": 2**20})))
+
+
+def test_pytorchjob_acceptance_and_training_in_one_up_rejected():
+    """The acceptance PyTorchJob is not awaited: training would race it for the GPUs."""
+    base = {"image": IMAGE, "nodes": 2, "launcher": "pytorchjob"}
+    raw = lab_two_gpu_workers(training={**base, "enabled": True}, acceptance={"nccl": True},
+                              network={"linkGbps": 25}, storage={"provision": True})
+    assert_rejected(raw, "training.enabled", "pytorchjob", "acceptance.nccl", "training.enabled false first")
+    # either one alone is fine, and indexed-job (whose acceptance Job `up` awaits) takes both
+    parse(lab_two_gpu_workers(training={**base, "enabled": False}, acceptance={"nccl": True},
+                              network={"linkGbps": 25}, storage={"provision": True}))
+    parse(lab_two_gpu_workers(training={**base, "enabled": True}, acceptance={"nccl": False},
+                              network={"linkGbps": 25}, storage={"provision": True}))
+    parse(lab_two_gpu_workers(training={**base, "enabled": True, "launcher": "indexed-job"},
+                              acceptance={"nccl": True}, network={"linkGbps": 25}, storage={"provision": True}))
+
+
+def test_checkpoint_every_steps_defaults_off_and_rejects_negative():
+    assert parse(lab_raw()).training.checkpoint_every_steps == 0
+    assert parse(lab_raw(training={"checkpointEverySteps": 500})).training.checkpoint_every_steps == 500
+    assert_rejected(lab_raw(training={"checkpointEverySteps": -1}), "training.checkpointEverySteps")
 
 
 def test_acceptance_needs_two_nodes_and_a_link_rate():

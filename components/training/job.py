@@ -84,6 +84,7 @@ def launch_spec(job: str, args: TrainingJobArgs) -> launch.LaunchSpec:
         epochs=t.epochs,
         batch_size=t.batch_size,
         checkpoint_every=t.checkpoint_every,
+        checkpoint_every_steps=t.checkpoint_every_steps,
         nccl_debug=t.nccl.debug.value,
         nccl_socket_ifname=t.nccl.socket_ifname,
     )
@@ -241,7 +242,7 @@ class TrainingOperator(pulumi.ComponentResource):
     """
 
     def __init__(self, name: str, opts: pulumi.ResourceOptions | None = None):
-        super().__init__("gpucluster:training:TrainingOperator", name, None, opts)
+        super().__init__("gpucluster:training:Operator", name, None, opts)
         self.directory = k8s.kustomize.v2.Directory(
             f"{name}-manifests",
             directory=versions.TRAINING_OPERATOR_KUSTOMIZE,
@@ -254,7 +255,7 @@ class TrainingJob(pulumi.ComponentResource):
     job: pulumi.CustomResource
 
     def __init__(self, name: str, args: TrainingJobArgs, opts: pulumi.ResourceOptions | None = None):
-        super().__init__("gpucluster:training:TrainingJob", name, None, opts)
+        super().__init__("gpucluster:training:Job", name, None, opts)
         t = args.training
         if t.image is None:
             raise ValueError("TrainingJob needs training.image")
@@ -265,7 +266,7 @@ class TrainingJob(pulumi.ComponentResource):
         )
         depends: list[pulumi.Resource] = [policy, *args.claim.ready]
         # The job's name is fixed (pods are addressed by it): replace by deleting first.
-        job_opts = dict(parent=self, delete_before_replace=True)
+        job_opts = pulumi.ResourceOptions(parent=self, delete_before_replace=True)
         if t.launcher is Launcher.INDEXED_JOB:
             svc = headless_service_manifest(name)
             service = k8s.core.v1.Service(
@@ -279,7 +280,9 @@ class TrainingJob(pulumi.ComponentResource):
                 name,
                 metadata=manifest["metadata"],
                 spec=manifest["spec"],
-                opts=pulumi.ResourceOptions(**job_opts, depends_on=[service, *depends], custom_timeouts=timeouts),
+                opts=pulumi.ResourceOptions.merge(
+                    job_opts, pulumi.ResourceOptions(depends_on=[service, *depends], custom_timeouts=timeouts)
+                ),
             )
         else:
             manifest = pytorchjob_manifest(name, args)
@@ -289,7 +292,7 @@ class TrainingJob(pulumi.ComponentResource):
                 kind=manifest["kind"],
                 metadata=manifest["metadata"],
                 spec=manifest["spec"],
-                opts=pulumi.ResourceOptions(**job_opts, depends_on=depends),
+                opts=pulumi.ResourceOptions.merge(job_opts, pulumi.ResourceOptions(depends_on=depends)),
             )
         self.register_outputs({
             "job": f"{TRAINING_NAMESPACE}/{name}",

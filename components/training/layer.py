@@ -10,7 +10,7 @@ Does not manage: anything when neither storage nor a job is configured (nothing 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -34,7 +34,7 @@ class TrainingLayer:
     claim: SharedClaim | None = None
     acceptance: TrainingJob | None = None
     training: TrainingJob | None = None
-    outputs: dict[str, object] | None = None
+    outputs: dict[str, object] = field(default_factory=dict)
 
 
 def acceptance_args(cfg: StackConfig) -> tuple[str, ...]:
@@ -81,6 +81,7 @@ def deploy(
     gate: pulumi.Resource | None,
     shared_claim: SharedClaim | None = None,
     nfs_connection: remote.ConnectionArgs | None = None,
+    nfs_after: list[pulumi.Resource] | None = None,
 ) -> TrainingLayer:
     t, acc = cfg.training, cfg.acceptance
     runs = t.enabled or acc.nccl
@@ -92,7 +93,8 @@ def deploy(
     ns = training_namespace(provider, depends_on=after)
     if own_storage:
         storage = SharedStorage(
-            "shared-storage", SharedStorageArgs(cluster=cfg, namespace=ns, nfs_connection=nfs_connection), opts=opts
+            "shared-storage", SharedStorageArgs(cluster=cfg, namespace=ns, nfs_connection=nfs_connection,
+                                                nfs_after=list(nfs_after or [])), opts=opts
         )
         layer.claim = storage.claim
     if layer.claim is not None:

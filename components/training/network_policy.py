@@ -1,7 +1,8 @@
 """NetworkPolicies of the training namespace, as pure manifests.
 
 - `default-deny`: every pod of the namespace, no ingress and no egress unless allowed below.
-- `allow-dns`: egress to the cluster DNS (kube-system, port 53 UDP/TCP) for every pod.
+- `allow-dns`: egress to the cluster DNS (kube-system pods, and NodeLocal DNSCache's link-local
+  address, port 53 UDP/TCP) for every pod.
 - `<job>-peers` per job: the job's pods accept connections only from pods of the same job, on the
   rendezvous port (torchrun's c10d store, 29500) and the ports NCCL and gloo listen on (kernel-
   chosen ephemeral ports for bootstrap and the socket transport: 1024-65535); egress likewise only
@@ -28,6 +29,11 @@ RDZV_PORT = launch.RDZV_PORT
 # NCCL (bootstrap, socket transport) and gloo bind ephemeral ports the kernel picks.
 EPHEMERAL_PORTS = (1024, 65535)
 JOB_LABEL = "gpu-cluster.io/training-job"
+# NodeLocal DNSCache listens on this link-local address on every node (the Kubernetes docs' and
+# GKE's default); pods then send DNS there instead of to a kube-system pod, which a
+# namespaceSelector alone would not match.
+NODE_LOCAL_DNS = "169.254.20.10/32"
+DNS_PORTS = [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]
 
 
 def job_labels(job: str) -> dict[str, str]:
@@ -56,8 +62,11 @@ def allow_dns() -> dict[str, Any]:
             "policyTypes": ["Egress"],
             "egress": [
                 {
-                    "to": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}}}],
-                    "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}],
+                    "to": [
+                        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}}},
+                        {"ipBlock": {"cidr": NODE_LOCAL_DNS}},
+                    ],
+                    "ports": DNS_PORTS,
                 }
             ],
         },
