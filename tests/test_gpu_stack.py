@@ -178,7 +178,13 @@ def test_mixed_balanced_is_fine_without_gate() -> None:
     ],
 )
 def test_valid_gpu_configs_parse(gpu_cfg: dict[str, Any]) -> None:
-    lab_config(gpu=gpu_cfg)
+    parsed = lab_config(gpu=gpu_cfg).gpu.model_dump(by_alias=True, mode="json")
+    # What the stack file said is what the model holds (defaults fill the rest).
+    assert parsed["stack"] == gpu_cfg.get("stack", "device-plugin")
+    for key, value in gpu_cfg.get("sharing", {}).items():
+        assert parsed["sharing"][key] == value
+    for key, value in gpu_cfg.get("gate", {}).items():
+        assert parsed["gate"][key] == value
 
 
 def test_config_properties() -> None:
