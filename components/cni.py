@@ -19,6 +19,7 @@ import pulumi_kubernetes as k8s
 
 from components import versions
 from components.config import Cni as CniKind
+from components.namespaces import pod_security_namespace
 
 
 @dataclass(frozen=True)
@@ -65,14 +66,8 @@ class Cni(pulumi.ComponentResource):
         super().__init__("gpucluster:k8s:Cni", name, None, opts)
         namespace, chart, version, repo, values = _CHARTS[args.kind]
         child = pulumi.ResourceOptions(parent=self)
-        ns = k8s.core.v1.Namespace(
-            f"{name}-ns",
-            metadata=k8s.meta.v1.ObjectMetaArgs(
-                name=namespace,
-                labels={"pod-security.kubernetes.io/enforce": "privileged"},
-            ),
-            opts=child,
-        )
+        # The CNI runs on the host network with hostPath mounts: only privileged admits it.
+        ns = pod_security_namespace(f"{name}-ns", namespace, "privileged", child)
         self.release = k8s.helm.v3.Release(
             f"{name}-{args.kind.value}",
             name=args.kind.value,

@@ -46,6 +46,7 @@ from components.device_plugin import (
     NvidiaDevicePluginArgs,
     plugin_config,
 )
+from components.namespaces import pod_security_namespace
 
 GPU_NAMESPACE = "gpu-system"
 OPERATOR_NAMESPACE = "gpu-operator"
@@ -182,13 +183,8 @@ class GpuSoftwareStack(pulumi.ComponentResource):
         self.resources: list[pulumi.Resource] = []
         operator = args.gpu.stack is GpuStack.OPERATOR
         namespace = OPERATOR_NAMESPACE if operator else GPU_NAMESPACE
-        ns = k8s.core.v1.Namespace(
-            f"{name}-ns",
-            metadata=k8s.meta.v1.ObjectMetaArgs(
-                name=namespace, labels={"pod-security.kubernetes.io/enforce": "privileged"}
-            ),
-            opts=pulumi.ResourceOptions(parent=self),
-        )
+        # Why privileged: see the module docstring (GFD, driver and toolkit containers).
+        ns = pod_security_namespace(f"{name}-ns", namespace, "privileged", pulumi.ResourceOptions(parent=self))
         ready: list[pulumi.Resource] = [ns]
         if args.gke:
             ready.append(k8s.core.v1.ResourceQuota(

@@ -20,6 +20,7 @@ import pulumi_kubernetes as k8s
 
 from components import versions
 from components.device_plugin import GPU_NODE_SELECTOR_TERMS
+from components.namespaces import pod_security_namespace
 
 GATE_NAMESPACE = "gpu-cluster-system"
 GATE_LABEL = {"app.kubernetes.io/name": "gpu-ready-gate"}
@@ -97,13 +98,8 @@ class GpuReadyGate(pulumi.ComponentResource):
         super().__init__("gpucluster:gpu:ReadyGate", name, None, opts)
         if args.gpu_nodes < 1:
             raise ValueError("GpuReadyGate needs at least one GPU node")
-        ns = k8s.core.v1.Namespace(
-            f"{name}-ns",
-            metadata=k8s.meta.v1.ObjectMetaArgs(
-                name=GATE_NAMESPACE, labels={"pod-security.kubernetes.io/enforce": "restricted"}
-            ),
-            opts=pulumi.ResourceOptions(parent=self),
-        )
+        # The check needs a GPU and nothing else: the strictest level.
+        ns = pod_security_namespace(f"{name}-ns", GATE_NAMESPACE, "restricted", pulumi.ResourceOptions(parent=self))
         manifest = job_manifest(name, args)
         self.job = k8s.batch.v1.Job(
             name,

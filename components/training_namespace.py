@@ -16,6 +16,7 @@ import weakref
 import pulumi
 import pulumi_kubernetes as k8s
 
+from components.namespaces import pod_security_namespace
 from components.storage_contract import TRAINING_NAMESPACE
 
 _CREATED: weakref.WeakKeyDictionary[k8s.Provider, k8s.core.v1.Namespace] = weakref.WeakKeyDictionary()
@@ -27,13 +28,12 @@ def training_namespace(
     """The training Namespace of the cluster behind `provider` (registered on the first call)."""
     ns = _CREATED.get(provider)
     if ns is None:
-        ns = k8s.core.v1.Namespace(
+        # baseline, not restricted: the trainer image runs as root (its base image's default).
+        ns = pod_security_namespace(
             f"{TRAINING_NAMESPACE}-ns",
-            metadata=k8s.meta.v1.ObjectMetaArgs(
-                name=TRAINING_NAMESPACE,
-                labels={"pod-security.kubernetes.io/enforce": "baseline"},
-            ),
-            opts=pulumi.ResourceOptions(provider=provider, depends_on=depends_on or []),
+            TRAINING_NAMESPACE,
+            "baseline",
+            pulumi.ResourceOptions(provider=provider, depends_on=depends_on or []),
         )
         _CREATED[provider] = ns
     return ns

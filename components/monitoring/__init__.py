@@ -31,6 +31,7 @@ from components import versions
 from components.config import MonitoringConfig
 from components.monitoring import alerts, dashboards
 from components.monitoring.dashboards import PanelGroup
+from components.namespaces import pod_security_namespace
 
 NAMESPACE = "monitoring"
 RELEASE_NAME = "monitoring"  # Helm release: objects are named monitoring-grafana, monitoring-prometheus, ...
@@ -140,16 +141,9 @@ class Monitoring(pulumi.ComponentResource):
         super().__init__("gpucluster:monitoring:Stack", name, None, opts)
         cfg = args.monitoring
         child = pulumi.ResourceOptions(parent=self)
-        ns = k8s.core.v1.Namespace(
-            f"{name}-ns",
-            metadata=k8s.meta.v1.ObjectMetaArgs(
-                name=NAMESPACE,
-                # node-exporter (a DaemonSet of this chart) needs host network, PID and the host's
-                # root filesystem read-only; nothing stricter than privileged admits it.
-                labels={"pod-security.kubernetes.io/enforce": "privileged"},
-            ),
-            opts=child,
-        )
+        # node-exporter (a DaemonSet of this chart) needs host network, PID and the host's root
+        # filesystem read-only; nothing stricter than privileged admits it.
+        ns = pod_security_namespace(f"{name}-ns", NAMESPACE, "privileged", child)
         password = random.RandomPassword(f"{name}-grafana-admin", length=32, special=False, opts=child)
         admin = k8s.core.v1.Secret(
             f"{name}-grafana-admin",
