@@ -212,6 +212,19 @@ def _logs(pods: list[Pod]) -> str:
     return "\n".join(f"--- pod {p.index} ---\n{p.log.read_text(errors='replace')[-4000:]}" for p in pods)
 
 
+def wait_for_second_checkpoint(ckpt_dir: Path, running: list[Pod], logged: list[Pod]) -> None:
+    """Block (45 s at most) until a checkpoint past the first interval exists; fail if a pod exits."""
+    deadline = time.monotonic() + 45
+    while time.monotonic() < deadline:
+        steps = checkpoint_steps(ckpt_dir) if ckpt_dir.is_dir() else []
+        if steps and steps[-1] >= 2 * CHECKPOINT_EVERY:
+            return
+        if any(p.proc.poll() is not None for p in running):
+            pytest.fail(f"a pod exited before the kill:\n{_logs(logged)}")
+        time.sleep(0.05)
+    pytest.fail(f"no checkpoint within the deadline:\n{_logs(logged)}")
+
+
 def checkpoint_steps(directory: Path) -> list[int]:
     return sorted(int(m[1]) for p in directory.glob("step-*.pt") if (m := re.fullmatch(r"step-(\d+)\.pt", p.name)))
 
@@ -230,17 +243,8 @@ def kill_and_resume(tmp_path_factory):
     pods = [Pod(i, command, pod_env(spec, i, port, tmp), tmp / f"pod-{i}.log") for i in range(spec.pods)]
     restarted: list[Pod] = []
     try:
-        deadline = time.monotonic() + 45
         # wait for a checkpoint past the first interval, then kill index 1 mid-run
-        while time.monotonic() < deadline:
-            steps = checkpoint_steps(ckpt_dir) if ckpt_dir.is_dir() else []
-            if steps and steps[-1] >= 2 * CHECKPOINT_EVERY:
-                break
-            if any(p.proc.poll() is not None for p in pods):
-                pytest.fail(f"a pod exited before the kill:\n{_logs(pods)}")
-            time.sleep(0.05)
-        else:
-            pytest.fail(f"no checkpoint within the deadline:\n{_logs(pods)}")
+        wait_for_second_checkpoint(ckpt_dir, pods, pods)
         victim = pods[-1]
         victim.kill()
         time.sleep(1.0)  # a step the survivors were finishing may still land a checkpoint
@@ -323,16 +327,7 @@ def kill_store_host(tmp_path_factory):
     current = [start(i, 0) for i in range(spec.pods)]
     every = list(current)
     try:
-        deadline = time.monotonic() + 45
-        while time.monotonic() < deadline:
-            steps = checkpoint_steps(ckpt_dir) if ckpt_dir.is_dir() else []
-            if steps and steps[-1] >= 2 * CHECKPOINT_EVERY:
-                break
-            if any(p.proc.poll() is not None for p in current):
-                pytest.fail(f"a pod exited before the kill:\n{_logs(every)}")
-            time.sleep(0.05)
-        else:
-            pytest.fail(f"no checkpoint within the deadline:\n{_logs(every)}")
+        wait_for_second_checkpoint(ckpt_dir, current, every)
         current[0].kill()  # global rank 0 writes the checkpoints: none can land after this
         at_kill = checkpoint_steps(ckpt_dir)
         assert at_kill[-1] < TOTAL_STEPS, "the run finished before the kill: raise throttle-ms"
