@@ -10,14 +10,20 @@ Writes:
   DIR/hosts/<host>/<step>.sh  the exact command each host receives (and <step>.delete.sh,
                               <step>.stdin when stdin is not secret)
   DIR/graph.dot               parent (dashed) and dependency (solid) edges
-  DIR/summary.md              what the plan contains, in short
-A bad stack config exits 2 with the config error; nothing is written.
+  DIR/summary.md              what the plan contains, in short, and "Would it come up": the
+                              whole-cluster check (render/cluster/) of every object the cluster
+                              would receive, Helm charts rendered, against Kubernetes' schemas,
+                              CRDs, Pod Security and the scheduler, on the nodes the stack will have
+Exit status: 0 the plan would come up; 2 a bad stack config (the config error; nothing is
+written); 3 something would not come up (each workload, node and reason on stderr and in
+summary.md); 1 the check could not run (upstream charts missing: --no-check skips it).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import shutil
 import sys
 from collections import Counter, defaultdict
@@ -63,6 +69,28 @@ def host_steps(plan: program.Plan) -> dict[str, dict[str, dict[str, Any]]]:
     return out
 
 
+_SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]")
+
+
+def _safe(part: str) -> str:
+    """One path component from a name that came from config or the plan: never '..' or a '/'."""
+    cleaned = _SAFE_NAME.sub("_", part).lstrip(".") or "_"
+    return cleaned
+
+
+class _Writer:
+    """Writes files under one root and refuses any path that resolves outside it."""
+
+    def __init__(self, root: Path):
+        self.root = root.resolve()
+
+    def __call__(self, path: Path, text: str, mode: int = 0o644) -> None:
+        target = path.resolve()
+        if target != self.root and self.root not in target.parents:
+            raise ValueError(f"refusing to write {path}: outside {self.root}")
+        _write(target, text, mode)
+
+
 def _write(path: Path, text: str, mode: int = 0o644) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
@@ -100,10 +128,11 @@ def _summary(plan: program.Plan, steps: dict, objects: list, releases: list) -> 
     return "\n".join(out) + "\n"
 
 
-def write(plan: program.Plan, out: Path) -> None:
+def write(plan: program.Plan, out: Path, verdict: str = "") -> None:
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
+    put = _Writer(out)  # every file below is checked to land inside `out`
     entries = [
         {
             "type": r.type,
@@ -115,37 +144,39 @@ def write(plan: program.Plan, out: Path) -> None:
         }
         for r in plan.resources
     ]
-    _write(out / "plan.json", json.dumps({"stack": plan.stack, "resources": entries,
+    put(out / "plan.json", json.dumps({"stack": plan.stack, "resources": entries,
                                          "outputs": plan.outputs}, indent=2, sort_keys=True))
     objects = kubernetes_objects(plan)
     for obj in objects:
         md = obj["metadata"]
-        fname = f"{obj.get('kind', 'Object').lower()}-{md.get('namespace', 'cluster')}-{md['name']}.yaml"
-        _write(out / "kubernetes" / fname, yaml.safe_dump(obj, sort_keys=False))
+        fname = _safe(f"{obj.get('kind', 'Object').lower()}-{md.get('namespace', 'cluster')}-{md['name']}.yaml")
+        put(out / "kubernetes" / fname, yaml.safe_dump(obj, sort_keys=False))
     releases = plan.of_type("kubernetes:helm.sh/v3:Release")
     for r in releases:
-        _write(out / "helm" / f"{r.inputs.get('name', r.name)}.yaml", yaml.safe_dump(r.inputs, sort_keys=False))
+        put(out / "helm" / _safe(f"{r.inputs.get('name', r.name)}.yaml"), yaml.safe_dump(r.inputs, sort_keys=False))
     # Every PrometheusRule's groups as one plain Prometheus rule file (for `promtool check/test rules`).
     rule_groups = [g for o in objects if o.get("kind") == "PrometheusRule" for g in o.get("spec", {}).get("groups", [])]
     if rule_groups:
-        _write(out / "prometheus" / "rules.yaml", yaml.safe_dump({"groups": rule_groups}, sort_keys=False))
+        put(out / "prometheus" / "rules.yaml", yaml.safe_dump({"groups": rule_groups}, sort_keys=False))
     steps = host_steps(plan)
     for host, host_steps_ in steps.items():
         for step, inputs in host_steps_.items():
-            base = out / "hosts" / host / step
-            _write(base.with_suffix(".sh"), inputs.get("create", ""), 0o755)
+            base = out / "hosts" / _safe(host)
+            put(base / f"{_safe(step)}.sh", inputs.get("create", ""), 0o755)
             if inputs.get("delete"):
-                _write(base.with_name(f"{step}.delete.sh"), inputs["delete"], 0o755)
+                put(base / f"{_safe(step)}.delete.sh", inputs["delete"], 0o755)
             if inputs.get("stdin") and inputs["stdin"] != program.SECRET_MARKER:
-                _write(base.with_name(f"{step}.stdin"), inputs["stdin"])
-    _write(out / "graph.dot", _dot(plan))
-    _write(out / "summary.md", _summary(plan, steps, objects, releases))
+                put(base / f"{_safe(step)}.stdin", inputs["stdin"])
+    put(out / "graph.dot", _dot(plan))
+    put(out / "summary.md", _summary(plan, steps, objects, releases) + (f"\n{verdict}" if verdict else ""))
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m render", description=__doc__.split("\n")[0])
     parser.add_argument("stack", help="stack name: reads Pulumi.<stack>.yaml")
     parser.add_argument("--out", type=Path, help="output directory (default: out/<stack>)")
+    parser.add_argument("--no-check", action="store_true",
+                        help="skip the whole-cluster check (it needs the upstream charts and requirements-dev.txt)")
     args = parser.parse_args(argv)
     out = args.out or Path("out") / args.stack
     try:
@@ -156,8 +187,24 @@ def main(argv: list[str] | None = None) -> int:
     except FileNotFoundError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    write(plan, out)
+    report = None
+    if not args.no_check:
+        from render import cluster
+
+        try:
+            report = cluster.check(plan, plan.config, cluster.upstream_dir())
+        except cluster.CheckSetupError as err:
+            print(f"error: the whole-cluster check cannot run: {err}", file=sys.stderr)
+            return 1
+    write(plan, out, report.markdown() if report else "")
     print(f"{len(plan.resources)} resources -> {out}/ (summary.md, plan.json, graph.dot)")
+    if report is not None and not report.ok:
+        print(f"would not come up ({len(report.problems)} problems; summary.md, 'Would it come up'):", file=sys.stderr)
+        for problem in report.problems:
+            print(f"  {problem}", file=sys.stderr)
+        return 3
+    if report is not None:
+        print(f"would come up: {report.objects} objects, {len(report.lines)} workloads placed")
     return 0
 
 

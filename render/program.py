@@ -68,6 +68,7 @@ class Plan:
     stack: str
     resources: list[Registration] = field(default_factory=list)
     outputs: dict[str, Any] = field(default_factory=dict)
+    config: Any = None  # the validated StackConfig the program built the stack from
 
     def of_type(self, type_: str) -> list[Registration]:
         return [r for r in self.resources if r.type == type_]
@@ -218,7 +219,8 @@ def run(
 
     @pulumi.runtime.test
     def evaluate():
-        runpy.run_path(main, run_name="__main__")
+        program_globals = runpy.run_path(main, run_name="__main__")
+        plan.config = program_globals.get("cfg")
         root = get_root_resource()
         assert root is not None  # set_mocks created it
         exported = dict(getattr(root, "outputs", {}))

@@ -1,0 +1,162 @@
+"""Would it come up? The whole-cluster check of an offline plan.
+
+`check(plan, cfg, upstream)` takes every object the cluster would receive (objects.py: the
+program's own, every Helm release rendered with its pinned upstream chart, kustomize
+directories expanded), asks what the API server would say of each (admission.py, pod_security.py)
+and where each pod would run on the nodes the stack will have (nodes.py, workloads.py,
+scheduling.py). The verdict is a Report: one line per workload, and the problems that would keep
+`pulumi up` from finishing. `python -m render` writes it to summary.md and exits 3 on a problem.
+
+Upstream data comes from one folder: $GPU_CLUSTER_UPSTREAM, else ../shared/upstream beside the
+project (its charts/ holds the pinned, unmodified charts).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from components.config import Platform, StackConfig
+from render import program
+from render.cluster import nodes as node_model
+from render.cluster.admission import Admission
+from render.cluster.objects import CheckSetupError, collect
+from render.cluster.scheduling import Placement, expand, schedule
+from render.cluster.workloads import workloads
+
+__all__ = ["CheckSetupError", "Report", "check", "upstream_dir"]
+
+
+def upstream_dir(project_dir: Path = program.PROJECT_DIR) -> Path:
+    path = Path(os.environ.get("GPU_CLUSTER_UPSTREAM") or project_dir.parent / "shared" / "upstream")
+    if not (path / "charts").is_dir():
+        raise CheckSetupError(
+            f"the pinned upstream charts are not at {path}/charts: set GPU_CLUSTER_UPSTREAM to the "
+            "upstream folder (../shared/upstream), or pass --no-check"
+        )
+    return path
+
+
+@dataclass
+class Report:
+    stack: str
+    problems: list[str] = field(default_factory=list)  # each: "<subject>: <reason>"
+    lines: list[str] = field(default_factory=list)  # one per workload
+    notes: list[str] = field(default_factory=list)  # what the model assumes
+    nodes: list[str] = field(default_factory=list)
+    objects: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def markdown(self) -> str:
+        out = ["## Would it come up", ""]
+        out.append(f"**{'yes' if self.ok else 'no'}**: {self.objects} objects checked against Kubernetes' "
+                   f"schemas, CRDs, Pod Security and the scheduler's filters on {len(self.nodes)} modelled "
+                   f"node{'s' if len(self.nodes) != 1 else ''}.")
+        if self.problems:
+            out += ["", "### What would not come up", ""] + [f"- {p}" for p in self.problems]
+        out += ["", "### Nodes", ""] + [f"- {n}" for n in self.nodes]
+        out += ["", "### Workloads", ""] + [f"- {line}" for line in self.lines]
+        if self.notes:
+            out += ["", "### Assumed", ""] + [f"- {n}" for n in self.notes]
+        return "\n".join(out) + "\n"
+
+
+def _names(names: list[str], most: int = 4) -> str:
+    if len(names) <= most:
+        return ", ".join(names)
+    return f"{', '.join(names[:most])} and {len(names) - most} more"
+
+
+def _why(p: Placement) -> str:
+    """Node reasons grouped: 'gpu-1, gpu-2: untolerated taint ...'."""
+    grouped: dict[str, list[str]] = {}
+    for node, reasons in p.reasons.items():
+        grouped.setdefault("; ".join(reasons), []).append(node)
+    return " | ".join(f"{_names(nodes)}: {reason}" for reason, nodes in grouped.items())
+
+
+def _node_line(n: node_model.Node) -> str:
+    taints = ", ".join(f"{t['key']}{'=' + t['value'] if t.get('value') else ''}:{t['effect']}" for t in n.taints) or "none"
+    size = []
+    if n.gpus:
+        size.append(f"{n.gpus if n.gpus_known else '>=1'} GPU")
+    if n.cpu is not None:
+        size.append(f"{n.cpu:.2f} CPU")
+    if n.memory is not None:
+        size.append(f"{n.memory / 1024**3:.1f}Gi")
+    count = f" ×{n.max_count} max ({n.min_count} at `up`)" if n.max_count != 1 or n.min_count != 1 else ""
+    return f"`{n.name}` ({n.group}){count}: {', '.join(size) or 'size not declared'}; taints: {taints}"
+
+
+def check(plan: program.Plan, cfg: StackConfig, upstream: Path) -> Report:
+    report = Report(plan.stack)
+    collected = collect(plan, upstream, cfg.kubernetes_version)
+    report.objects = len(collected.objects)
+    # A child is registered only once its parent is, and a component's registration waits for
+    # the component's own depends_on: what a parent waits for, its children wait for too.
+    deps = {r.urn: [*r.dependencies, *([r.parent] if r.parent else [])] for r in plan.resources}
+    admission = Admission(collected.objects, deps, cfg.kubernetes_minor)
+    for problem in [*admission.schema(), *admission.namespaces_exist()]:
+        report.problems.append(f"{problem.subject}: {problem.reason}")
+
+    plan_inputs: dict[str, list[dict]] = {}
+    for r in plan.resources:
+        plan_inputs.setdefault(r.type, []).append(r.inputs)
+    modelled = node_model.model(cfg, plan_inputs, collected.node_patches)
+    report.nodes = [_node_line(n) for n in modelled]
+    nodes = expand(modelled)
+    gpu_nodes = {n.name for n in nodes if n.is_gpu}
+    if cfg.platform is Platform.LAB:
+        report.notes.append("lab hosts declare no CPU or memory: only GPUs are counted against requests")
+    if cfg.platform is Platform.DEV:
+        report.notes.append("dev nodes declare no size: each listed GPU node has at least one GPU, CPU and memory unchecked")
+    if cfg.platform is Platform.GKE:
+        report.notes.append("gke: each pool scales between its minimum and maximum; pods may land on nodes the "
+                            "autoscaler adds; GKE's own device plugin runs on GPU nodes without "
+                            "gke-no-default-nvidia-gpu-device-plugin=true")
+
+    loads = workloads(collected.objects)
+    placements = schedule(cfg, nodes, loads, gke=cfg.platform is Platform.GKE)
+    for p in placements:
+        w = p.workload
+        origin = w.via or w.obj.origin
+        if w.obj.hook:  # delete and upgrade hooks too: a hook that cannot run blocks destroy or update
+            origin += f", hook {w.obj.hook}"
+        subject = f"{w.ref} ({origin})"
+        problems = admission.pod_security(w)
+        if not w.via.startswith("ClusterPolicy"):  # the operator creates its own ServiceAccounts
+            problems += admission.references(w)
+        if w.daemon:
+            missing = [n for n in p.eligible if n not in p.nodes]
+            gpu_only = bool(p.eligible) and set(p.eligible) <= gpu_nodes
+            if not p.eligible:
+                line = f"{subject}: matches no node"
+                if w.device_plugin or gpu_only:
+                    problems.append("matches no node")
+            elif missing:
+                line = f"{subject}: on {_names(p.nodes) or 'no node'}; not on {_names(missing)}: {_why(p)}"
+                if gpu_only or not p.nodes or any(n in gpu_nodes for n in missing):
+                    problems.append(f"misses {'GPU node' if any(n in gpu_nodes for n in missing) else 'node'}s "
+                                    f"{_names(missing)}: {_why_only(p, missing)}")
+            else:
+                line = f"{subject}: on {len(p.nodes)} node{'s' if len(p.nodes) != 1 else ''} ({_names(p.nodes)})"
+        else:
+            if p.ok:
+                line = f"{subject}: {p.placed} pod{'s' if p.placed != 1 else ''} → {_names(sorted(set(p.nodes)))}"
+            else:
+                line = f"{subject}: {p.placed} of {w.pods} pods can be placed; {_why(p)}"
+                if w.runs_on_install:
+                    problems.append(f"only {p.placed} of {w.pods} pods can be placed: {_why(p)}")
+        if problems:
+            line = f"✗ {line}"
+            report.problems += [f"{subject}: {reason}" for reason in problems]
+        report.lines.append(line)
+    return report
+
+
+def _why_only(p: Placement, names: list[str]) -> str:
+    return _why(Placement(p.workload, reasons={n: p.reasons.get(n, []) for n in names}))

@@ -1,0 +1,244 @@
+"""Would the API server take each object? Schema, CRDs, namespaces, Pod Security, references.
+
+- Built-in kinds: strictly valid for the stack's Kubernetes minor (kubernetes-validate's offline
+  OpenAPI schemas; unknown fields are errors, as with `kubectl apply --validate=strict`).
+- Custom resources: valid against the openAPIV3Schema of a CRD that something the object depends
+  on installs (the same Helm release's crds/ directory counts: Helm installs those first), with
+  unknown fields closed where the CRD does not keep them (the API server would prune them).
+- Namespaced objects: their namespace exists (a Namespace the object depends on, or a built-in).
+- Pods of every workload: admitted by the Pod Security level their namespace enforces.
+- References: ServiceAccounts, Secrets, ConfigMaps and PersistentVolumeClaims a pod uses exist
+  (unless marked optional), or are created at run time by a named creator (RUNTIME_CREATED).
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from render.cluster import pod_security
+from render.cluster.objects import Obj
+from render.cluster.workloads import Workload
+
+BUILTIN_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+
+# Objects a pod may reference that no manifest contains, because a controller or a hook creates
+# them at run time: (kind, name pattern, who creates it). Each entry is upstream behaviour.
+RUNTIME_CREATED: list[tuple[str, re.Pattern[str], str]] = [
+    ("ConfigMap", re.compile(r"kube-root-ca\.crt"), "kube-controller-manager's root CA publisher, in every namespace"),
+    ("ServiceAccount", re.compile(r"default"), "kube-controller-manager, in every namespace"),
+    # kube-prometheus-stack: the admission webhook's pre-install hook Job creates this TLS Secret
+    # (templates/prometheus-operator/admission-webhooks/job-patch/job-createSecret.yaml).
+    ("Secret", re.compile(r".+-admission"), "kube-prometheus-stack's admission-create hook Job"),
+    # prometheus-operator generates the configuration Secrets of every Prometheus / Alertmanager.
+    ("Secret", re.compile(r"(prometheus|alertmanager)-.+"), "prometheus-operator, from its custom resource"),
+    # NFD's master writes its worker configuration (node-feature-discovery chart, nfd-worker conf).
+    ("ConfigMap", re.compile(r".+-node-feature-discovery-worker-conf"), "node-feature-discovery chart"),
+]
+
+
+@dataclass
+class Problem:
+    subject: str
+    reason: str
+
+
+def is_custom_resource(body: dict[str, Any]) -> bool:
+    group = str(body.get("apiVersion", "")).rpartition("/")[0]
+    return "." in group and not group.endswith(".k8s.io")
+
+
+def strict_schema(schema: Any) -> Any:
+    """Close every object schema that lists its properties, unless the CRD keeps unknown fields."""
+    if isinstance(schema, dict):
+        out = {k: strict_schema(v) for k, v in schema.items()}
+        if isinstance(out.get("pattern"), str) and out["pattern"].startswith("^(?i)"):
+            out["pattern"] = "(?i)^" + out["pattern"][len("^(?i)"):]  # Go's RE2 flag group after '^'
+        if (out.get("type") == "object" and "properties" in out and "additionalProperties" not in out
+                and not out.get("x-kubernetes-preserve-unknown-fields")):
+            out["additionalProperties"] = False
+        return out
+    if isinstance(schema, list):
+        return [strict_schema(v) for v in schema]
+    return schema
+
+
+@functools.cache
+def builtin_validator(api_version: str, kind: str, minor: str) -> Any:
+    """kubernetes-validate's strict schema of a built-in kind, as a reusable validator (its own
+    validate() reads the schema files again on every call); None if the version does not serve it."""
+    import jsonschema
+    import kubernetes_validate.utils as kv
+    from referencing import Registry, Resource
+
+    version = [v for v in kv.all_versions() if kv.major_minor(v) <= minor][-1]
+    group_version = re.sub(r"^([^./]*)(?:\.[^/]*)?/", r"\1-", api_version)
+    folder = f"kubernetes-json-schema/v{version}-local-strict"
+    try:
+        schema = kv.schema_contents(f"{folder}/{kind.lower()}-{group_version}.json", minor)
+    except FileNotFoundError:
+        return None
+    registry = _definitions(folder, minor) @ (Resource.from_contents(schema) @ Registry())
+    return jsonschema.Draft202012Validator(schema, registry=registry)
+
+
+@functools.cache
+def _definitions(folder: str, minor: str) -> Any:
+    """The shared definitions every kind's schema refers to (several MB: read once)."""
+    import kubernetes_validate.utils as kv
+    from referencing import Resource
+
+    return Resource.from_contents(kv.schema_contents(f"{folder}/_definitions.json", minor))
+
+
+@functools.cache
+def _crd_validator(crd_key: str, schema_json: str) -> Any:
+    import json
+
+    import jsonschema
+
+    return jsonschema.Draft7Validator(json.loads(schema_json))
+
+
+class Admission:
+    def __init__(self, objects: list[Obj], dependencies: dict[str, list[str]], minor: str):
+        self.objects = objects
+        self.minor = minor
+        self._deps = dependencies
+        self._ancestors: dict[str, set[str]] = {}
+        self.crds: dict[tuple[str, str], tuple[dict[str, Any], Obj]] = {}
+        for o in objects:
+            if o.kind != "CustomResourceDefinition":
+                continue
+            spec = o.body.get("spec") or {}
+            for version in spec.get("versions") or []:
+                if not version.get("served", True):
+                    continue
+                schema = copy.deepcopy(((version.get("schema") or {}).get("openAPIV3Schema")) or {"type": "object"})
+                schema.setdefault("properties", {})["metadata"] = {"type": "object"}
+                self.crds[(f"{spec.get('group')}/{version.get('name')}", str((spec.get("names") or {}).get("kind")))] = (
+                    strict_schema(schema), o)
+        self.namespaces = {o.name: o for o in objects if o.kind == "Namespace"}
+        self.by_kind_ns: dict[tuple[str, str | None, str], Obj] = {(o.kind, o.namespace, o.name): o for o in objects}
+
+    def ancestors(self, urn: str) -> set[str]:
+        """Every plan resource `urn` waits for, directly or through others."""
+        if urn in self._ancestors:
+            return self._ancestors[urn]
+        seen: set[str] = set()
+        stack = list(self._deps.get(urn, []))
+        while stack:
+            u = stack.pop()
+            if u in seen:
+                continue
+            seen.add(u)
+            stack.extend(self._deps.get(u, []))
+        self._ancestors[urn] = seen
+        return seen
+
+    def _before(self, creator: Obj, user: Obj, same_release_ok: bool) -> bool:
+        if creator.source == user.source:
+            return same_release_ok
+        return creator.source in self.ancestors(user.source)
+
+    # --- the checks ---
+    def schema(self) -> Iterable[Problem]:
+        import json
+
+        for o in self.objects:
+            if is_custom_resource(o.body):
+                found = self.crds.get((o.api_version, o.kind))
+                if found is None:
+                    yield Problem(o.ref, f"no CRD for {o.api_version} {o.kind} is installed by the plan ({o.origin})")
+                    continue
+                schema, crd = found
+                # Helm installs crds/ before the chart's templates; a CRD among templates is not
+                # established when the same release's other templates are built (hooks come later).
+                same_release = crd.crd_dir or crd.self_ordered or (o.hook is not None and "post-" in o.hook)
+                if not self._before(crd, o, same_release):
+                    yield Problem(o.ref, f"its CRD {crd.name} ({crd.origin}) is not installed before it: "
+                                         f"{o.origin} does not depend on it")
+                validator = _crd_validator(f"{crd.origin}/{crd.name}/{o.api_version}", json.dumps(schema, sort_keys=True))
+                errors = sorted(validator.iter_errors(o.body), key=lambda e: [str(p) for p in e.path])
+                for err in errors[:3]:
+                    where = ".".join(str(p) for p in err.path) or "(root)"
+                    yield Problem(o.ref, f"not valid against CRD {crd.name}: {where}: {err.message[:200]}")
+                continue
+            validator = builtin_validator(o.api_version, o.kind, self.minor)
+            if validator is None:
+                yield Problem(o.ref, f"{o.api_version} {o.kind} is not served by Kubernetes {self.minor} ({o.origin})")
+                continue
+            for err in sorted(validator.iter_errors(o.body), key=lambda e: [str(p) for p in e.path])[:3]:
+                where = ".".join(str(p) for p in err.path) or "(root)"
+                yield Problem(o.ref, f"not valid for Kubernetes {self.minor}: {where}: {str(err.message)[:200]} ({o.origin})")
+
+    def namespaces_exist(self) -> Iterable[Problem]:
+        for o in self.objects:
+            ns = o.namespace
+            if ns is None or ns in BUILTIN_NAMESPACES or o.kind == "Namespace":
+                continue
+            creator = self.namespaces.get(ns)
+            if creator is None:
+                yield Problem(o.ref, f"namespace {ns} is created by nothing in the plan ({o.origin})")
+            # Helm creates a release's Namespaces before its other objects (its install order), and
+            # kustomize/v2 components do the same.
+            elif not self._before(creator, o, same_release_ok=True):
+                yield Problem(o.ref, f"namespace {ns} ({creator.origin}) is not created before it: {o.origin} does not depend on it")
+
+    def level(self, namespace: str) -> str:
+        ns = self.namespaces.get(namespace)
+        labels = ((ns.body.get("metadata") or {}).get("labels") or {}) if ns else {}
+        # kubeadm and GKE Standard clusters enforce no Pod Security level unless a namespace asks.
+        return str(labels.get(pod_security.LEVEL_LABEL, "privileged"))
+
+    def pod_security(self, w: Workload) -> list[str]:
+        level = self.level(w.namespace)
+        found = pod_security.violations(w.spec, w.metadata, level)
+        return [f"Pod Security '{level}' of namespace {w.namespace} rejects its pods: {'; '.join(found[:4])}"] if found else []
+
+    def _exists(self, kind: str, namespace: str, name: str, user: Obj) -> str | None:
+        o = self.by_kind_ns.get((kind, namespace, name))
+        if o is not None:
+            if o.source == user.source or self._before(o, user, same_release_ok=True):
+                return None
+            return f"{kind} {namespace}/{name} ({o.origin}) is not created before it"
+        for k, pattern, _who in RUNTIME_CREATED:
+            if k == kind and pattern.fullmatch(name):
+                return None
+        return f"{kind} {namespace}/{name} does not exist: nothing in the plan creates it"
+
+    def references(self, w: Workload) -> list[str]:
+        spec, ns, out = w.spec, w.namespace, []
+        sa = spec.get("serviceAccountName") or spec.get("serviceAccount") or "default"
+        refs: list[tuple[str, str]] = [("ServiceAccount", sa)]
+        for v in spec.get("volumes") or []:
+            if "secret" in v and not v["secret"].get("optional"):
+                refs.append(("Secret", v["secret"].get("secretName", "")))
+            if "configMap" in v and not v["configMap"].get("optional"):
+                refs.append(("ConfigMap", v["configMap"].get("name", "")))
+            if "persistentVolumeClaim" in v:
+                refs.append(("PersistentVolumeClaim", v["persistentVolumeClaim"].get("claimName", "")))
+            for src in (v.get("projected") or {}).get("sources") or []:
+                if "secret" in src and not src["secret"].get("optional"):
+                    refs.append(("Secret", src["secret"].get("name", "")))
+                if "configMap" in src and not src["configMap"].get("optional"):
+                    refs.append(("ConfigMap", src["configMap"].get("name", "")))
+        for c in [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]:
+            for e in c.get("env") or []:
+                vf = e.get("valueFrom") or {}
+                for key, kind in (("secretKeyRef", "Secret"), ("configMapKeyRef", "ConfigMap")):
+                    if key in vf and not vf[key].get("optional"):
+                        refs.append((kind, vf[key].get("name", "")))
+            for e in c.get("envFrom") or []:
+                for key, kind in (("secretRef", "Secret"), ("configMapRef", "ConfigMap")):
+                    if key in e and not e[key].get("optional"):
+                        refs.append((kind, e[key].get("name", "")))
+        for kind, name in refs:
+            problem = self._exists(kind, ns, name, w.obj)
+            if problem:
+                out.append(problem)
+        return out

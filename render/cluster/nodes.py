@@ -1,0 +1,208 @@
+"""The nodes a stack will have, modelled from the stack config and the plan, as the scheduler sees
+them: labels, taints and allocatable resources.
+
+- lab: one node per host. The control plane's registration (labels, taints) is read from the
+  kubeadm InitConfiguration the plan sends to it; each worker's from the JoinConfiguration the
+  program sends on its join step (built by the same function; the plan holds it as a secret
+  because the token is filled in on the host). kubeadm adds node-role.kubernetes.io/control-plane
+  to control planes. CPU and memory are not declared in config, so they are not checked.
+- gke: one node shape per node pool in the plan (gcp NodePool inputs: labels, taints, machine type,
+  accelerators, autoscaling), with what GKE adds itself: cloud.google.com/gke-nodepool,
+  cloud.google.com/gke-accelerator, cloud.google.com/gke-spot, and the nvidia.com/gpu=present
+  taint on GPU pools; allocatable CPU and memory from the machine type minus GKE's reservations.
+- dev: the listed GPU nodes, with the labels the plan's NodePatch gives them. Their GPU count and
+  size are not declared: at least one GPU each is assumed, CPU and memory are not checked.
+
+Labels set at run time by what the plan installs are added where the installer lands: NFD's
+feature.node.kubernetes.io/pci-10de.present on GPU nodes, GFD's nvidia.com/gpu.present, the GPU
+Operator's nvidia.com/gpu.deploy.* (scheduling.py applies them once it knows where each DaemonSet
+runs).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from components.config import Platform, StackConfig
+
+GIB = 1024**3
+CONTROL_PLANE_ROLE = "node-role.kubernetes.io/control-plane"
+
+
+@dataclass
+class Node:
+    name: str
+    group: str  # lab: role; gke: node pool; dev: "listed"
+    labels: dict[str, str]
+    taints: list[dict[str, str]]
+    # allocatable: cpu in cores, memory in bytes; None where the config does not say
+    cpu: float | None = None
+    memory: float | None = None
+    gpus: int = 0  # physical GPUs (before sharing); the device plugin advertises them
+    gpus_known: bool = True  # dev: the count is not declared (at least 1 is assumed)
+    max_count: int = 1  # gke: nodes of this shape the pool can scale to
+    min_count: int = 1  # gke: nodes of this shape that exist after `up`
+    extended: dict[str, float] = field(default_factory=dict)  # advertised extended resources
+
+    @property
+    def is_gpu(self) -> bool:
+        return self.gpus > 0
+
+
+def _registration_of(doc: dict[str, Any]) -> tuple[dict[str, str], list[dict[str, str]]]:
+    reg = doc.get("nodeRegistration") or {}
+    labels: dict[str, str] = {}
+    for arg in reg.get("kubeletExtraArgs") or []:
+        if arg.get("name") == "node-labels":
+            for pair in str(arg.get("value", "")).split(","):
+                if pair:
+                    k, _, v = pair.partition("=")
+                    labels[k] = v
+    taints = [{"key": t["key"], "value": str(t.get("value", "")), "effect": t["effect"]} for t in reg.get("taints") or []]
+    return labels, taints
+
+
+def _base_labels(name: str) -> dict[str, str]:
+    return {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64"}
+
+
+def lab_nodes(cfg: StackConfig, init_stdin: str | None) -> list[Node]:
+    from components.lab import kubeadm  # the JoinConfiguration each worker receives
+
+    init_reg: tuple[dict[str, str], list[dict[str, str]]] | None = None
+    if init_stdin:
+        for doc in yaml.safe_load_all(init_stdin):
+            if isinstance(doc, dict) and doc.get("kind") == "InitConfiguration":
+                init_reg = _registration_of(doc)
+    first = cfg.control_planes[0]
+    nodes = []
+    for h in cfg.hosts:
+        if h is first and init_reg is not None:
+            labels, taints = init_reg
+        else:
+            docs = list(yaml.safe_load_all(kubeadm.join_config_template(cfg, h)))
+            labels, taints = _registration_of(docs[0])
+        labels = {**_base_labels(h.name), **labels}
+        if h.role.value == "control-plane":
+            labels[CONTROL_PLANE_ROLE] = ""
+            labels["node.kubernetes.io/exclude-from-external-load-balancers"] = ""
+        nodes.append(Node(h.name, h.role.value, labels, taints, gpus=h.gpus))
+    return nodes
+
+
+# --- gke ---
+# vCPUs and memory (GiB, as Compute Engine states it in GB = GiB) of the machine types a stack can
+# name; unknown shapes leave CPU and memory unchecked.
+_FIXED_SHAPES: dict[str, tuple[int, float]] = {
+    **{f"a2-highgpu-{n}g": (12 * n, 85.0 * n) for n in (1, 2, 4, 8)},
+    "a2-megagpu-16g": (96, 1360.0),
+    **{f"a2-ultragpu-{n}g": (12 * n, 170.0 * n) for n in (1, 2, 4, 8)},
+    "a3-highgpu-1g": (26, 234.0), "a3-highgpu-2g": (52, 468.0), "a3-highgpu-4g": (104, 936.0),
+    "a3-highgpu-8g": (208, 1872.0), "a3-megagpu-8g": (208, 1872.0),
+    "g2-standard-4": (4, 16.0), "g2-standard-8": (8, 32.0), "g2-standard-12": (12, 48.0),
+    "g2-standard-16": (16, 64.0), "g2-standard-24": (24, 96.0), "g2-standard-32": (32, 128.0),
+    "g2-standard-48": (48, 192.0), "g2-standard-96": (96, 384.0),
+}
+# GiB per vCPU of the general-purpose families.
+_PER_CPU: dict[tuple[str, str], float] = {
+    ("e2", "standard"): 4, ("e2", "highmem"): 8, ("e2", "highcpu"): 1,
+    ("n1", "standard"): 3.75, ("n1", "highmem"): 6.5, ("n1", "highcpu"): 0.9,
+    ("n2", "standard"): 4, ("n2", "highmem"): 8, ("n2", "highcpu"): 1,
+    ("n2d", "standard"): 4, ("n2d", "highmem"): 8, ("n2d", "highcpu"): 1,
+    ("c3", "standard"): 4, ("c3", "highmem"): 8, ("c3", "highcpu"): 2,
+    ("n4", "standard"): 4, ("n4", "highmem"): 8, ("n4", "highcpu"): 2,
+}
+
+
+def machine_shape(machine_type: str) -> tuple[int, float] | None:
+    """(vCPUs, memory GiB) of a Compute Engine machine type, or None if not known here."""
+    if machine_type in _FIXED_SHAPES:
+        return _FIXED_SHAPES[machine_type]
+    m = re.fullmatch(r"([a-z0-9]+)-(standard|highmem|highcpu)-(\d+)", machine_type)
+    if m and (m.group(1), m.group(2)) in _PER_CPU:
+        cpus = int(m.group(3))
+        return cpus, cpus * _PER_CPU[(m.group(1), m.group(2))]
+    return None
+
+
+def gke_allocatable(cpus: int, memory_gib: float) -> tuple[float, float]:
+    """GKE's node allocatable (GKE docs, "Cluster architecture: node allocatable resources"):
+    CPU reserves 6% of the first core, 1% of the next, 0.5% of the next 2 and 0.25% above 4;
+    memory reserves 25% of the first 4 GiB, 20% of the next 4, 10% of the next 8, 6% of the next
+    112 and 2% above 128, plus the 100 MiB eviction threshold."""
+    cpu_reserved = 0.06 * min(cpus, 1) + 0.01 * min(max(cpus - 1, 0), 1) + 0.005 * min(max(cpus - 2, 0), 2) \
+        + 0.0025 * max(cpus - 4, 0)
+    bands = ((4, 0.25), (4, 0.20), (8, 0.10), (112, 0.06), (float("inf"), 0.02))
+    left, mem_reserved = memory_gib, 0.0
+    for size, share in bands:
+        part = min(left, size)
+        mem_reserved += part * share
+        left -= part
+        if left <= 0:
+            break
+    return cpus - cpu_reserved, (memory_gib - mem_reserved) * GIB - 100 * 1024**2
+
+
+_GKE_EFFECT = {"NO_SCHEDULE": "NoSchedule", "PREFER_NO_SCHEDULE": "PreferNoSchedule", "NO_EXECUTE": "NoExecute"}
+
+
+def gke_nodes(node_pools: list[dict[str, Any]]) -> list[Node]:
+    nodes = []
+    for pool in node_pools:
+        nc = pool.get("nodeConfig") or {}
+        name = str(pool.get("name"))
+        labels = {**_base_labels(f"{name}-node"), **(nc.get("labels") or {}),
+                  "cloud.google.com/gke-nodepool": name,
+                  "node.kubernetes.io/instance-type": str(nc.get("machineType", "")),
+                  "cloud.google.com/gke-os-distribution": "cos" if "COS" in str(nc.get("imageType", "COS")) else "ubuntu"}
+        taints = [{"key": t["key"], "value": str(t.get("value", "")), "effect": _GKE_EFFECT.get(t["effect"], t["effect"])}
+                  for t in nc.get("taints") or []]
+        gpus = 0
+        for acc in nc.get("guestAccelerators") or []:
+            gpus += int(acc.get("count", 0))
+            labels["cloud.google.com/gke-accelerator"] = str(acc.get("type"))
+            labels["cloud.google.com/gke-gpu"] = "true"
+        if gpus and not any(t["key"] == "nvidia.com/gpu" for t in taints):
+            # GKE taints every GPU node pool itself (GKE docs, "About GPUs": node taints).
+            taints.append({"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"})
+        if nc.get("spot"):
+            labels["cloud.google.com/gke-spot"] = "true"
+        zones = len(pool.get("nodeLocations") or [pool.get("location")])
+        auto = pool.get("autoscaling") or {}
+        if auto:
+            min_count, max_count = int(auto.get("minNodeCount", 0)) * zones, int(auto.get("maxNodeCount", 0)) * zones
+        else:
+            min_count = max_count = int(pool.get("nodeCount", pool.get("initialNodeCount", 1))) * zones
+        shape = machine_shape(str(nc.get("machineType", "")))
+        cpu = memory = None
+        if shape:
+            cpu, memory = gke_allocatable(*shape)
+        nodes.append(Node(f"{name}-node", name, labels, taints, cpu=cpu, memory=memory, gpus=gpus,
+                          max_count=max_count, min_count=min_count))
+    return nodes
+
+
+def dev_nodes(cfg: StackConfig, node_patches: list[dict[str, Any]]) -> list[Node]:
+    nodes = []
+    for name in cfg.gpu_nodes:
+        labels = _base_labels(name)
+        for patch in node_patches:
+            if (patch.get("metadata") or {}).get("name") == name:
+                labels.update((patch.get("metadata") or {}).get("labels") or {})
+        nodes.append(Node(name, "listed", labels, [], gpus=1, gpus_known=False))
+    return nodes
+
+
+def model(cfg: StackConfig, plan_inputs: dict[str, list[dict[str, Any]]], node_patches: list[dict[str, Any]]) -> list[Node]:
+    """`plan_inputs`: resource type -> inputs of every resource of that type in the plan."""
+    if cfg.platform is Platform.LAB:
+        init = next((i.get("stdin") for i in plan_inputs.get("command:remote:Command", [])
+                     if "InitConfiguration" in str(i.get("stdin", ""))), None)
+        return lab_nodes(cfg, init)
+    if cfg.platform is Platform.GKE:
+        return gke_nodes(plan_inputs.get("gcp:container/nodePool:NodePool", []))
+    return dev_nodes(cfg, node_patches)
