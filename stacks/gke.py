@@ -12,15 +12,16 @@ import re
 import pulumi
 
 from components.config import ConfigError, GpuStack, StackConfig, StackSecrets
+from components.gke import locations
 from components.gke.cluster import GkeCluster, GkeClusterArgs
 from components.gke.driver_installer import GkeDriverInstaller, GkeDriverInstallerArgs
 from components.gke.filestore import FilestoreStorage, FilestoreStorageArgs
 from components.gke.gpu_node_pool import GpuNodePool, GpuNodePoolArgs
+from components.gpu_stack import mig_layout
 from components.training_namespace import training_namespace
 from stacks import layers
 
-_PROJECT_ID = re.compile(r"^[a-z][a-z0-9-]{4,28}[a-z0-9]$")
-_REGION = re.compile(r"^[a-z]+-[a-z]+[0-9]+$")
+_PROJECT_ID = re.compile(r"[a-z][a-z0-9-]{4,28}[a-z0-9]")
 
 
 class GcpConfigError(ConfigError):
@@ -38,15 +39,15 @@ def gcp_settings(cfg: StackConfig, gcp_config: pulumi.Config | None = None) -> t
     problems: list[tuple[str, str]] = []
     if not project:
         problems.append(("gcp:project", "is required: `pulumi config set gcp:project <project-id>`"))
-    elif not _PROJECT_ID.match(project):
+    elif not _PROJECT_ID.fullmatch(project):
         problems.append(("gcp:project", f"{project!r} is not a project id (6-30 characters, a-z, 0-9, '-')"))
     if not region:
         problems.append(("gcp:region", "is required: `pulumi config set gcp:region <region>`, e.g. us-central1"))
-    elif not _REGION.match(region):
-        problems.append(("gcp:region", f"{region!r} is not a region such as 'us-central1'"))
-    elif region:
+    elif region_problem := locations.check_region(region):
+        problems.append(("gcp:region", region_problem))
+    else:
         def outside(zone: str) -> bool:
-            return not zone.startswith(f"{region}-")
+            return locations.region_of(zone) != region
 
         if cfg.gke.zone and outside(cfg.gke.zone):
             problems.append(("gke.zone", f"{cfg.gke.zone} is not in gcp:region {region}"))
@@ -68,7 +69,8 @@ def build(cfg: StackConfig, secrets: StackSecrets) -> dict[str, object]:
     cluster = GkeCluster("gke", GkeClusterArgs(gke=gke, project=project, region=region))
     operator = cfg.gpu.stack is GpuStack.OPERATOR
     pools = [
-        GpuNodePool(f"gpu-{p.name}", GpuNodePoolArgs(pool=p, cluster=cluster, operator=operator))
+        GpuNodePool(f"gpu-{p.name}", GpuNodePoolArgs(pool=p, cluster=cluster, operator=operator,
+                                                     mig_profile=mig_layout(cfg.gpu)))
         for p in gke.gpu_pools
     ]
     k8s_opts = pulumi.ResourceOptions(provider=cluster.provider)

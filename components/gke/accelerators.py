@@ -14,6 +14,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from components.gke.machine_types import check_general_purpose
+
 
 @dataclass(frozen=True)
 class Accelerator:
@@ -59,7 +61,7 @@ N1_ATTACHABLE: dict[str, tuple[int, ...]] = {
     "nvidia-tesla-p4": (1, 2, 4),
     "nvidia-tesla-p100": (1, 2, 4),
 }
-_N1 = re.compile(r"^n1-(standard|highmem|highcpu)-\d+$")
+_N1 = re.compile(r"n1-(standard|highmem|highcpu)-[0-9]+")
 
 
 def check(machine_type: str, accelerator_type: str, count: int) -> list[tuple[str, str]]:
@@ -79,7 +81,9 @@ def check(machine_type: str, accelerator_type: str, count: int) -> list[tuple[st
                 ("accelerator.count", f"{machine_type} comes with exactly {fixed_count} {fixed_type}; got {count}")
             )
         return problems
-    if _N1.match(machine_type):
+    if _N1.fullmatch(machine_type):
+        if shape_problem := check_general_purpose(machine_type):
+            return [("machineType", shape_problem)]
         if accelerator_type not in N1_ATTACHABLE:
             return [("accelerator.type", f"n1 machines take {', '.join(N1_ATTACHABLE)}; {accelerator_type} needs "
                                          f"its own machine family ({_family_of(accelerator_type)})")]

@@ -22,7 +22,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components import versions
-from components.gke.gpu_node_pool import DRIVER_LABEL
+from components.gke.node_labels import DRIVER_LABEL
 
 NAMESPACE = "kube-system"
 INSTALL_DIR_HOST = "/home/kubernetes/bin/nvidia"

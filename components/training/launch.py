@@ -48,8 +48,8 @@ NODE_RANK_VAR = {"indexed-job": "JOB_COMPLETION_INDEX", "pytorchjob": "RANK"}
 # Pod-local (TMPDIR, else /tmp): where the module leaves its fatal exit code for the script.
 EXIT_CODE_FILE = '"${TMPDIR:-/tmp}/trainer-exit-code"'
 
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
-_MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+_MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 _NCCL_DEBUG = ("NONE", "VERSION", "WARN", "INFO", "TRACE")
 
 
@@ -85,9 +85,9 @@ class LaunchSpec:
         problems = []
         if self.launcher not in LAUNCHERS:
             problems.append(f"launcher {self.launcher!r} is not one of {', '.join(LAUNCHERS)}")
-        if not _DNS_LABEL.match(self.job) or len(self.job) > 52:
+        if not _DNS_LABEL.fullmatch(self.job) or len(self.job) > 52:
             problems.append(f"job {self.job!r} is not a DNS label of at most 52 characters")
-        if not _DNS_LABEL.match(self.service):
+        if not _DNS_LABEL.fullmatch(self.service):
             problems.append(f"service {self.service!r} is not a DNS label")
         if self.nodes < 1 or self.gpus_per_node < 1 or self.max_restarts < 0:
             problems.append("nodes and gpus_per_node must be >= 1, max_restarts >= 0")
@@ -95,7 +95,7 @@ class LaunchSpec:
             problems.append(f"min_nodes {self.min_nodes} must be between 1 and nodes {self.nodes}")
         if not 1 <= self.rdzv_port <= 65535:
             problems.append(f"rdzv_port {self.rdzv_port} is not a port")
-        if not _MODULE.match(self.module):
+        if not _MODULE.fullmatch(self.module):
             problems.append(f"module {self.module!r} is not a dotted Python module name")
         if self.epochs < 1 or self.batch_size < 1 or self.checkpoint_every < 0 or self.checkpoint_every_steps < 0:
             problems.append("epochs and batch_size must be >= 1, checkpoint intervals >= 0")
