@@ -3,8 +3,10 @@
 Follows the upstream static manifest (deployments/static/nvidia-device-plugin.yml, pinned in
 versions.py) with two changes: it runs only on GPU nodes (nodes labelled
 nvidia.com/gpu.present=true by this program, or GKE accelerator nodes), and it tolerates the
-nvidia.com/gpu taint this program and GKE put on GPU nodes, plus CriticalAddonsOnly. Not privileged: it needs only the kubelet's
-device-plugin socket directory (and, with a MIG strategy, CAP_SYS_ADMIN: see below).
+nvidia.com/gpu taint this program and GKE put on GPU nodes, the control-plane taint (a control plane
+with a GPU is a GPU node too: components/scheduling.py), plus CriticalAddonsOnly. Not privileged: it
+needs only the kubelet's device-plugin socket directory (and, with a MIG strategy, CAP_SYS_ADMIN:
+see below).
 
 Config file (a ConfigMap, mounted as CONFIG_FILE) when the plugin needs more than its defaults:
 time-slicing replicas, or a MIG strategy (single / mixed) for GPUs the administrator has ALREADY
@@ -25,13 +27,13 @@ import yaml
 
 from components import versions
 
-# The label this program puts on GPU nodes (kubelet --node-labels on lab, a patch on dev); GPU
-# Feature Discovery and the GPU Operator use the same one.
-GPU_NODE_LABEL = ("nvidia.com/gpu.present", "true")
+# GPU_NODE_LABEL: the label this program puts on GPU nodes (kubelet --node-labels on lab, a patch
+# on dev); GPU Feature Discovery and the GPU Operator use the same one.
+from components.scheduling import GKE_ACCELERATOR_LABEL, GPU_NODE_LABEL, gpu_tolerations
 
 GPU_NODE_SELECTOR_TERMS = [
     {"matchExpressions": [{"key": GPU_NODE_LABEL[0], "operator": "In", "values": [GPU_NODE_LABEL[1]]}]},
-    {"matchExpressions": [{"key": "cloud.google.com/gke-accelerator", "operator": "Exists"}]},
+    {"matchExpressions": [{"key": GKE_ACCELERATOR_LABEL, "operator": "Exists"}]},
 ]
 
 
@@ -83,10 +85,7 @@ def daemonset_manifest(name: str, args: NvidiaDevicePluginArgs) -> dict:
                             }
                         }
                     },
-                    "tolerations": [
-                        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
-                        {"key": "CriticalAddonsOnly", "operator": "Exists"},
-                    ],
+                    "tolerations": [*gpu_tolerations(), {"key": "CriticalAddonsOnly", "operator": "Exists"}],
                     "containers": [
                         {
                             "name": "nvidia-device-plugin-ctr",

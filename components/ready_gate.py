@@ -2,10 +2,12 @@
 
 One pod per GPU node (required anti-affinity on the hostname, completions = parallelism = the
 number of GPU nodes), each asking for one GPU and running `nvidia-smi -L` and a CUDA vector add
-(pinned image). Pods restart in place (restartPolicy OnFailure) while a node's driver is still
-being installed, so the gate turns green as soon as the last node is really usable; Pulumi waits
-for the Job to complete up to gpu.gate.timeoutMinutes (the operator's driver container alone can
-take 10+ minutes). GPU workloads depend on this resource, not on nodes merely being Ready.
+(pinned image). They tolerate the GPU and control-plane taints: a control plane with a GPU is
+counted in gpu_nodes, so the gate must reach it (components/scheduling.py). Pods restart in place
+(restartPolicy OnFailure) while a node's driver is still being installed, so the gate turns green
+as soon as the last node is really usable; Pulumi waits for the Job to complete up to
+gpu.gate.timeoutMinutes (the operator's driver container alone can take 10+ minutes). GPU
+workloads depend on this resource, not on nodes merely being Ready.
 
 Does not manage: NCCL or multi-node checks (the training layer's acceptance test).
 """
@@ -21,6 +23,7 @@ import pulumi_kubernetes as k8s
 from components import versions
 from components.device_plugin import GPU_NODE_SELECTOR_TERMS
 from components.namespaces import pod_security_namespace
+from components.scheduling import gpu_tolerations
 
 GATE_NAMESPACE = "gpu-cluster-system"
 GATE_LABEL = {"app.kubernetes.io/name": "gpu-ready-gate"}
@@ -67,7 +70,7 @@ def job_manifest(name: str, args: GpuReadyGateArgs) -> dict[str, Any]:
                             ]
                         },
                     },
-                    "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+                    "tolerations": gpu_tolerations(),
                     "containers": [
                         {
                             "name": "gpu-check",

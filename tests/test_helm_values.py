@@ -20,6 +20,9 @@ Walker rules (decided here, applied everywhere):
     illustration (the commented Installation example in calico's values.yaml): each of our items
     must then use only keys some upstream item uses.
   * An allow-list names free-form subtrees by dotted path, each with the reason it is allowed.
+  * A subchart's keys (grafana.*, nfd.gc.*) are declared by the subchart's own values.yaml: the
+    defaults are the parent's values.yaml over each vendored subchart's (upstream charts/), under
+    the dependency's alias, as Helm coalesces them.
 """
 
 from __future__ import annotations
@@ -103,6 +106,11 @@ def undeclared_paths(
 # Free-form subtrees of each chart's values, with the reason. Keep this list short and explained.
 ALLOWED: dict[str, dict[str, str]] = {
     "flannel": {},
+    "dcgm-exporter": {
+        # The chart renders `securityContext` with toYaml as the exporter container's SecurityContext;
+        # its default sets no `privileged`, which gke needs (gpu_stack.dcgm_exporter_values).
+        "securityContext.privileged": "container SecurityContext passed through; the default leaves it unset",
+    },
     "tigera-operator": {
         # The chart copies `installation` (minus `enabled`) into the operator's Installation
         # resource, so this subtree is operator.tigera.io/v1 InstallationSpec.calicoNetwork, not a
@@ -117,6 +125,7 @@ ALLOWED: dict[str, dict[str, str]] = {
 UPSTREAM_CHART_DIR = {
     versions.FLANNEL_CHART: "flannel",
     versions.CALICO_CHART: f"calico/{versions.CALICO_CHART_VERSION}",
+    versions.CALICO_CRDS_CHART: f"charts/{versions.CALICO_CRDS_CHART}-{versions.CALICO_CRDS_CHART_VERSION}",
     versions.NVIDIA_DEVICE_PLUGIN_CHART: "nvidia-device-plugin",
     versions.DCGM_EXPORTER_CHART: "dcgm-exporter",
     versions.GPU_OPERATOR_CHART: "gpu-operator",
@@ -127,6 +136,7 @@ UPSTREAM_CHART_DIR = {
 PINNED = {
     versions.FLANNEL_CHART: (versions.FLANNEL_CHART_VERSION, versions.FLANNEL_CHART_REPO),
     versions.CALICO_CHART: (versions.CALICO_CHART_VERSION, versions.CALICO_CHART_REPO),
+    versions.CALICO_CRDS_CHART: (versions.CALICO_CRDS_CHART_VERSION, versions.CALICO_CRDS_CHART_REPO),
     versions.NVIDIA_DEVICE_PLUGIN_CHART: (
         versions.NVIDIA_DEVICE_PLUGIN_CHART_VERSION, versions.NVIDIA_DEVICE_PLUGIN_CHART_REPO
     ),
@@ -144,8 +154,31 @@ def _load_yaml(path: Path) -> Any:
     return yaml.safe_load(path.read_text())
 
 
+def _coalesce(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    """`over` on top of `base`, maps merged key by key (Helm's rule for values)."""
+    out = dict(base)
+    for key, value in over.items():
+        both_maps = isinstance(value, Mapping) and isinstance(out.get(key), Mapping)
+        out[key] = _coalesce(out[key], value) if both_maps else value
+    return out
+
+
+def _subchart_defaults(upstream_dir: Path, chart: str) -> dict[str, Any]:
+    """Each dependency's values.yaml of the vendored pinned chart, under its alias (or name)."""
+    chart_dir = upstream_dir / "charts" / f"{chart}-{PINNED[chart][0]}"
+    if not (chart_dir / "Chart.yaml").is_file():
+        return {}
+    found: dict[str, Any] = {}
+    for dep in _load_yaml(chart_dir / "Chart.yaml").get("dependencies") or []:
+        values = chart_dir / "charts" / dep["name"] / "values.yaml"
+        if values.is_file():
+            found[dep.get("alias") or dep["name"]] = _load_yaml(values) or {}
+    return found
+
+
 def _defaults(upstream_dir: Path, chart: str) -> dict[str, Any]:
-    return _load_yaml(upstream_dir / UPSTREAM_CHART_DIR[chart] / "values.yaml")
+    own = _load_yaml(upstream_dir / UPSTREAM_CHART_DIR[chart] / "values.yaml") or {}  # an empty file: no values
+    return _coalesce(_subchart_defaults(upstream_dir, chart), own)
 
 
 def _commented_block(text: str, key: str) -> tuple[dict[str, Any], str]:
@@ -189,7 +222,8 @@ VARIANTS: dict[str, dict[str, str] | None] = {
 # variant -> every chart its plan installs
 EXPECTED_CHARTS = {
     "lab": [versions.DCGM_EXPORTER_CHART, versions.FLANNEL_CHART, versions.NVIDIA_DEVICE_PLUGIN_CHART],
-    "lab-calico": [versions.DCGM_EXPORTER_CHART, versions.NVIDIA_DEVICE_PLUGIN_CHART, versions.CALICO_CHART],
+    "lab-calico": [versions.DCGM_EXPORTER_CHART, versions.NVIDIA_DEVICE_PLUGIN_CHART, versions.CALICO_CHART,
+                   versions.CALICO_CRDS_CHART],
     "lab-operator-time-slicing": [versions.FLANNEL_CHART, versions.GPU_OPERATOR_CHART],
     "lab-operator-mig": [versions.FLANNEL_CHART, versions.GPU_OPERATOR_CHART],
 }
@@ -357,7 +391,8 @@ def test_operator_releases_carry_the_sharing_mode() -> None:
     assert ts["values"]["migManager"]["enabled"] is False
     (mig,) = [r for r in _releases("lab-operator-mig") if r["chart"] == versions.GPU_OPERATOR_CHART]
     assert mig["values"]["mig"] == {"strategy": "mixed"}
-    assert mig["values"]["migManager"] == {"enabled": True, "config": {"default": "all-1g.10gb"}}
+    # The layout is a node label (tests/test_mig_layout.py): the CRD admits only all-disabled or "" here.
+    assert mig["values"]["migManager"] == {"enabled": True, "config": {"default": "all-disabled"}}
     assert "config" not in mig["values"]["devicePlugin"]
 
 
@@ -403,6 +438,17 @@ def test_gfd_and_dcgm_exporter_values_declared_upstream(upstream_dir: Path) -> N
         (versions.DCGM_EXPORTER_CHART, gpu_stack.dcgm_exporter_values()),
     ):
         assert undeclared_paths(values, _defaults(upstream_dir, chart), ALLOWED.get(chart, {})) == [], chart
+
+
+def test_subchart_keys_are_walked_against_the_subchart(upstream_dir: Path) -> None:
+    # nfd is node-feature-discovery's alias in the device plugin chart; gc is declared only there
+    defaults = _defaults(upstream_dir, versions.NVIDIA_DEVICE_PLUGIN_CHART)
+    assert undeclared_paths({"nfd": {"gc": {"tolerations": []}}}, defaults) == []
+    assert undeclared_paths({"nfd": {"gc": {"tolerationz": []}}}, defaults) == [
+        "nfd.gc.tolerationz: not declared in the chart's default values"
+    ]
+    # the parent's own value wins over the subchart's default
+    assert defaults["nfd"]["worker"]["tolerations"][-1]["key"] == "nvidia.com/gpu"
 
 
 def test_negative_operator_typo_against_real_upstream(upstream_dir: Path) -> None:

@@ -31,7 +31,7 @@ from render import program
 from render.program import SECRET_MARKER
 from tests.conftest import PROJECT_DIR, lab_config, lab_raw
 from tests.monitoring_crd_schema import validate_custom_resource
-from tests.test_helm_values import undeclared_paths
+from tests.test_helm_values import _defaults, undeclared_paths
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
 RULE = "kubernetes:monitoring.coreos.com/v1:PrometheusRule"
@@ -132,12 +132,13 @@ def test_prometheus_selects_monitors_and_rules_in_every_namespace() -> None:
 
 @pytest.mark.parametrize("overrides", [{}, {"storageClass": "fast"}], ids=["emptyDir", "pvc"])
 def test_values_declared_upstream(upstream_dir: Path, overrides: dict[str, str]) -> None:
-    defaults = yaml.safe_load((upstream_dir / "kube-prometheus-stack" / "values.yaml").read_text())
+    # the chart's values with its subcharts' (grafana, kube-state-metrics) under their keys
+    defaults = _defaults(upstream_dir, versions.KUBE_PROMETHEUS_STACK_CHART)
     assert undeclared_paths(prometheus_stack_values(_monitoring(**overrides)), defaults) == []
 
 
 def test_values_typo_is_caught(upstream_dir: Path) -> None:
-    defaults = yaml.safe_load((upstream_dir / "kube-prometheus-stack" / "values.yaml").read_text())
+    defaults = _defaults(upstream_dir, versions.KUBE_PROMETHEUS_STACK_CHART)
     values = prometheus_stack_values(_monitoring())
     values["grafana"]["admin"]["existingSecrets"] = values["grafana"]["admin"].pop("existingSecret")
     assert undeclared_paths(values, defaults) == [

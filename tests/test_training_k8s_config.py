@@ -50,7 +50,10 @@ def test_defaults_register_no_training():
     cfg = parse(lab_raw())
     assert cfg.training.enabled is False and cfg.acceptance.nccl is False
     assert cfg.training.launcher is config.Launcher.INDEXED_JOB
-    assert cfg.acceptance.min_busbw_fraction == 0.9
+    # unset: the verdict's fraction follows the declared transport
+    assert cfg.acceptance.min_busbw_fraction is None
+    assert cfg.acceptance.busbw_fraction(rdma=True) == config.RDMA_MIN_BUSBW_FRACTION == 0.8
+    assert cfg.acceptance.busbw_fraction(rdma=False) == config.SOCKET_MIN_BUSBW_FRACTION == 0.25
     assert cfg.acceptance.max_bytes == 2**30
     assert not cfg.storage.configured
 

@@ -9,6 +9,11 @@ alert rules.
   charts once this layer's CRDs exist) is scraped without extra labels.
 * Storage: a PVC of `storageSize` when `storageClass` is set, otherwise an emptyDir (data lost when
   the Prometheus pod moves); retention by time and by size (85% of the volume) so it never fills.
+* Scheduling: every pod of the chart but node-exporter (which tolerates every NoSchedule taint) is
+  a cluster add-on: it tolerates the control-plane taint and prefers a node without GPUs, the
+  control plane first (components/scheduling.py). On lab every node is tainted; without this,
+  Grafana, the operator, Prometheus, Alertmanager and the admission-webhook Jobs stay Pending and
+  the release times out.
 
 Seam for more exporters (RDMA counters later): `MonitoringArgs.scrape_targets` adds a ServiceMonitor
 per target, `fleet_panels` / `training_panels` add rows to the dashboards.
@@ -32,6 +37,7 @@ from components.config import MonitoringConfig
 from components.monitoring import alerts, dashboards
 from components.monitoring.dashboards import PanelGroup
 from components.namespaces import pod_security_namespace
+from components.scheduling import addon_affinity, addon_tolerations
 
 NAMESPACE = "monitoring"
 RELEASE_NAME = "monitoring"  # Helm release: objects are named monitoring-grafana, monitoring-prometheus, ...
@@ -78,6 +84,11 @@ def storage_spec(cfg: MonitoringConfig) -> dict[str, Any]:
     return {"emptyDir": {"sizeLimit": cfg.storage_size}}
 
 
+def _addon() -> dict[str, Any]:
+    """tolerations + affinity of one of the chart's add-on pods (see Scheduling above)."""
+    return {"tolerations": addon_tolerations(), "affinity": addon_affinity()}
+
+
 def prometheus_stack_values(cfg: MonitoringConfig) -> dict[str, Any]:
     everything: dict[str, Any] = {}
     for kind in ("serviceMonitor", "podMonitor", "rule", "probe"):
@@ -90,7 +101,13 @@ def prometheus_stack_values(cfg: MonitoringConfig) -> dict[str, Any]:
             "admin": {"existingSecret": GRAFANA_ADMIN_SECRET, "userKey": "admin-user", "passwordKey": "admin-password"},
             "sidecar": {"dashboards": {"enabled": True, "label": DASHBOARD_LABEL, "labelValue": DASHBOARD_LABEL_VALUE,
                                        "searchNamespace": "ALL"}},
+            **_addon(),
         },
+        "kube-state-metrics": _addon(),
+        # The operator, and the hook Jobs that create and patch its admission webhook's certificate.
+        "prometheusOperator": {**_addon(), "admissionWebhooks": {"patch": _addon()}},
+        # The operator copies these into the Prometheus and Alertmanager StatefulSets.
+        "alertmanager": {"alertmanagerSpec": _addon()},
         "prometheus": {
             "prometheusSpec": {
                 "retention": cfg.retention,
@@ -98,6 +115,7 @@ def prometheus_stack_values(cfg: MonitoringConfig) -> dict[str, Any]:
                 "retentionSize": f"{max(1, _gib(cfg.storage_size) * 85 // 100)}GB",
                 "storageSpec": storage_spec(cfg),
                 **everything,
+                **_addon(),
             }
         },
     }

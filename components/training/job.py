@@ -14,10 +14,11 @@ pytorchjob: a kubeflow.org/v1 PyTorchJob (Master 1 + Worker nodes-1, container `
   training.elastic.enabled). The training operator itself is `TrainingOperator` below.
 
 Both: one pod per GPU node (required anti-affinity), `nvidia.com/gpu` limits, cpu/memory requests
-and limits, the GPU taint tolerated, a memory-backed /dev/shm for dataloader workers, NCCL env
-from config, the shared claim mounted per components/storage_contract.py, and a NetworkPolicy
-limiting the rendezvous and NCCL ports to the job's own pods. Container command and env come
-from components/training/launch.py, shared with the local end-to-end test.
+and limits, the GPU and control-plane taints tolerated (a control plane with a GPU counts as a GPU
+node; workers preferred: components/scheduling.py), a memory-backed /dev/shm for dataloader
+workers, NCCL env from config, the shared claim mounted per components/storage_contract.py, and
+a NetworkPolicy limiting the rendezvous and NCCL ports to the job's own pods. Container command
+and env come from components/training/launch.py, shared with the local end-to-end test.
 
 What `pulumi up` waits for: the Service and the Job's creation only; a training run is marked
 `pulumi.com/skipAwait` so Pulumi's Job timeout never fails a long run. The NCCL acceptance Job
@@ -30,6 +31,7 @@ device plumbing (Multus, SR-IOV), experiment tracking.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,6 +41,7 @@ import pulumi_kubernetes as k8s
 from components import versions
 from components.config import Launcher, TrainingConfig
 from components.device_plugin import GPU_NODE_SELECTOR_TERMS
+from components.scheduling import GPU_RESOURCE, addon_affinity, addon_tolerations, gpu_tolerations, prefer_workers
 from components.storage_contract import MOUNTS, TRAINING_NAMESPACE, SharedClaim
 from components.training import launch
 from components.training.network_policy import RDZV_PORT, job_labels, job_peers
@@ -61,6 +64,8 @@ class TrainingJobArgs:
     module_args: tuple[str, ...] = ()
     # Wait this many minutes for completion (acceptance, indexed-job) instead of skipAwait.
     await_minutes: int | None = None
+    # The GPU resource the pods ask for (a MIG slice type under the mixed strategy).
+    gpu_resource: str = GPU_RESOURCE
 
 
 def service_name(job: str) -> str:
@@ -106,7 +111,7 @@ def pod_template(job: str, args: TrainingJobArgs) -> dict[str, Any]:
         }],
         "resources": {
             "requests": {"cpu": t.cpu_request, "memory": t.memory_request},
-            "limits": {"nvidia.com/gpu": t.gpus_per_node, "cpu": t.cpu_limit, "memory": t.memory_limit},
+            "limits": {args.gpu_resource: t.gpus_per_node, "cpu": t.cpu_limit, "memory": t.memory_limit},
         },
         "volumeMounts": [{"name": SHM_VOLUME, "mountPath": "/dev/shm"}]
         + [
@@ -118,7 +123,8 @@ def pod_template(job: str, args: TrainingJobArgs) -> dict[str, Any]:
     pod: dict[str, Any] = {
         "affinity": {
             "nodeAffinity": {
-                "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": GPU_NODE_SELECTOR_TERMS}
+                "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": GPU_NODE_SELECTOR_TERMS},
+                "preferredDuringSchedulingIgnoredDuringExecution": prefer_workers(),
             },
             # One pod per node: `nodes` means nodes, and the acceptance test measures the network.
             "podAntiAffinity": {
@@ -127,7 +133,7 @@ def pod_template(job: str, args: TrainingJobArgs) -> dict[str, Any]:
                 ]
             },
         },
-        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        "tolerations": gpu_tolerations(),
         "containers": [container],
         "volumes": [
             # Docker's 64 MiB default /dev/shm kills DataLoader workers; memory-backed and bounded.
@@ -233,12 +239,37 @@ def pytorchjob_manifest(job: str, args: TrainingJobArgs) -> dict[str, Any]:
     }
 
 
+DEPLOYMENT_TYPE = "kubernetes:apps/v1:Deployment"
+
+
+def as_cluster_addon(manifest: dict[str, Any]) -> dict[str, Any]:
+    """A copy of a Deployment whose pods tolerate the control-plane taint and prefer a node without
+    GPUs (components/scheduling.py); upstream's own tolerations and affinity are kept."""
+    manifest = copy.deepcopy(manifest)
+    pod = manifest.setdefault("spec", {}).setdefault("template", {}).setdefault("spec", {})
+    tolerations = list(pod.get("tolerations") or [])
+    pod["tolerations"] = tolerations + [t for t in addon_tolerations() if t not in tolerations]
+    if not pod.get("affinity"):
+        pod["affinity"] = addon_affinity()
+    return manifest
+
+
+def tolerate_control_plane(args: pulumi.ResourceTransformArgs) -> pulumi.ResourceTransformResult | None:
+    """Pulumi transform for the kustomize Directory's children: its Deployment becomes a cluster add-on."""
+    if args.type_ != DEPLOYMENT_TYPE:
+        return None
+    return pulumi.ResourceTransformResult(props=as_cluster_addon(dict(args.props)), opts=args.opts)
+
+
 class TrainingOperator(pulumi.ComponentResource):
     """The Kubeflow training operator v1 (pinned tag), from its standalone kustomize overlay.
 
     Applied server-side (the provider's default), as upstream's install does: the CRDs are too
     large for client-side apply's last-applied annotation. Children are awaited (the operator
-    Deployment must be ready: its webhook admits PyTorchJobs).
+    Deployment must be ready: its webhook admits PyTorchJobs). Upstream's Deployment tolerates no
+    taint, and on lab every node is tainted: a `transforms` option (the kustomize v2 Directory is a
+    provider-side component, which only `transforms`, not `transformations`, reach) makes it a
+    cluster add-on (`as_cluster_addon`).
     """
 
     def __init__(self, name: str, opts: pulumi.ResourceOptions | None = None):
@@ -246,7 +277,7 @@ class TrainingOperator(pulumi.ComponentResource):
         self.directory = k8s.kustomize.v2.Directory(
             f"{name}-manifests",
             directory=versions.TRAINING_OPERATOR_KUSTOMIZE,
-            opts=pulumi.ResourceOptions(parent=self),
+            opts=pulumi.ResourceOptions(parent=self, transforms=[tolerate_control_plane]),
         )
         self.register_outputs({"version": versions.TRAINING_OPERATOR_VERSION, "image": versions.TRAINING_OPERATOR_IMAGE})
 

@@ -16,7 +16,8 @@ import pulumi
 import pulumi_kubernetes as k8s
 from pulumi_command import remote
 
-from components.config import Launcher, Platform, StackConfig
+from components import scheduling
+from components.config import Launcher, MigStrategy, Platform, SharingMode, StackConfig
 from components.shared_storage import SharedStorage, SharedStorageArgs
 from components.storage_contract import TRAINING_NAMESPACE, SharedClaim
 from components.training import launch, network_policy
@@ -43,7 +44,8 @@ def acceptance_args(cfg: StackConfig) -> tuple[str, ...]:
     assert net.link_gbps is not None  # the config model requires it with acceptance.nccl
     return (
         "--link-gbps", f"{net.link_gbps:g}",
-        "--min-busbw-fraction", f"{acc.min_busbw_fraction:g}",
+        # unset: a lower default over sockets than over RDMA (components/config.py says why)
+        "--min-busbw-fraction", f"{acc.busbw_fraction(net.rdma):g}",
         "--max-bytes", str(acc.max_bytes),
         *(("--rdma",) if net.rdma else ()),  # a socket fallback then fails the verdict
     )
@@ -105,6 +107,9 @@ def deploy(
         return layer
     if layer.claim is None:
         raise ValueError("training needs a shared claim: configure storage (or pass the platform's claim)")
+    sharing = cfg.gpu.sharing
+    mixed = sharing.mode is SharingMode.MIG and sharing.mig_strategy is MigStrategy.MIXED
+    gpu_resource = scheduling.gpu_resource(sharing.mig_profile if mixed else None)
     policies = NamespacePolicies("training-policies", opts=pulumi.ResourceOptions(provider=provider, depends_on=[ns]))
     before_jobs: list[pulumi.Resource] = [ns, policies, *after, *([gate] if gate is not None else [])]
     if t.launcher is Launcher.PYTORCHJOB:
@@ -118,6 +123,7 @@ def deploy(
                 module=launch.BENCH_MODULE,  # it turns NCCL's INFO log on itself to read the transport
                 module_args=acceptance_args(cfg),
                 await_minutes=ACCEPTANCE_AWAIT_MINUTES,
+                gpu_resource=gpu_resource,
             ),
             opts=pulumi.ResourceOptions(provider=provider, depends_on=before_jobs),
         )
@@ -130,7 +136,7 @@ def deploy(
         # should stop the run before it starts.
         layer.training = TrainingJob(
             TRAINING_JOB,
-            TrainingJobArgs(training=t, claim=layer.claim),
+            TrainingJobArgs(training=t, claim=layer.claim, gpu_resource=gpu_resource),
             opts=pulumi.ResourceOptions(
                 provider=provider, depends_on=[*before_jobs, *([layer.acceptance] if layer.acceptance else [])]
             ),
