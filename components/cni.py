@@ -4,8 +4,17 @@ flannel (default) or calico (tigera-operator), both told the cluster's pod CIDR 
 matches what kubeadm gave the nodes. The namespace is created here with the Pod Security level the
 CNI needs: it runs on the host network with hostPath mounts, which only `privileged` admits.
 
-Does not manage: network policies (calico enforces them, flannel does not), BGP peering, or
-changing the backend of a running cluster.
+calico: since Calico 3.32 the tigera-operator chart ships no CRDs, though its templates create
+operator.tigera.io resources (Installation, APIServer, Goldmane, Whisker). The CRDs come first, from
+their own chart of the same Calico release (crd.projectcalico.org.v1, CRDs in its templates so
+that upgrades update them), as a second pinned Helm release the operator release depends on.
+Upstream's docs pipe `helm template` into `kubectl apply --server-side` because some CRDs are too
+large for client-side apply's last-applied annotation; Helm creates and patches objects without
+that annotation, so a release works. Its Secret holds the whole chart, about 0.9 of its 1 MiB
+(tests/test_calico_crds.py watches the margin).
+
+Does not manage: network policies (calico enforces them, flannel does not), BGP peering, Calico's
+native projectcalico.org/v3 CRDs (tech preview), or changing the backend of a running cluster.
 """
 
 from __future__ import annotations
@@ -59,8 +68,24 @@ _CHARTS = {
 }
 
 
+def calico_crds(name: str, namespace: str, opts: pulumi.ResourceOptions) -> k8s.helm.v3.Release:
+    """Calico's CRDs (cluster-scoped; the release record lives in `namespace`). Helm's wait holds
+    the release until every CRD is established, so a release depending on it finds its kinds."""
+    return k8s.helm.v3.Release(
+        name,
+        name="calico-crds",  # upstream's name for it
+        chart=versions.CALICO_CRDS_CHART,
+        version=versions.CALICO_CRDS_CHART_VERSION,
+        repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=versions.CALICO_CRDS_CHART_REPO),
+        namespace=namespace,
+        timeout=300,
+        opts=opts,
+    )
+
+
 class Cni(pulumi.ComponentResource):
     release: k8s.helm.v3.Release
+    crds: k8s.helm.v3.Release | None  # calico's CRDs; None for flannel
 
     def __init__(self, name: str, args: CniArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gpucluster:k8s:Cni", name, None, opts)
@@ -68,6 +93,12 @@ class Cni(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self)
         # The CNI runs on the host network with hostPath mounts: only privileged admits it.
         ns = pod_security_namespace(f"{name}-ns", namespace, "privileged", child)
+        before: list[pulumi.Resource] = [ns]
+        self.crds = None
+        if args.kind is CniKind.CALICO:
+            self.crds = calico_crds(f"{name}-calico-crds", namespace,
+                                    pulumi.ResourceOptions(parent=self, depends_on=[ns]))
+            before.append(self.crds)  # the operator release creates an Installation: CRDs first
         self.release = k8s.helm.v3.Release(
             f"{name}-{args.kind.value}",
             name=args.kind.value,
@@ -79,6 +110,6 @@ class Cni(pulumi.ComponentResource):
             # Nodes are NotReady until the CNI runs; waiting here makes "ready" mean ready.
             wait_for_jobs=True,
             timeout=600,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[ns]),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=before),
         )
         self.register_outputs({"kind": args.kind.value, "chartVersion": version})

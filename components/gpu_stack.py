@@ -15,19 +15,29 @@ Both paths: the DCGM ServiceMonitor copies the scraped pod's node name to a `nod
   its pod's host name); the alerts and dashboards use `node`.
 operator: the NVIDIA GPU Operator Helm release owns driver (unless the hosts bring one), container
   toolkit, device plugin, DCGM exporter (pod labels; ServiceMonitor as above), GFD and MIG manager.
+  In mode mig the MIG manager partitions each GPU node by its nvidia.com/mig.config label, which
+  this stack patches onto the named GPU nodes (lab, dev) with gpu.sharing.migProfile; on GKE the
+  GPU pools carry it. ClusterPolicy's migManager.config.default stays all-disabled (all its CRD
+  admits besides ""): the layout of a MIG-capable node nobody labelled.
 
 On GKE (`gke=True`): GKE runs its own device plugin, so the device-plugin path deploys only GFD and
-the DCGM exporter, both pointed at the driver in /home/kubernetes/bin/nvidia; the operator path
+the DCGM exporter, both pointed at the driver in /home/kubernetes/bin/nvidia (the exporter as
+Google's own GKE manifest runs it: privileged, see dcgm_exporter_values); the operator path
 follows NVIDIA's "GPU Operator with Google GKE" values; and a ResourceQuota admits the charts'
 system-node-critical pods in the namespace (GKE allows them elsewhere than kube-system only so).
 
 Both namespaces are labelled Pod Security `privileged`: GFD reads host PCI/vGPU data and the
 operator's driver and toolkit containers load kernel modules and write host paths; neither can run
-under a stricter level. Everything else keeps the defaults of its chart.
+under a stricter level. Scheduling (components/scheduling.py): node agents (GFD, NFD worker, DCGM
+exporter, the operator's operands) tolerate the GPU and the control-plane taint, NFD's garbage
+collector (a cluster add-on) the control-plane taint, preferring a node without GPUs. Everything
+else keeps the defaults of its chart.
 
 Does not manage: the monitoring stack that scrapes the ServiceMonitors (the observability layer),
 MIG partitioning on the device-plugin path (nvidia-smi mig on the hosts; only the operator's MIG
-manager partitions, and the config model rejects a migProfile there).
+manager partitions, and the config model rejects a migProfile there), whether a migProfile fits
+the GPU model of a node (mig-manager reports that in the node's nvidia.com/mig.config.state), and
+draining a node before its layout changes.
 """
 
 from __future__ import annotations
@@ -46,7 +56,9 @@ from components.device_plugin import (
     NvidiaDevicePluginArgs,
     plugin_config,
 )
+from components.gke.node_labels import MIG_CONFIG_LABEL
 from components.namespaces import pod_security_namespace
+from components.scheduling import addon_affinity, addon_tolerations, gpu_tolerations
 
 GPU_NAMESPACE = "gpu-system"
 OPERATOR_NAMESPACE = "gpu-operator"
@@ -68,6 +80,11 @@ class GpuSoftwareStackArgs:
     # GKE nodes: the driver lives in /home/kubernetes/bin/nvidia (GKE's and Google's installer), and
     # GKE admits system-node-critical pods outside kube-system only under a ResourceQuota for them.
     gke: bool = False
+    # GPU nodes by name (lab hosts with GPUs, dev gpuNodes) and what makes them exist (lab joins):
+    # under the operator in mode mig each gets its MIG layout label. GKE's nodes come and go with
+    # the autoscaler: their pool carries the label instead (components/gke/gpu_node_pool.py).
+    gpu_nodes: tuple[str, ...] = ()
+    nodes_ready: tuple[pulumi.Resource, ...] = ()
 
 
 # Where GKE's driver install (and Google's driver-installer DaemonSet) puts the driver on the node.
@@ -82,6 +99,20 @@ DCGM_NODE_RELABELINGS = [
 ]
 
 
+# MIG_CONFIG_LABEL is the node label NVIDIA's MIG manager takes a node's MIG layout from: a profile
+# of its mig-parted config (all-1g.10gb, all-balanced, ...; generated from the hardware by
+# mig-manager, with the operator's default-mig-parted-config as fallback). The ClusterPolicy CRD names it.
+MIG_UNLABELLED_LAYOUT = "all-disabled"
+
+
+def mig_layout(gpu: GpuConfig) -> str | None:
+    """The profile GPU nodes are labelled MIG_CONFIG_LABEL with: gpu.sharing.migProfile on the
+    operator path in mode mig; None elsewhere (the device-plugin path cannot partition)."""
+    if gpu.stack is GpuStack.OPERATOR and gpu.sharing.mode is SharingMode.MIG:
+        return gpu.sharing.mig_profile
+    return None
+
+
 def device_plugin_mig_strategy(gpu: GpuConfig) -> str:
     """The device plugin's / GFD's MIG strategy on the device-plugin path (none unless mode mig)."""
     return gpu.sharing.mig_strategy.value if gpu.sharing.mode is SharingMode.MIG else "none"
@@ -90,7 +121,21 @@ def device_plugin_mig_strategy(gpu: GpuConfig) -> str:
 def gfd_values(gke: bool = False, mig_strategy: str = "none") -> dict[str, Any]:
     # No `affinity`: the chart's default already restricts GFD to NVIDIA nodes (NFD's
     # pci-10de.present, Tegra's cpu vendor, or nvidia.com/gpu.present=true).
-    values: dict[str, Any] = {"devicePlugin": {"enabled": False}, "gfd": {"enabled": True}}
+    values: dict[str, Any] = {
+        "devicePlugin": {"enabled": False},
+        "gfd": {"enabled": True},
+        # GFD (the chart's top-level tolerations) is a node agent: every GPU node, a GPU control
+        # plane included (components/scheduling.py); the chart's CriticalAddonsOnly kept.
+        "tolerations": [*gpu_tolerations(), {"key": "CriticalAddonsOnly", "operator": "Exists"}],
+        "nfd": {
+            # NFD's worker publishes the features file GFD writes on its node: it must run wherever
+            # GFD does (the chart's default tolerates the long-gone node-role.kubernetes.io/master).
+            "worker": {"tolerations": gpu_tolerations()},
+            # A cluster add-on with no tolerations by default: Pending on a lab, where every node is
+            # tainted, and the release times out.
+            "gc": {"tolerations": addon_tolerations(), "affinity": addon_affinity()},
+        },
+    }
     if mig_strategy != "none":
         # GFD labels MIG devices (nvidia.com/mig-*.count, gpu.product) by the plugin's strategy.
         values["migStrategy"] = mig_strategy
@@ -108,10 +153,18 @@ def dcgm_exporter_values(service_monitor: bool = False, gke: bool = False) -> di
         # crash-loops, which fails the release's wait (and GKE's system pool is never a GPU node).
         "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
             "nodeSelectorTerms": GPU_NODE_SELECTOR_TERMS}}},
-        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        "tolerations": gpu_tolerations(),  # a node agent: a GPU control plane too
     }
     if gke:
-        # No NVIDIA container runtime on GKE nodes: mount the driver's libraries (NVML) from the host.
+        # As Google's GKE manifest runs it (GoogleCloudPlatform/prometheus-engine,
+        # examples/nvidia-dcgm/exporter.yaml). GKE nodes have no NVIDIA container runtime to inject
+        # the GPUs, and GKE's device plugin hands a GPU only to a pod that requests it, exclusively
+        # (a request would take a GPU from the workloads it watches). So privileged is unavoidable:
+        # it is the only way to the /dev/nvidia* devices; a device hostPath mount is still denied by
+        # the device cgroup. The API server rejects privileged with the chart's
+        # allowPrivilegeEscalation false.
+        values["securityContext"] = {"privileged": True, "allowPrivilegeEscalation": True}
+        # The driver's libraries (NVML) from the host.
         values["extraHostVolumes"] = [{"name": "nvidia-install-dir-host", "hostPath": GKE_DRIVER_ROOT}]
         values["extraVolumeMounts"] = [
             # the chart's own mount (a list is replaced, not merged)
@@ -119,7 +172,12 @@ def dcgm_exporter_values(service_monitor: bool = False, gke: bool = False) -> di
              "subPath": "default-counters.csv"},
             {"name": "nvidia-install-dir-host", "mountPath": "/usr/local/nvidia", "readOnly": True},
         ]
-        values["extraEnv"] = [{"name": "LD_LIBRARY_PATH", "value": "/usr/local/nvidia/lib64"}]
+        values["extraEnv"] = [
+            {"name": "LD_LIBRARY_PATH", "value": "/usr/local/nvidia/lib64"},
+            # GKE's device plugin names GPUs nvidia0, nvidia1, ... (not by UUID) in the kubelet's
+            # pod resources: without this the per-pod labels never match a GPU.
+            {"name": "DCGM_EXPORTER_KUBERNETES_GPU_ID_TYPE", "value": "device-name"},
+        ]
     return values
 
 
@@ -144,7 +202,15 @@ def operator_values(
                          "serviceMonitor": {"enabled": service_monitor, "relabelings": DCGM_NODE_RELABELINGS}},
         "gfd": {"enabled": True},
         "mig": {"strategy": sharing.mig_strategy.value if mig else "single"},
-        "migManager": {"enabled": mig, "config": {"default": sharing.mig_profile}},
+        # The layout is per node (MIG_CONFIG_LABEL): ClusterPolicy's config.default admits only
+        # all-disabled or "", the layout the operator gives a MIG-capable node it finds unlabelled.
+        "migManager": {"enabled": mig, "config": {"default": MIG_UNLABELLED_LAYOUT}},
+        # The operands (driver, toolkit, device plugin, DCGM exporter, GFD, MIG manager) are node
+        # agents: every GPU node, a GPU control plane included (components/scheduling.py).
+        "daemonsets": {"tolerations": gpu_tolerations()},
+        # NFD's garbage collector is a cluster add-on with no tolerations by default: Pending on a
+        # lab, where every node is tainted. (NFD master and worker already tolerate the control plane.)
+        "node-feature-discovery": {"gc": {"tolerations": addon_tolerations(), "affinity": addon_affinity()}},
     }
     if gke:
         # NVIDIA's "GPU Operator with Google GKE": the container toolkit must take its runtime
@@ -177,6 +243,27 @@ def _release(parent: pulumi.Resource, name: str, chart: str, version: str, repo:
     )
 
 
+def mig_layout_labels(parent: pulumi.Resource, name: str, layout: str, nodes: tuple[str, ...],
+                      depends_on: list[pulumi.Resource]) -> list[k8s.core.v1.NodePatch]:
+    """MIG_CONFIG_LABEL=<layout> on each named node: the MIG manager repartitions on a change.
+
+    A patch, not kubelet --node-labels: those apply only when a node registers, so a new migProfile
+    would never reach a joined node (and a changed init config rebuilds the cluster). Forced:
+    the operator labels a MIG-capable node it finds unlabelled MIG_UNLABELLED_LAYOUT (its own field
+    manager), and on destroy the label goes, which the operator answers with that same default.
+    """
+    return [
+        k8s.core.v1.NodePatch(
+            f"{name}-mig-layout-{node}",
+            metadata=k8s.meta.v1.ObjectMetaPatchArgs(
+                name=node, labels={MIG_CONFIG_LABEL: layout}, annotations={"pulumi.com/patchForce": "true"}
+            ),
+            opts=pulumi.ResourceOptions(parent=parent, depends_on=depends_on),
+        )
+        for node in nodes
+    ]
+
+
 class GpuSoftwareStack(pulumi.ComponentResource):
     def __init__(self, name: str, args: GpuSoftwareStackArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gpucluster:gpu:SoftwareStack", name, None, opts)
@@ -206,6 +293,9 @@ class GpuSoftwareStack(pulumi.ComponentResource):
                          versions.GPU_OPERATOR_CHART_REPO, namespace,
                          operator_values(args.gpu, args.driver_on_host, args.service_monitor, args.gke), ready)
             )
+            layout = mig_layout(args.gpu)
+            if layout is not None:
+                self.resources += mig_layout_labels(self, name, layout, args.gpu_nodes, [*ready, *args.nodes_ready])
         else:
             if args.device_plugin:
                 replicas = args.gpu.sharing.replicas if args.gpu.sharing.mode is SharingMode.TIME_SLICING else 1

@@ -40,6 +40,11 @@ FLANNEL_CHART_REPO = "https://flannel-io.github.io/flannel/"
 CALICO_CHART = "tigera-operator"
 CALICO_CHART_VERSION = "v3.32.1"
 CALICO_CHART_REPO = "https://docs.tigera.io/calico/charts"
+# Since Calico 3.32 the operator chart ships no CRDs: they are this chart of the same release, which
+# must move in lockstep with the operator (its Installation etc. are created from these CRDs).
+CALICO_CRDS_CHART = "crd.projectcalico.org.v1"
+CALICO_CRDS_CHART_VERSION = CALICO_CHART_VERSION
+CALICO_CRDS_CHART_REPO = CALICO_CHART_REPO
 
 # GPU software stack (gpu.stack). device-plugin path: our typed device plugin DaemonSet plus
 # GPU Feature Discovery (with NFD) from the device plugin's chart and the DCGM exporter chart.

@@ -14,6 +14,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 from pulumi_command import remote
 
+from components import scheduling
 from components.config import GkeDriver, MigStrategy, Platform, SharingMode, StackConfig
 from components.gpu_stack import GpuSoftwareStack, GpuSoftwareStackArgs
 from components.monitoring import Monitoring, MonitoringArgs
@@ -33,9 +34,17 @@ class ClusterLayers:
 def gate_resource(cfg: StackConfig) -> str:
     """The extended resource one gate pod asks for (a MIG slice under the mixed strategy)."""
     sharing = cfg.gpu.sharing
-    if sharing.mode is SharingMode.MIG and sharing.mig_strategy is MigStrategy.MIXED:
-        return f"nvidia.com/mig-{sharing.mig_profile.removeprefix('all-')}"
-    return "nvidia.com/gpu"
+    mixed = sharing.mode is SharingMode.MIG and sharing.mig_strategy is MigStrategy.MIXED
+    return scheduling.gpu_resource(sharing.mig_profile if mixed else None)
+
+
+def gpu_node_names(cfg: StackConfig) -> tuple[str, ...]:
+    """GPU nodes the config names: lab hosts with GPUs, dev gpuNodes (gke's come and go: none)."""
+    if cfg.platform is Platform.DEV:
+        return tuple(cfg.gpu_nodes)
+    if cfg.platform is Platform.LAB:
+        return tuple(h.name for h in cfg.hosts if h.is_gpu)
+    return ()
 
 
 def deploy(
@@ -66,7 +75,8 @@ def deploy(
     gpu = GpuSoftwareStack(
         "gpu",
         GpuSoftwareStackArgs(gpu=cfg.gpu, driver_on_host=driver_on_host, service_monitor=monitoring is not None,
-                             device_plugin=not gke, gke=gke),
+                             device_plugin=not gke, gke=gke, gpu_nodes=gpu_node_names(cfg),
+                             nodes_ready=tuple(nodes_ready or ())),
         opts=opts if monitoring is None else pulumi.ResourceOptions(
             provider=provider, depends_on=[*after, monitoring.release]
         ),

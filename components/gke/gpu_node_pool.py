@@ -7,7 +7,10 @@ comes from GKE (gpu_driver_installation_config DEFAULT or LATEST), from Google's
 DaemonSet (driver_installer.py; GKE's install disabled, the pool labelled for it) or from the GPU
 Operator (GKE's install disabled, Ubuntu nodes). Under the GPU Operator GKE's own device plugin is
 switched off with the node label NVIDIA's GKE guide gives. GPU sharing and MIG partitions are
-GKE's (its device plugin enforces them).
+GKE's (its device plugin enforces them), except under the GPU Operator in mode mig: there the
+pool's node labels carry nvidia.com/mig.config=<gpu.sharing.migProfile>, the layout the operator's
+MIG manager applies (a label every node the autoscaler adds is born with; on GPUs without MIG no
+MIG manager runs and it is inert).
 
 `initial_node_count` is ignored after creation: the autoscaler owns the node count.
 
@@ -24,13 +27,10 @@ import pulumi_gcp as gcp
 from components.config import GkeDriver, GkeSharingStrategy, GpuPool
 from components.gke.cluster import CLOUD_PLATFORM_SCOPE, GkeCluster
 from components.gke.node_identity import account_id, node_service_account
+from components.gke.node_labels import DRIVER_LABEL, NO_GKE_DEVICE_PLUGIN_LABEL, POOL_LABEL
+from components.gpu_stack import MIG_CONFIG_LABEL
 
 GPU_TAINT = ("nvidia.com/gpu", "present", "NO_SCHEDULE")
-POOL_LABEL = "gpu-cluster/pool"
-# Which driver-installer DaemonSet (if any) serves the node: driver_installer.py selects on it.
-DRIVER_LABEL = "gpu-cluster/gke-driver"
-# NVIDIA's GPU Operator on GKE: this label keeps GKE's device plugin DaemonSet off the node.
-NO_GKE_DEVICE_PLUGIN_LABEL = "gke-no-default-nvidia-gpu-device-plugin"
 
 _DRIVER_VERSION = {
     GkeDriver.GKE_DEFAULT: "DEFAULT",
@@ -48,6 +48,8 @@ class GpuNodePoolArgs:
     cluster: GkeCluster
     # The GPU Operator runs the device plugin: switch GKE's off on these nodes.
     operator: bool = False
+    # The GPU Operator's MIG manager partitions the nodes' GPUs by this profile (gpu_stack.mig_layout).
+    mig_profile: str | None = None
 
 
 def image_type(driver: GkeDriver) -> str:
@@ -55,10 +57,12 @@ def image_type(driver: GkeDriver) -> str:
     return "UBUNTU_CONTAINERD" if driver in (GkeDriver.INSTALLER_UBUNTU, GkeDriver.NONE) else "COS_CONTAINERD"
 
 
-def node_labels(pool: GpuPool, operator: bool) -> dict[str, str]:
+def node_labels(pool: GpuPool, operator: bool, mig_profile: str | None = None) -> dict[str, str]:
     labels = {**pool.labels, POOL_LABEL: pool.name, DRIVER_LABEL: pool.driver.value}
     if operator:
         labels[NO_GKE_DEVICE_PLUGIN_LABEL] = "true"
+    if mig_profile is not None:
+        labels[MIG_CONFIG_LABEL] = mig_profile
     return labels
 
 
@@ -114,7 +118,7 @@ class GpuNodePool(pulumi.ComponentResource):
                 guest_accelerators=[guest_accelerator(pool)],
                 service_account=sa.email,
                 oauth_scopes=[CLOUD_PLATFORM_SCOPE],  # access is what the account's roles allow
-                labels=node_labels(pool, args.operator),
+                labels=node_labels(pool, args.operator, args.mig_profile),
                 taints=[
                     gcp.container.NodePoolNodeConfigTaintArgs(key=GPU_TAINT[0], value=GPU_TAINT[1], effect=GPU_TAINT[2])
                 ],
