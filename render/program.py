@@ -61,6 +61,7 @@ class Registration:
     provider: str
     inputs: dict[str, Any]  # secrets replaced by SECRET_MARKER
     delete_before_replace: bool = False  # the deleteBeforeReplace resource option
+    transforms: int = 0  # `transforms` callbacks: they change children the plan does not hold
 
 
 @dataclass
@@ -163,6 +164,7 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
                     provider=request.provider,
                     inputs=_deserialize_keeping_secrets(request.object, request.type),
                     delete_before_replace=bool(request.deleteBeforeReplace),
+                    transforms=len(request.transforms),
                 )
             )
         return response

@@ -14,8 +14,12 @@ from pulumi.runtime.settings import set_root_resource
 from components import config
 from render import program
 
+# Every plan a test renders also goes through the whole-cluster check (tests/whole_cluster.py).
+pytest_plugins = ["tests.whole_cluster"]
+
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 
+# An example host key: well-formed ("ssh-ed25519" + 32 bytes in SSH wire format), of no real host.
 ED25519 = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIE8N2wz1xVb2cNQv7m4s1M8pC1xq2mC5yY0d3x7lW9eJ"
 
 

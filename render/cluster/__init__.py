@@ -113,7 +113,8 @@ def check(plan: program.Plan, cfg: StackConfig, upstream: Path) -> Report:
     if cfg.platform is Platform.LAB:
         report.notes.append("lab hosts declare no CPU or memory: only GPUs are counted against requests")
     if cfg.platform is Platform.DEV:
-        report.notes.append("dev nodes declare no size: each listed GPU node has at least one GPU, CPU and memory unchecked")
+        report.notes.append("dev nodes declare no size: each listed GPU node has at least one GPU, CPU and memory "
+                            "unchecked; a cluster with no GPU node listed is modelled as one untainted node")
     if cfg.platform is Platform.GKE:
         report.notes.append("gke: each pool scales between its minimum and maximum; pods may land on nodes the "
                             "autoscaler adds; GKE's own device plugin runs on GPU nodes without "
@@ -135,8 +136,8 @@ def check(plan: program.Plan, cfg: StackConfig, upstream: Path) -> Report:
             gpu_only = bool(p.eligible) and set(p.eligible) <= gpu_nodes
             if not p.eligible:
                 line = f"{subject}: matches no node"
-                if w.device_plugin or gpu_only:
-                    problems.append("matches no node")
+                if w.device_plugin and gpu_nodes:
+                    problems.append("matches no node, and it is the device plugin of the GPU nodes")
             elif missing:
                 line = f"{subject}: on {_names(p.nodes) or 'no node'}; not on {_names(missing)}: {_why(p)}"
                 if gpu_only or not p.nodes or any(n in gpu_nodes for n in missing):

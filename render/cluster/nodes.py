@@ -194,6 +194,8 @@ def dev_nodes(cfg: StackConfig, node_patches: list[dict[str, Any]]) -> list[Node
             if (patch.get("metadata") or {}).get("name") == name:
                 labels.update((patch.get("metadata") or {}).get("labels") or {})
         nodes.append(Node(name, "listed", labels, [], gpus=1, gpus_known=False))
+    if not nodes:  # the existing cluster has nodes, only none was named: one plain node stands for them
+        nodes.append(Node("existing-node", "unlisted", _base_labels("existing-node"), []))
     return nodes
 
 

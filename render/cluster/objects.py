@@ -205,6 +205,15 @@ def _namespaced_guess(doc: dict[str, Any]) -> bool:
 # expands the vendored copy of that overlay with the few kustomize features it uses (resources,
 # namespace, images, labels, secretGenerator, strategic-merge patches of whole objects).
 
+def _kustomize_transforms() -> dict[str, Any]:
+    """directory -> the program's own `transforms` function for its children, applied here as
+    Pulumi applies it (a transform's effect is not in the plan: only that one is registered)."""
+    from components import versions
+    from components.training.job import as_cluster_addon
+
+    return {versions.TRAINING_OPERATOR_KUSTOMIZE: lambda d: as_cluster_addon(d) if d.get("kind") == "Deployment" else d}
+
+
 KUSTOMIZE_SOURCES = {
     # remote kustomize URL prefix -> vendored directory under upstream/charts
     "https://github.com/kubeflow/trainer//manifests/": "training-operator-v1.9.4/manifests/",
@@ -301,9 +310,14 @@ def collect(plan: program.Plan, upstream: Path, kube_version: str,
             out.objects += _release_objects(r, upstream, kube_version)
             out.releases[r.urn] = str(chart_dir(upstream, str(r.inputs.get("chart")), str(r.inputs.get("version"))))
         elif r.type in KUSTOMIZE_TYPES:
-            path = _kustomize_path(str(r.inputs.get("directory", "")), upstream, project_dir)
-            out.objects += [Obj(d, r.urn, f"kustomize {r.name}", self_ordered=True)
-                            for d in kustomize(path, upstream, project_dir)]
+            directory = str(r.inputs.get("directory", ""))
+            docs = kustomize(_kustomize_path(directory, upstream, project_dir), upstream, project_dir)
+            if r.transforms:
+                transform = _kustomize_transforms().get(directory)
+                if transform is None:
+                    raise CheckSetupError(f"{r.name}: its children are changed by a transform the check does not know")
+                docs = [transform(d) for d in docs]
+            out.objects += [Obj(d, r.urn, f"kustomize {r.name}", self_ordered=True) for d in docs]
         elif r.type == NODE_PATCH_TYPE:
             out.node_patches.append(r.inputs)
         elif r.type.endswith("Patch"):
