@@ -1,27 +1,38 @@
-# Developer shortcuts; CI runs .ci/run, which installs these tools and calls `python -m pytest -q`.
-PY ?= .venv/bin/python
+# The two commands on a fresh machine (README): `make plan` and `make test`. Each creates the
+# virtual environment first when it is missing or older than the requirements. CI (.ci/run)
+# installs the system tools and calls `make test` too.
+VENV := .venv
+PY := $(VENV)/bin/python
 STACK ?= lab
 
-.PHONY: setup test lint render clean bench
-setup:
-	python3 -m venv .venv && $(PY) -m pip install -q -r requirements-dev.txt
+.PHONY: plan test lint render clean bench
+$(VENV)/.installed: requirements.txt requirements-dev.txt
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -r requirements-dev.txt
+	touch $@
 
-test:
+# The offline plan of a stack (default lab), with the whole-cluster check: out/<stack>/summary.md.
+plan: $(VENV)/.installed
+	$(PY) -m render $(STACK) --out out/$(STACK)
+
+render: plan
+
+test: $(VENV)/.installed
 	$(PY) -m pytest -q
 
 # CI (.ci/run) runs ruff and mypy too; pre-commit runs them the same way: .pre-commit-config.yaml.
-lint:
+lint: $(VENV)/.installed
 	$(PY) -m ruff check .
 	shellcheck .ci/run
 	$(PY) -m mypy
 
-render:
-	$(PY) -m render $(STACK) --out out/$(STACK)
-
 clean:
 	rm -rf out .pytest_cache
 
-# Benchmarks (bench/README.md): plan evaluation vs the SDK floor, and the critical path of `up`.
-bench:
+# Benchmarks (bench/README.md): plan evaluation vs the SDK floor, the whole-cluster check's cost,
+# and the critical path of `up`.
+bench: $(VENV)/.installed
 	$(PY) bench/plan_scale.py
+	$(PY) bench/check_scale.py
 	$(PY) bench/critical_path.py

@@ -94,8 +94,13 @@ def test_committed_stack_smoke():
     quotas = [r for r in p.of_type("kubernetes:core/v1:ResourceQuota")]
     assert [q.inputs["metadata"]["namespace"] for q in quotas] == ["gpu-system"]
     # The gate checks the A100 node kept up (min 1); it waits for the GPU pools.
-    (job,) = p.of_type("kubernetes:batch/v1:Job")
+    (job,) = [j for j in p.of_type("kubernetes:batch/v1:Job") if j.inputs["metadata"]["name"] == "gpu-ready"]
     assert job.inputs["spec"]["completions"] == 1
+    # The training Job runs on gke as on lab and dev, on the Filestore claim.
+    (train,) = [j for j in p.of_type("kubernetes:batch/v1:Job") if j.inputs["metadata"]["name"] == "train"]
+    volumes = train.inputs["spec"]["template"]["spec"]["volumes"]
+    assert [v["persistentVolumeClaim"]["claimName"] for v in volumes if "persistentVolumeClaim" in v] == ["shared-data"]
+    assert p.outputs["training"]["job"] == "training/train"
     (gate,) = p.of_type("gpucluster:gpu:ReadyGate")
     gpu_pool_urns = {r.urn for r in p.of_type(NODE_POOL) if r.inputs["name"] != "system"}
     assert len(gpu_pool_urns) == 2 and gpu_pool_urns <= set(gate.dependencies)
