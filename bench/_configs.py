@@ -58,11 +58,19 @@ def lab_hosts(workers: int, gpus: int = 8) -> list[dict]:
     return hosts
 
 
+def pod_cidr(hosts: int) -> str:
+    """The default 10.244.0.0/16 while it has a /24 for every host; from 256 hosts a larger range
+    (kube-controller-manager gives each node a /24; the config refuses a range that runs out)."""
+    prefix = min(16, 24 - max(0, hosts - 1).bit_length())
+    return str(ipaddress.IPv4Network(f"10.244.0.0/{prefix}", strict=False))
+
+
 def lab_config(workers: int, gpus: int = 8, **extra: object) -> Config:
     """The lab stack with `workers` GPU workers; `extra` adds keys (camelCase, without the prefix)."""
     values = {
         PREFIX + "platform": "lab",
         PREFIX + "hosts": json.dumps(lab_hosts(workers, gpus)),
+        PREFIX + "podCidr": pod_cidr(workers + 1),
         SECRET_KEY: "x",
     }
     for key, value in extra.items():

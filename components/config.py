@@ -1345,8 +1345,9 @@ def _cidr_size_checks(cfg: StackConfig) -> list[tuple[str, str]]:
         problems.append(("podCidr", f"{pod} is larger than kube-controller-manager allows with /24 per node: "
                                     "use /8 to /24, e.g. 10.244.0.0/16"))
     elif 2 ** (24 - pod.prefixlen) < len(cfg.hosts):
+        needed = 24 - (len(cfg.hosts) - 1).bit_length()
         problems.append(("podCidr", f"{pod} holds {2 ** (24 - pod.prefixlen)} node /24s but there are "
-                                    f"{len(cfg.hosts)} hosts; use a larger range, e.g. 10.244.0.0/16"))
+                                    f"{len(cfg.hosts)} hosts; use a /{needed} or larger"))
     return problems
 
 
