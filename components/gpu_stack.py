@@ -20,8 +20,9 @@ operator: the NVIDIA GPU Operator Helm release owns driver (unless the hosts bri
   GPU pools carry it. ClusterPolicy's migManager.config.default stays all-disabled (all its CRD
   admits besides ""): the layout of a MIG-capable node nobody labelled.
 
-On GKE (`gke=True`): GKE runs its own device plugin, so the device-plugin path deploys only GFD and
-the DCGM exporter, both pointed at the driver in /home/kubernetes/bin/nvidia (the exporter as
+On GKE (DriverSource.GKE or OPERATOR_ON_GKE): GKE runs its own device plugin, so the
+device-plugin path deploys only GFD and the DCGM exporter, both pointed at the driver in
+/home/kubernetes/bin/nvidia (the exporter as
 Google's own GKE manifest runs it: privileged, see dcgm_exporter_values); the operator path
 follows NVIDIA's "GPU Operator with Google GKE" values; and a ResourceQuota admits the charts'
 system-node-critical pods in the namespace (GKE allows them elsewhere than kube-system only so).
@@ -42,6 +43,7 @@ draining a node before its layout changes.
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 from typing import Any
 
@@ -65,21 +67,33 @@ OPERATOR_NAMESPACE = "gpu-operator"
 SHARING_CONFIG_NAME = "gpu-cluster-sharing"
 
 
+class DriverSource(enum.StrEnum):
+    """Where the GPU nodes' NVIDIA driver comes from: each platform's wiring says (stacks/)."""
+
+    HOST = "host"  # on the host's root: lab node prep or nvidiaDriver.preinstalled, a dev cluster's nodes
+    GKE = "gke"  # GKE's install or Google's installer DaemonSet (/home/kubernetes/bin/nvidia); GKE
+    #              runs its own device plugin there
+    OPERATOR = "operator"  # the GPU Operator's driver container (lab hosts without a driver)
+    OPERATOR_ON_GKE = "operator-on-gke"  # the GPU Operator's driver container on GKE nodes (pools' driver none)
+
+    @property
+    def on_gke(self) -> bool:
+        """GKE nodes: the driver root is GKE's, and critical pods outside kube-system need a quota."""
+        return self in (DriverSource.GKE, DriverSource.OPERATOR_ON_GKE)
+
+    @property
+    def on_host(self) -> bool:
+        """The nodes already have a working driver: the operator must not install its own."""
+        return self in (DriverSource.HOST, DriverSource.GKE)
+
+
 @dataclass(frozen=True)
 class GpuSoftwareStackArgs:
     gpu: GpuConfig
-    # The nodes already have a working NVIDIA driver (lab with nvidiaDriver.preinstalled, a dev
-    # cluster's nodes): the operator must not install its own.
-    driver_on_host: bool
+    driver: DriverSource
     # A ServiceMonitor for the DCGM exporter needs the prometheus-operator CRDs, which only the
     # monitoring layer installs; the dcgm-exporter chart would fail without them.
     service_monitor: bool = False
-    # Deploy this program's device plugin DaemonSet on the device-plugin path. GKE runs its own
-    # NVIDIA device plugin on GPU nodes; a second one would advertise every GPU twice.
-    device_plugin: bool = True
-    # GKE nodes: the driver lives in /home/kubernetes/bin/nvidia (GKE's and Google's installer), and
-    # GKE admits system-node-critical pods outside kube-system only under a ResourceQuota for them.
-    gke: bool = False
     # GPU nodes by name (lab hosts with GPUs, dev gpuNodes) and what makes them exist (lab joins):
     # under the operator in mode mig each gets its MIG layout label. GKE's nodes come and go with
     # the autoscaler: their pool carries the label instead (components/gke/gpu_node_pool.py).
@@ -273,7 +287,8 @@ class GpuSoftwareStack(pulumi.ComponentResource):
         # Why privileged: see the module docstring (GFD, driver and toolkit containers).
         ns = pod_security_namespace(f"{name}-ns", namespace, "privileged", pulumi.ResourceOptions(parent=self))
         ready: list[pulumi.Resource] = [ns]
-        if args.gke:
+        gke = args.driver.on_gke
+        if gke:
             ready.append(k8s.core.v1.ResourceQuota(
                 f"{name}-critical-pods",
                 metadata=k8s.meta.v1.ObjectMetaArgs(name="gpu-critical-pods", namespace=namespace),
@@ -291,13 +306,13 @@ class GpuSoftwareStack(pulumi.ComponentResource):
             self.resources.append(
                 _release(self, f"{name}-operator", versions.GPU_OPERATOR_CHART, versions.GPU_OPERATOR_CHART_VERSION,
                          versions.GPU_OPERATOR_CHART_REPO, namespace,
-                         operator_values(args.gpu, args.driver_on_host, args.service_monitor, args.gke), ready)
+                         operator_values(args.gpu, args.driver.on_host, args.service_monitor, gke), ready)
             )
             layout = mig_layout(args.gpu)
             if layout is not None:
                 self.resources += mig_layout_labels(self, name, layout, args.gpu_nodes, [*ready, *args.nodes_ready])
         else:
-            if args.device_plugin:
+            if not gke:  # GKE runs its own device plugin: a second would advertise every GPU twice
                 replicas = args.gpu.sharing.replicas if args.gpu.sharing.mode is SharingMode.TIME_SLICING else 1
                 self.resources.append(NvidiaDevicePlugin(
                     f"{name}-device-plugin",
@@ -308,9 +323,9 @@ class GpuSoftwareStack(pulumi.ComponentResource):
             self.resources += [
                 _release(self, f"{name}-gfd", versions.NVIDIA_DEVICE_PLUGIN_CHART,
                          versions.NVIDIA_DEVICE_PLUGIN_CHART_VERSION, versions.NVIDIA_DEVICE_PLUGIN_CHART_REPO,
-                         namespace, gfd_values(args.gke, device_plugin_mig_strategy(args.gpu)), ready),
+                         namespace, gfd_values(gke, device_plugin_mig_strategy(args.gpu)), ready),
                 _release(self, f"{name}-dcgm-exporter", versions.DCGM_EXPORTER_CHART,
                          versions.DCGM_EXPORTER_CHART_VERSION, versions.DCGM_EXPORTER_CHART_REPO,
-                         namespace, dcgm_exporter_values(args.service_monitor, args.gke), ready),
+                         namespace, dcgm_exporter_values(args.service_monitor, gke), ready),
             ]
         self.register_outputs({"stack": args.gpu.stack.value, "namespace": namespace})

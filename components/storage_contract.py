@@ -8,6 +8,7 @@ cluster's default class, gke with Filestore; each platform's storage component c
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import pulumi
 
@@ -30,3 +31,16 @@ class SharedClaim:
     name: str = CLAIM_NAME
     namespace: str = TRAINING_NAMESPACE
     backend: str = ""  # for outputs and docs: "nfs://server/path", "hostPath", "filestore", ...
+
+
+def claim_manifest(size: str, storage_class: str | None, volume_name: str | None = None,
+                   annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    spec: dict[str, Any] = {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": size}}}
+    if storage_class is not None:
+        spec["storageClassName"] = storage_class
+    if volume_name is not None:
+        spec["volumeName"] = volume_name
+    metadata: dict[str, Any] = {"name": CLAIM_NAME, "namespace": TRAINING_NAMESPACE}
+    if annotations:
+        metadata["annotations"] = annotations
+    return {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": metadata, "spec": spec}

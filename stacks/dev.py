@@ -1,16 +1,44 @@
-"""dev: an existing cluster (e.g. `minikube start --gpus all`): no provisioning, same layers."""
+"""dev: an existing cluster (e.g. `minikube start --gpus all`): no provisioning, same add-ons."""
 
 from __future__ import annotations
 
+import pulumi
+
 from components.config import StackConfig, StackSecrets
 from components.dev.existing_cluster import ExistingCluster, ExistingClusterArgs
-from stacks import layers
+from components.dev.storage import DevSharedStorage, DevSharedStorageArgs
+from components.gpu_stack import DriverSource
+from components.training_namespace import training_namespace
+from stacks import addons
+from stacks.contract import Cluster
 
 
 def build(cfg: StackConfig, secrets: StackSecrets) -> dict[str, object]:
-    cluster = ExistingCluster(
+    existing = ExistingCluster(
         "cluster",
         ExistingClusterArgs(kubeconfig=secrets.kubeconfig, context=cfg.kube_context, gpu_nodes=cfg.gpu_nodes),
     )
-    in_cluster = layers.deploy(cfg, cluster.provider, after=list(cluster.gpu_labels))
-    return {**in_cluster.outputs, "kubeContext": cfg.kube_context, "gpuNodes": list(cfg.gpu_nodes)}
+    labels: list[pulumi.Resource] = list(existing.gpu_labels)
+    namespace, claim = None, None
+    st = cfg.storage
+    if st.configured or addons.runs_jobs(cfg):
+        namespace = training_namespace(existing.provider, depends_on=labels)
+    if st.configured:
+        assert namespace is not None
+        storage = DevSharedStorage(
+            "shared-storage",
+            # hostPath: single-node clusters; otherwise a claim on the cluster's default class
+            DevSharedStorageArgs(namespace=namespace, size=st.size, host_path=st.host_path),
+            opts=pulumi.ResourceOptions(provider=existing.provider, depends_on=labels),
+        )
+        claim = storage.claim
+    cluster = Cluster(
+        provider=existing.provider,
+        driver=DriverSource.HOST,  # an existing cluster's nodes bring their own driver
+        ready=labels,
+        gpu_nodes=tuple(cfg.gpu_nodes),
+        gpu_node_count=cfg.gpu_node_count,
+        training_namespace=namespace,
+        shared_claim=claim,
+    )
+    return {**addons.deploy(cfg, cluster), "kubeContext": cfg.kube_context, "gpuNodes": list(cfg.gpu_nodes)}

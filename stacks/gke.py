@@ -11,15 +11,16 @@ import re
 
 import pulumi
 
-from components.config import ConfigError, GpuStack, StackConfig, StackSecrets
+from components.config import ConfigError, GkeDriver, GpuStack, StackConfig, StackSecrets
 from components.gke import locations
 from components.gke.cluster import GkeCluster, GkeClusterArgs
 from components.gke.driver_installer import GkeDriverInstaller, GkeDriverInstallerArgs
 from components.gke.filestore import FilestoreStorage, FilestoreStorageArgs
 from components.gke.gpu_node_pool import GpuNodePool, GpuNodePoolArgs
-from components.gpu_stack import mig_layout
+from components.gpu_stack import DriverSource, mig_layout
 from components.training_namespace import training_namespace
-from stacks import layers
+from stacks import addons
+from stacks.contract import Cluster
 
 _PROJECT_ID = re.compile(r"[a-z][a-z0-9-]{4,28}[a-z0-9]")
 
@@ -66,19 +67,21 @@ def gcp_settings(cfg: StackConfig, gcp_config: pulumi.Config | None = None) -> t
 def build(cfg: StackConfig, secrets: StackSecrets) -> dict[str, object]:
     project, region = gcp_settings(cfg)
     gke = cfg.gke
-    cluster = GkeCluster("gke", GkeClusterArgs(gke=gke, project=project, region=region))
+    gke_cluster = GkeCluster("gke", GkeClusterArgs(gke=gke, project=project, region=region))
     operator = cfg.gpu.stack is GpuStack.OPERATOR
     pools = [
-        GpuNodePool(f"gpu-{p.name}", GpuNodePoolArgs(pool=p, cluster=cluster, operator=operator,
+        GpuNodePool(f"gpu-{p.name}", GpuNodePoolArgs(pool=p, cluster=gke_cluster, operator=operator,
                                                      mig_profile=mig_layout(cfg.gpu)))
         for p in gke.gpu_pools
     ]
-    k8s_opts = pulumi.ResourceOptions(provider=cluster.provider)
+    provider = gke_cluster.provider
+    k8s_opts = pulumi.ResourceOptions(provider=provider)
     installers = [
         GkeDriverInstaller(f"nvidia-driver-installer-{os}", GkeDriverInstallerArgs(os=os), opts=k8s_opts)
         for os in ("cos", "ubuntu")
         if any(p.driver.value == f"installer-{os}" for p in gke.gpu_pools)
     ]
+    namespace = training_namespace(provider)
     storage = FilestoreStorage(
         "shared-storage",
         FilestoreStorageArgs(
@@ -87,19 +90,27 @@ def build(cfg: StackConfig, secrets: StackSecrets) -> dict[str, object]:
             location=gke.filestore_location or region,
             network=gke.network,
             instance_name=f"{gke.cluster_name}-shared",
-            namespace=training_namespace(cluster.provider),
-            provider=cluster.provider,
+            namespace=namespace,
+            provider=provider,
         ),
     )
-    # The gate waits for the GPU pools and their driver installers; training mounts the Filestore claim.
-    in_cluster = layers.deploy(
-        cfg, cluster.provider, after=[], nodes_ready=[*pools, *installers], shared_claim=storage.claim
+    cluster = Cluster(
+        provider=provider,
+        # GKE's driver install or Google's installer DaemonSet, unless the operator owns drivers
+        # (every pool's driver none)
+        driver=DriverSource.GKE if all(p.driver is not GkeDriver.NONE for p in gke.gpu_pools)
+        else DriverSource.OPERATOR_ON_GKE,
+        gpu_node_count=cfg.gpu_node_count,
+        # the gate waits for the GPU pools and their driver installers
+        gpu_nodes_ready=[*pools, *installers],
+        training_namespace=namespace,
+        shared_claim=storage.claim,
     )
     return {
-        **in_cluster.outputs,
-        "kubeconfig": cluster.kubeconfig,
-        "clusterName": cluster.cluster.name,
-        "location": cluster.location,
+        **addons.deploy(cfg, cluster),
+        "kubeconfig": gke_cluster.kubeconfig,
+        "clusterName": gke_cluster.cluster.name,
+        "location": gke_cluster.location,
         "project": project,
         "gpuPools": {
             p.name: {

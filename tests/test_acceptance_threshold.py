@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 
 from components import config
-from components.training.layer import ACCEPTANCE_JOB
 from render import program
 from render.__main__ import kubernetes_objects
+from stacks.addons import ACCEPTANCE_JOB
 from tests.conftest import lab_raw
 
 WORKLOADS = Path(__file__).resolve().parent.parent / "workloads"

@@ -29,9 +29,9 @@ import yaml
 from components import versions
 from components.config import Role, StackConfig, parse
 from components.lab import kubeadm
-from components.training.layer import ACCEPTANCE_JOB, TRAINING_JOB
 from render import program
 from render.__main__ import kubernetes_objects
+from stacks.addons import ACCEPTANCE_JOB, TRAINING_JOB
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
 POD_OWNERS = ("Deployment", "StatefulSet", "Job", "DaemonSet", "ReplicaSet")

@@ -21,7 +21,7 @@ from components.ready_gate import GATE_LABEL
 from render import program
 from render.__main__ import kubernetes_objects
 from render.program import Plan, Registration
-from stacks import layers
+from stacks import addons
 from tests.conftest import lab_config
 
 SOFTWARE_STACK = "gpucluster:gpu:SoftwareStack"
@@ -393,9 +393,9 @@ def test_gate_objects_are_valid_and_restricted(stack: str, path: str) -> None:
 
 def test_gate_asks_for_a_mig_slice_under_mixed() -> None:
     mig = {"mode": "mig", "migStrategy": "mixed", "migProfile": "all-1g.10gb"}
-    assert layers.gate_resource(lab_config(gpu=gpu("operator", mig))) == "nvidia.com/mig-1g.10gb"
-    assert layers.gate_resource(lab_config(gpu=gpu("operator", {**mig, "migStrategy": "single"}))) == "nvidia.com/gpu"
-    assert layers.gate_resource(lab_config()) == "nvidia.com/gpu"
+    assert addons.gpu_resource(lab_config(gpu=gpu("operator", mig))) == "nvidia.com/mig-1g.10gb"
+    assert addons.gpu_resource(lab_config(gpu=gpu("operator", {**mig, "migStrategy": "single"}))) == "nvidia.com/gpu"
+    assert addons.gpu_resource(lab_config()) == "nvidia.com/gpu"
     limits = gate_job(plan_for("lab", gpu("operator", mig))).inputs["spec"]["template"]["spec"]["containers"][0][
         "resources"]["limits"]
     assert limits["nvidia.com/mig-1g.10gb"] == 1

@@ -1,5 +1,5 @@
 """The Monitoring component under the recording mocks, its config keys, its kube-prometheus-stack
-values against upstream, its custom resources against the upstream CRDs, and how stacks/layers.py
+values against upstream, its custom resources against the upstream CRDs, and how stacks/addons.py
 wires it before the GPU stack (whose DCGM exporter ServiceMonitor needs its CRDs)."""
 
 from __future__ import annotations

@@ -40,9 +40,9 @@ from components.training.job import (
     pytorchjob_manifest,
     service_name,
 )
-from components.training.layer import ACCEPTANCE_JOB, TRAINING_JOB, acceptance_args
 from render import program
 from render.__main__ import kubernetes_objects
+from stacks.addons import ACCEPTANCE_JOB, TRAINING_JOB, acceptance_args
 from tests.conftest import PROJECT_DIR
 
 IMAGE = "registry.example.com/gpu-cluster/trainer:0.1.0"
@@ -697,29 +697,54 @@ def test_storage_only_registers_the_claim_but_no_job() -> None:
     assert not p.of_type(TRAINING_JOB_TYPE)
 
 
-def test_platform_claim_is_used_instead_of_own_storage(mocks) -> None:
-    """gke passes its own (Filestore) claim: no SharedStorage is built and jobs wait for it."""
+def test_addons_use_the_contracts_claim_and_namespace(mocks) -> None:
+    """The add-ons mount the claim the platform's wiring made (gke: Filestore) and build no storage
+    of their own: the jobs wait for that claim and live in the namespace handed to them."""
     import pulumi_kubernetes as k8s
 
-    from components.training import layer
+    from components.gpu_stack import DriverSource
+    from components.training_namespace import training_namespace
+    from stacks import addons
+    from stacks.contract import Cluster
     from tests.test_training_k8s_config import dev_raw, parse
 
     cfg = parse(dev_raw(training={"enabled": True, "image": IMAGE}, storage={"useDefaultClass": True}))
     provider = k8s.Provider("p", kubeconfig="{}")
     made = k8s.core.v1.ConfigMap("filestore-claim-stand-in", opts=pulumi.ResourceOptions(provider=provider))
-    out = layer.deploy(cfg, provider, after=[], gate=None,
-                       shared_claim=SharedClaim(ready=[made], backend="filestore"))
+    ns = training_namespace(provider)
+    out = addons.deploy(cfg, Cluster(provider=provider, driver=DriverSource.HOST, gpu_nodes=("gpu-node",),
+                                     gpu_node_count=1, training_namespace=ns,
+                                     shared_claim=SharedClaim(ready=[made], backend="filestore")))
 
     @pulumi.runtime.test
     def wait():
         return pulumi.Output.from_input(1)
 
     wait()
-    assert out.outputs["sharedClaim"] == {"claim": "training/shared-data", "backend": "filestore"}
+    assert out["sharedClaim"] == {"claim": "training/shared-data", "backend": "filestore"}
     types = [r.type for r in mocks.plan.resources]
     assert "gpucluster:storage:SharedStorage" not in types
-    (job,) = [r for r in mocks.plan.resources if r.type == JOB]
+    assert [r.name for r in mocks.plan.resources if r.name == f"{TRAINING_NAMESPACE}-ns"] == [f"{TRAINING_NAMESPACE}-ns"]
+    (job,) = [r for r in mocks.plan.resources if r.type == JOB and r.name.startswith(TRAINING_JOB)]
     assert any(d.endswith("::filestore-claim-stand-in") for d in job.dependencies)
+    (component,) = [r for r in mocks.plan.resources if r.type == TRAINING_JOB_TYPE and r.name == TRAINING_JOB]
+    assert any(d.endswith(f"::{TRAINING_NAMESPACE}-ns") for d in component.dependencies)
+
+
+def test_a_job_without_namespace_or_claim_is_refused(mocks) -> None:
+    """A platform wiring that forgets the namespace or the claim fails loudly, not with a pod that
+    never mounts its volume."""
+    import pulumi_kubernetes as k8s
+
+    from components.gpu_stack import DriverSource
+    from stacks import addons
+    from stacks.contract import Cluster
+    from tests.test_training_k8s_config import dev_raw, parse
+
+    cfg = parse(dev_raw(training={"enabled": True, "image": IMAGE}, storage={"useDefaultClass": True}))
+    provider = k8s.Provider("p", kubeconfig="{}")
+    with pytest.raises(ValueError, match="training namespace and a shared claim"):
+        addons.deploy(cfg, Cluster(provider=provider, driver=DriverSource.HOST, gpu_node_count=1))
 
 
 # ---------------------------------------------------------------------------------------------

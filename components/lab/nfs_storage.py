@@ -1,0 +1,126 @@
+"""NfsSharedStorage: the storage contract's claim (components/storage_contract.py) on lab, backed
+by NFS: an existing export (storage.nfs), or one set up on the control plane (storage.provision: a
+remote step installs nfs-kernel-server and exports storage.exportPath to the cluster's hosts). The
+NFS CSI driver (pinned chart, kube-system; its node plugin carries mount.nfs, so hosts need no
+nfs-common) provisions one directory per claim through a StorageClass with reclaimPolicy Retain:
+deleting the stack keeps checkpoints.
+
+Does not manage: the NFS server's disks, backups or quotas; an existing export's server side;
+volume snapshots (the CSI driver's snapshotter is switched off: no snapshot CRDs are installed).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+from pulumi_command import remote
+
+from components import versions
+from components.lab import scripts
+from components.storage_contract import CLAIM_NAME, TRAINING_NAMESPACE, SharedClaim, claim_manifest
+
+CSI_DRIVER = "nfs.csi.k8s.io"
+STORAGE_CLASS = "gpu-cluster-nfs"
+CSI_NAMESPACE = "kube-system"  # the chart's pods use system-cluster-critical, admitted only here
+
+
+@dataclass(frozen=True)
+class NfsServerArgs:
+    """storage.provision: the NFS server this component sets up (on the first control plane)."""
+
+    connection: remote.ConnectionArgs
+    clients: tuple[str, ...]  # the hosts' addresses, allowed to mount the export
+    # What must be done on that host first (its NodePrep.done): the server's apt-get must not race
+    # node prep, and on destroy the export goes before the host's packages.
+    after: list[pulumi.Resource] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class NfsSharedStorageArgs:
+    namespace: k8s.core.v1.Namespace  # the training namespace (the platform's wiring made it)
+    server: str
+    share: str
+    size: str
+    provision: NfsServerArgs | None = None
+
+
+def csi_driver_nfs_values() -> dict[str, Any]:
+    # No VolumeSnapshot CRDs in these clusters: the snapshotter sidecar would only log errors.
+    # Scheduling left to the chart: its controller already tolerates the control-plane taint (on
+    # lab every node is tainted; tests/test_control_plane_taint.py renders the chart to check),
+    # its node plugin every taint. A preferred-only `controller.affinity` would be dropped: the
+    # chart renders that value only when it holds nodeSelectorTerms.
+    return {"controller": {"enableSnapshotter": False}}
+
+
+def storage_class_manifest(server: str, share: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "StorageClass",
+        "metadata": {"name": STORAGE_CLASS},
+        "provisioner": CSI_DRIVER,
+        "parameters": {"server": server, "share": share},
+        "reclaimPolicy": "Retain",
+        "volumeBindingMode": "Immediate",
+        "mountOptions": ["nfsvers=4.1", "hard"],
+    }
+
+
+class NfsSharedStorage(pulumi.ComponentResource):
+    claim: SharedClaim
+    pvc: k8s.core.v1.PersistentVolumeClaim
+
+    def __init__(self, name: str, args: NfsSharedStorageArgs, opts: pulumi.ResourceOptions | None = None):
+        # The type token every platform's storage had when one component served lab and dev: kept
+        # so existing stacks' URNs (and their claims) stay put.
+        super().__init__("gpucluster:storage:SharedStorage", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        ready: list[pulumi.Resource] = [args.namespace]
+        if args.provision is not None:
+            server = args.provision
+            ready.append(remote.Command(
+                f"{name}-nfs-server",
+                connection=server.connection,
+                create=scripts.as_root(scripts.nfs_server(args.share, list(server.clients))),
+                delete=scripts.as_root(scripts.nfs_server_delete(args.share)),
+                triggers=[args.share, *server.clients],
+                # Delete first: the old delete would otherwise remove the export (and maybe
+                # the server) the new create just set up on the same host.
+                opts=pulumi.ResourceOptions(parent=self, depends_on=list(server.after), delete_before_replace=True),
+            ))
+        driver = k8s.helm.v3.Release(
+            f"{name}-csi-driver-nfs",
+            name="csi-driver-nfs",
+            chart=versions.CSI_DRIVER_NFS_CHART,
+            version=versions.CSI_DRIVER_NFS_CHART_VERSION,
+            repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=versions.CSI_DRIVER_NFS_CHART_REPO),
+            namespace=CSI_NAMESPACE,
+            values=csi_driver_nfs_values(),
+            timeout=600,
+            opts=child,
+        )
+        sc = storage_class_manifest(args.server, args.share)
+        storage_class = k8s.storage.v1.StorageClass(
+            f"{name}-class",
+            metadata=sc["metadata"],
+            provisioner=sc["provisioner"],
+            parameters=sc["parameters"],
+            reclaim_policy=sc["reclaimPolicy"],
+            volume_binding_mode=sc["volumeBindingMode"],
+            mount_options=sc["mountOptions"],
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[driver]),
+        )
+        # The claim binds once the driver made its directory on the export: waiting for Bound
+        # proves server, export and driver work before training pods need them.
+        pvc = claim_manifest(args.size, STORAGE_CLASS)
+        ready += [driver, storage_class]
+        backend = f"nfs://{args.server}{args.share}"
+        self.pvc = k8s.core.v1.PersistentVolumeClaim(
+            f"{name}-claim", metadata=pvc["metadata"], spec=pvc["spec"],
+            opts=pulumi.ResourceOptions(parent=self, depends_on=list(ready)),
+        )
+        self.claim = SharedClaim(ready=[self.pvc], backend=backend)
+        self.register_outputs({"claim": f"{TRAINING_NAMESPACE}/{CLAIM_NAME}", "backend": backend})

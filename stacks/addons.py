@@ -1,0 +1,150 @@
+"""The in-cluster add-ons every stack gets, whatever made the cluster: one call that takes the
+add-ons config and the platform's cluster contract (stacks/contract.py), nothing platform-specific.
+
+Order: monitoring (its CRDs come first: the DCGM exporter's ServiceMonitor needs them) -> GPU
+software stack -> GPU-ready gate -> namespace NetworkPolicies -> (pytorchjob: the training
+operator) -> NCCL acceptance Job (acceptance.nccl) -> training job (training.enabled). Both jobs
+depend on the gate, so no pod asks for a GPU before every GPU node passed.
+"""
+
+from __future__ import annotations
+
+import pulumi
+
+from components import scheduling
+from components.config import Launcher, MigStrategy, SharingMode, StackConfig
+from components.gpu_stack import GpuSoftwareStack, GpuSoftwareStackArgs
+from components.monitoring import Monitoring, MonitoringArgs
+from components.ready_gate import GpuReadyGate, GpuReadyGateArgs
+from components.storage_contract import TRAINING_NAMESPACE
+from components.training import launch, network_policy
+from components.training.job import TrainingJob, TrainingJobArgs, TrainingOperator
+from components.training.namespace_policies import NamespacePolicies
+from stacks.contract import Cluster
+
+ACCEPTANCE_JOB = "nccl-acceptance"
+TRAINING_JOB = "train"
+# How long `up` waits for the acceptance sweep (image pull included) before reporting failure.
+ACCEPTANCE_AWAIT_MINUTES = 30
+
+
+def runs_jobs(cfg: StackConfig) -> bool:
+    """Whether the stack submits a job (training or the NCCL acceptance sweep)."""
+    return cfg.training.enabled or cfg.acceptance.nccl
+
+
+def gpu_resource(cfg: StackConfig) -> str:
+    """The extended resource one GPU pod asks for (a MIG slice under the mixed strategy)."""
+    sharing = cfg.gpu.sharing
+    mixed = sharing.mode is SharingMode.MIG and sharing.mig_strategy is MigStrategy.MIXED
+    return scheduling.gpu_resource(sharing.mig_profile if mixed else None)
+
+
+def acceptance_args(cfg: StackConfig) -> tuple[str, ...]:
+    """Arguments of `python -m trainer.allreduce_bench` for this stack's declared network."""
+    acc, net = cfg.acceptance, cfg.network
+    assert net.link_gbps is not None  # the config model requires it with acceptance.nccl
+    return (
+        "--link-gbps", f"{net.link_gbps:g}",
+        # unset: a lower default over sockets than over RDMA (the config's AcceptanceConfig says why)
+        "--min-busbw-fraction", f"{acc.busbw_fraction(net.rdma):g}",
+        "--max-bytes", str(acc.max_bytes),
+        *(("--rdma",) if net.rdma else ()),  # a socket fallback then fails the verdict
+    )
+
+
+def rank0_logs(launcher: Launcher, job: str) -> str:
+    """The command that prints node rank 0's log (the acceptance verdict, the training progress)."""
+    if launcher is Launcher.PYTORCHJOB:
+        return f"kubectl -n {TRAINING_NAMESPACE} logs {job}-master-0"
+    return (f"kubectl -n {TRAINING_NAMESPACE} logs --tail=-1 "
+            f"-l {network_policy.JOB_LABEL}={job},batch.kubernetes.io/job-completion-index=0")
+
+
+def deploy(cfg: StackConfig, cluster: Cluster) -> dict[str, object]:
+    """Register the add-ons on `cluster`; returns the stack outputs they add."""
+    provider, after = cluster.provider, cluster.ready
+    opts = pulumi.ResourceOptions(provider=provider, depends_on=after)
+    outputs: dict[str, object] = {}
+
+    monitoring = None
+    if cfg.monitoring.enabled:
+        monitoring = Monitoring("monitoring", MonitoringArgs(monitoring=cfg.monitoring), opts=opts)
+
+    gpu = GpuSoftwareStack(
+        "gpu",
+        GpuSoftwareStackArgs(gpu=cfg.gpu, driver=cluster.driver, service_monitor=monitoring is not None,
+                             gpu_nodes=cluster.gpu_nodes, nodes_ready=tuple(cluster.gpu_nodes_ready)),
+        opts=opts if monitoring is None else pulumi.ResourceOptions(
+            provider=provider, depends_on=[*after, monitoring.release]
+        ),
+    )
+    gate = None
+    if cfg.gpu.gate.enabled and cluster.gpu_node_count > 0:
+        gate = GpuReadyGate(
+            "gpu-ready",
+            GpuReadyGateArgs(
+                gpu_nodes=cluster.gpu_node_count,
+                timeout_minutes=cfg.gpu.gate.timeout_minutes,
+                gpu_resource=gpu_resource(cfg),
+            ),
+            # The gate's deadline starts once the GPU nodes are Ready, not while drivers install.
+            opts=pulumi.ResourceOptions(
+                provider=provider, depends_on=[*after, *cluster.gpu_nodes_ready, gpu, *gpu.resources]
+            ),
+        )
+    outputs["gpuStack"] = cfg.gpu.stack.value
+    outputs["gpuReadyGate"] = gate.result if gate is not None else "skipped: disabled or no GPU node configured"
+
+    if monitoring is not None:
+        outputs["grafanaAdminPassword"] = monitoring.grafana_admin_password
+        outputs["grafanaPortForward"] = monitoring.grafana_port_forward
+
+    claim = cluster.shared_claim
+    if claim is not None:
+        outputs["sharedClaim"] = {"claim": f"{claim.namespace}/{claim.name}", "backend": claim.backend}
+    if not runs_jobs(cfg):
+        return outputs
+    ns = cluster.training_namespace
+    if ns is None or claim is None:  # the platforms' wiring and config make both when a job runs
+        raise ValueError("a training or acceptance job needs the training namespace and a shared claim")
+    t = cfg.training
+    policies = NamespacePolicies("training-policies", opts=pulumi.ResourceOptions(provider=provider, depends_on=[ns]))
+    before_jobs: list[pulumi.Resource] = [ns, policies, *after, *([gate] if gate is not None else [])]
+    if t.launcher is Launcher.PYTORCHJOB:
+        before_jobs.append(TrainingOperator("training-operator", opts=opts))
+    acceptance = None
+    if cfg.acceptance.nccl:
+        acceptance = TrainingJob(
+            ACCEPTANCE_JOB,
+            TrainingJobArgs(
+                training=t,
+                claim=claim,
+                module=launch.BENCH_MODULE,  # it turns NCCL's INFO log on itself to read the transport
+                module_args=acceptance_args(cfg),
+                await_minutes=ACCEPTANCE_AWAIT_MINUTES,
+                gpu_resource=gpu_resource(cfg),
+            ),
+            opts=pulumi.ResourceOptions(provider=provider, depends_on=before_jobs),
+        )
+        outputs["ncclAcceptance"] = {
+            "job": f"{TRAINING_NAMESPACE}/{ACCEPTANCE_JOB}",
+            "result": rank0_logs(t.launcher, ACCEPTANCE_JOB),
+        }
+    if t.enabled:
+        # After the acceptance Job: both want the same GPUs, and a failed network check should
+        # stop the run before it starts.
+        TrainingJob(
+            TRAINING_JOB,
+            TrainingJobArgs(training=t, claim=claim, gpu_resource=gpu_resource(cfg)),
+            opts=pulumi.ResourceOptions(
+                provider=provider, depends_on=[*before_jobs, *([acceptance] if acceptance else [])]
+            ),
+        )
+        outputs["training"] = {
+            "job": f"{TRAINING_NAMESPACE}/{TRAINING_JOB}",
+            "launcher": t.launcher.value,
+            "image": t.image,
+            "logs": rank0_logs(t.launcher, TRAINING_JOB),
+        }
+    return outputs

@@ -1,0 +1,42 @@
+"""The cluster contract: what each platform's wiring (stacks/lab.py, dev.py, gke.py) hands the
+in-cluster add-ons (stacks/addons.py), so those never ask which platform they run on.
+
+After pulumi-eks, where a node group takes the cluster object and uses its provider: the platform
+builds the cluster, its GPU nodes, the training namespace and the shared claim its storage
+backs (lab: NFS, dev: hostPath or the default class, gke: Filestore); the add-ons take this object
+and the add-ons config, nothing else.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from components.gpu_stack import DriverSource
+from components.storage_contract import SharedClaim
+
+
+@dataclass(frozen=True)
+class Cluster:
+    # Every in-cluster object is created through this provider.
+    provider: k8s.Provider
+    # Where the GPU nodes' NVIDIA driver comes from; it picks the GPU software's shape.
+    driver: DriverSource
+    # What every in-cluster layer waits for: lab the CNI, dev the GPU node labels, gke nothing
+    # (GKE's own network and labels exist with the cluster).
+    ready: list[pulumi.Resource] = field(default_factory=list)
+    # GPU nodes known by name (lab hosts with GPUs, dev gpuNodes); gke's come and go with the
+    # autoscaler: none.
+    gpu_nodes: tuple[str, ...] = ()
+    # GPU nodes present after `up` (gke: every pool's minimum): the GPU-ready gate checks each.
+    gpu_node_count: int = 0
+    # Steps that finish when the GPU nodes are Ready (lab: the joins; gke: the pools and Google's
+    # driver installers): the gate's deadline starts after them.
+    gpu_nodes_ready: list[pulumi.Resource] = field(default_factory=list)
+    # The training namespace, created once by the platform (its claim lives there); None when the
+    # stack runs no job and has no shared storage.
+    training_namespace: k8s.core.v1.Namespace | None = None
+    # The ReadWriteMany claim of the storage contract, or None without shared storage.
+    shared_claim: SharedClaim | None = None
