@@ -14,7 +14,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 from pulumi_command import remote
 
-from components import scheduling
+from components import scheduling_contract as scheduling
 from components.config import GkeDriver, MigStrategy, Platform, SharingMode, StackConfig
 from components.gpu_stack import GpuSoftwareStack, GpuSoftwareStackArgs
 from components.monitoring import Monitoring, MonitoringArgs

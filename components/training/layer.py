@@ -16,7 +16,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 from pulumi_command import remote
 
-from components import scheduling
+from components import scheduling_contract as scheduling
 from components.config import Launcher, MigStrategy, Platform, SharingMode, StackConfig
 from components.shared_storage import SharedStorage, SharedStorageArgs
 from components.storage_contract import TRAINING_NAMESPACE, SharedClaim
