@@ -4,9 +4,9 @@ Follows the upstream static manifest (deployments/static/nvidia-device-plugin.ym
 versions.py) with two changes: it runs only on GPU nodes (nodes labelled
 nvidia.com/gpu.present=true by this program, or GKE accelerator nodes), and it tolerates the
 nvidia.com/gpu taint this program and GKE put on GPU nodes, the control-plane taint (a control plane
-with a GPU is a GPU node too: components/scheduling_contract.py), plus CriticalAddonsOnly. Not privileged: it
-needs only the kubelet's device-plugin socket directory (and, with a MIG strategy, CAP_SYS_ADMIN:
-see below).
+with a GPU is a GPU node too: components/scheduling_contract.py), plus CriticalAddonsOnly. Not
+privileged: it needs only the kubelet's device-plugin socket directory (and, with a MIG strategy,
+CAP_SYS_ADMIN: see below).
 
 Config file (a ConfigMap, mounted as CONFIG_FILE) when the plugin needs more than its defaults:
 time-slicing replicas, or a MIG strategy (single / mixed) for GPUs the administrator has ALREADY

@@ -28,10 +28,10 @@ system-node-critical pods in the namespace (GKE allows them elsewhere than kube-
 
 Both namespaces are labelled Pod Security `privileged`: GFD reads host PCI/vGPU data and the
 operator's driver and toolkit containers load kernel modules and write host paths; neither can run
-under a stricter level. Scheduling (components/scheduling_contract.py): node agents (GFD, NFD worker, DCGM
-exporter, the operator's operands) tolerate the GPU and the control-plane taint, NFD's garbage
-collector (a cluster add-on) the control-plane taint, preferring a node without GPUs. Everything
-else keeps the defaults of its chart.
+under a stricter level. Scheduling (components/scheduling_contract.py): node agents (GFD, NFD
+worker, DCGM exporter, the operator's operands) tolerate the GPU and the control-plane taint, NFD's
+garbage collector (a cluster add-on) the control-plane taint, preferring a node without GPUs.
+Everything else keeps the defaults of its chart.
 
 Does not manage: the monitoring stack that scrapes the ServiceMonitors (the observability layer),
 MIG partitioning on the device-plugin path (nvidia-smi mig on the hosts; only the operator's MIG
@@ -93,7 +93,7 @@ GKE_DRIVER_ROOT = "/home/kubernetes/bin/nvidia"
 CRITICAL_PRIORITY_CLASSES = ("system-node-critical", "system-cluster-critical")
 
 
-# The DCGM ServiceMonitors put the scraped pod's node name in METRICS_NODE_LABEL (alerts and dashboards use it).
+# The DCGM ServiceMonitors put the scraped pod's node name in METRICS_NODE_LABEL (alerts, dashboards).
 DCGM_NODE_RELABELINGS = [
     {"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": METRICS_NODE_LABEL, "action": "replace"}
 ]

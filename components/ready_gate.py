@@ -3,9 +3,9 @@
 One pod per GPU node (required anti-affinity on the hostname, completions = parallelism = the
 number of GPU nodes), each asking for one GPU and running `nvidia-smi -L` and a CUDA vector add
 (pinned image). They tolerate the GPU and control-plane taints: a control plane with a GPU is
-counted in gpu_nodes, so the gate must reach it (components/scheduling_contract.py). Pods restart in place
-(restartPolicy OnFailure) while a node's driver is still being installed, so the gate turns green
-as soon as the last node is really usable; Pulumi waits for the Job to complete up to
+counted in gpu_nodes, so the gate must reach it (components/scheduling_contract.py). Pods restart
+in place (restartPolicy OnFailure) while a node's driver is still being installed, so the gate
+turns green as soon as the last node is really usable; Pulumi waits for the Job to complete up to
 gpu.gate.timeoutMinutes (the operator's driver container alone can take 10+ minutes). GPU
 workloads depend on this resource, not on nodes merely being Ready.
 

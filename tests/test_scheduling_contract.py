@@ -65,10 +65,11 @@ def _world(name: str, upstream_dir: Path) -> tuple[list[Node], list[tuple[Worklo
     advertised = {k for n in labelled for k in n.extended}
     gpu_pods = []
     for p in placements:
+        asks = sorted(advertised & set(pod_requests(p.workload.spec)))
         if p.workload.daemon and p.eligible and not cpu_only & set(p.eligible):
             gpu_pods.append((p.workload, "GPU node agent"))
-        elif not p.workload.daemon and advertised & set(pod_requests(p.workload.spec)):
-            gpu_pods.append((p.workload, f"asks for {', '.join(sorted(advertised & set(pod_requests(p.workload.spec))))}"))
+        elif not p.workload.daemon and asks:
+            gpu_pods.append((p.workload, f"asks for {', '.join(asks)}"))
     return registered(), gpu_pods
 
 
@@ -85,7 +86,8 @@ def test_every_gpu_pod_tolerates_the_taints_of_every_gpu_node(name: str, upstrea
         assert all(n.taints for n in gpu_nodes), [(n.name, n.taints) for n in gpu_nodes]
     for w, why in gpu_pods:
         for n in gpu_nodes:
-            assert not taint_reasons(w.spec, n, daemon=w.daemon), (w.ref, why, n.name, taint_reasons(w.spec, n, w.daemon))
+            reasons = taint_reasons(w.spec, n, daemon=w.daemon)
+            assert not reasons, (w.ref, why, n.name, reasons)
 
 
 def test_lab_and_gke_taint_gpu_nodes_alike(upstream_dir: Path) -> None:

@@ -117,9 +117,9 @@ class GpuNodePool(pulumi.ComponentResource):
                 service_account=sa.email,
                 oauth_scopes=[CLOUD_PLATFORM_SCOPE],  # access is what the account's roles allow
                 labels=node_labels(pool, args.operator, args.mig_profile),
-                taints=[
-                    gcp.container.NodePoolNodeConfigTaintArgs(key=GPU_TAINT.key, value=GPU_TAINT.value, effect=GPU_TAINT.gke_effect)
-                ],
+                taints=[gcp.container.NodePoolNodeConfigTaintArgs(
+                    key=GPU_TAINT.key, value=GPU_TAINT.value, effect=GPU_TAINT.gke_effect
+                )],
                 workload_metadata_config=gcp.container.NodePoolNodeConfigWorkloadMetadataConfigArgs(mode="GKE_METADATA"),
                 shielded_instance_config=gcp.container.NodePoolNodeConfigShieldedInstanceConfigArgs(
                     # GKE-installed drivers are signed; self-installed ones may not load under secure boot.
