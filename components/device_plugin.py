@@ -4,9 +4,9 @@ Follows the upstream static manifest (deployments/static/nvidia-device-plugin.ym
 versions.py) with two changes: it runs only on GPU nodes (nodes labelled
 nvidia.com/gpu.present=true by this program, or GKE accelerator nodes), and it tolerates the
 nvidia.com/gpu taint this program and GKE put on GPU nodes, the control-plane taint (a control plane
-with a GPU is a GPU node too: components/scheduling.py), plus CriticalAddonsOnly. Not privileged: it
-needs only the kubelet's device-plugin socket directory (and, with a MIG strategy, CAP_SYS_ADMIN:
-see below).
+with a GPU is a GPU node too: components/scheduling_contract.py), plus CriticalAddonsOnly. Not
+privileged: it needs only the kubelet's device-plugin socket directory (and, with a MIG strategy,
+CAP_SYS_ADMIN: see below).
 
 Config file (a ConfigMap, mounted as CONFIG_FILE) when the plugin needs more than its defaults:
 time-slicing replicas, or a MIG strategy (single / mixed) for GPUs the administrator has ALREADY
@@ -26,15 +26,7 @@ import pulumi_kubernetes as k8s
 import yaml
 
 from components import versions
-
-# GPU_NODE_LABEL: the label this program puts on GPU nodes (kubelet --node-labels on lab, a patch
-# on dev); GPU Feature Discovery and the GPU Operator use the same one.
-from components.scheduling import GKE_ACCELERATOR_LABEL, GPU_NODE_LABEL, gpu_tolerations
-
-GPU_NODE_SELECTOR_TERMS = [
-    {"matchExpressions": [{"key": GPU_NODE_LABEL[0], "operator": "In", "values": [GPU_NODE_LABEL[1]]}]},
-    {"matchExpressions": [{"key": GKE_ACCELERATOR_LABEL, "operator": "Exists"}]},
-]
+from components.scheduling_contract import GPU_NODE_SELECTOR_TERMS, GPU_RESOURCE, gpu_tolerations
 
 
 @dataclass(frozen=True)
@@ -61,7 +53,7 @@ def plugin_config(replicas: int = 1, mig_strategy: str = "none") -> str:
         raise ValueError(f"mig_strategy must be one of {', '.join(MIG_STRATEGIES)}; got {mig_strategy!r}")
     config: dict = {"version": "v1", "flags": {"migStrategy": mig_strategy}}
     if replicas > 1:
-        config["sharing"] = {"timeSlicing": {"resources": [{"name": "nvidia.com/gpu", "replicas": replicas}]}}
+        config["sharing"] = {"timeSlicing": {"resources": [{"name": GPU_RESOURCE, "replicas": replicas}]}}
     return yaml.safe_dump(config, sort_keys=False)
 
 

@@ -29,10 +29,10 @@ system-node-critical pods in the namespace (GKE allows them elsewhere than kube-
 
 Both namespaces are labelled Pod Security `privileged`: GFD reads host PCI/vGPU data and the
 operator's driver and toolkit containers load kernel modules and write host paths; neither can run
-under a stricter level. Scheduling (components/scheduling.py): node agents (GFD, NFD worker, DCGM
-exporter, the operator's operands) tolerate the GPU and the control-plane taint, NFD's garbage
-collector (a cluster add-on) the control-plane taint, preferring a node without GPUs. Everything
-else keeps the defaults of its chart.
+under a stricter level. Scheduling (components/scheduling_contract.py): node agents (GFD, NFD
+worker, DCGM exporter, the operator's operands) tolerate the GPU and the control-plane taint, NFD's
+garbage collector (a cluster add-on) the control-plane taint, preferring a node without GPUs.
+Everything else keeps the defaults of its chart.
 
 Does not manage: the monitoring stack that scrapes the ServiceMonitors (the observability layer),
 MIG partitioning on the device-plugin path (nvidia-smi mig on the hosts; only the operator's MIG
@@ -52,15 +52,16 @@ import pulumi_kubernetes as k8s
 
 from components import versions
 from components.config import GpuConfig, GpuStack, SharingMode
-from components.device_plugin import (
-    GPU_NODE_SELECTOR_TERMS,
-    NvidiaDevicePlugin,
-    NvidiaDevicePluginArgs,
-    plugin_config,
-)
-from components.gke.node_labels import MIG_CONFIG_LABEL
+from components.device_plugin import NvidiaDevicePlugin, NvidiaDevicePluginArgs, plugin_config
 from components.namespaces import pod_security_namespace
-from components.scheduling import addon_affinity, addon_tolerations, gpu_tolerations
+from components.scheduling_contract import (
+    GPU_NODE_SELECTOR_TERMS,
+    METRICS_NODE_LABEL,
+    MIG_CONFIG_LABEL,
+    addon_affinity,
+    addon_tolerations,
+    gpu_tolerations,
+)
 
 GPU_NAMESPACE = "gpu-system"
 OPERATOR_NAMESPACE = "gpu-operator"
@@ -106,8 +107,7 @@ GKE_DRIVER_ROOT = "/home/kubernetes/bin/nvidia"
 CRITICAL_PRIORITY_CLASSES = ("system-node-critical", "system-cluster-critical")
 
 
-# The label the DCGM ServiceMonitors put the scraped pod's node name in (alerts and dashboards use it).
-METRICS_NODE_LABEL = "node"
+# The DCGM ServiceMonitors put the scraped pod's node name in METRICS_NODE_LABEL (alerts, dashboards).
 DCGM_NODE_RELABELINGS = [
     {"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": METRICS_NODE_LABEL, "action": "replace"}
 ]
@@ -115,7 +115,7 @@ DCGM_NODE_RELABELINGS = [
 
 # MIG_CONFIG_LABEL is the node label NVIDIA's MIG manager takes a node's MIG layout from: a profile
 # of its mig-parted config (all-1g.10gb, all-balanced, ...; generated from the hardware by
-# mig-manager, with the operator's default-mig-parted-config as fallback). The ClusterPolicy CRD names it.
+# mig-manager, with the operator's default-mig-parted-config as fallback).
 MIG_UNLABELLED_LAYOUT = "all-disabled"
 
 
@@ -139,7 +139,7 @@ def gfd_values(gke: bool = False, mig_strategy: str = "none") -> dict[str, Any]:
         "devicePlugin": {"enabled": False},
         "gfd": {"enabled": True},
         # GFD (the chart's top-level tolerations) is a node agent: every GPU node, a GPU control
-        # plane included (components/scheduling.py); the chart's CriticalAddonsOnly kept.
+        # plane included (components/scheduling_contract.py); the chart's CriticalAddonsOnly kept.
         "tolerations": [*gpu_tolerations(), {"key": "CriticalAddonsOnly", "operator": "Exists"}],
         "nfd": {
             # NFD's worker publishes the features file GFD writes on its node: it must run wherever
@@ -220,7 +220,7 @@ def operator_values(
         # all-disabled or "", the layout the operator gives a MIG-capable node it finds unlabelled.
         "migManager": {"enabled": mig, "config": {"default": MIG_UNLABELLED_LAYOUT}},
         # The operands (driver, toolkit, device plugin, DCGM exporter, GFD, MIG manager) are node
-        # agents: every GPU node, a GPU control plane included (components/scheduling.py).
+        # agents: every GPU node, a GPU control plane included (components/scheduling_contract.py).
         "daemonsets": {"tolerations": gpu_tolerations()},
         # NFD's garbage collector is a cluster add-on with no tolerations by default: Pending on a
         # lab, where every node is tainted. (NFD master and worker already tolerate the control plane.)

@@ -3,9 +3,9 @@
 One pod per GPU node (required anti-affinity on the hostname, completions = parallelism = the
 number of GPU nodes), each asking for one GPU and running `nvidia-smi -L` and a CUDA vector add
 (pinned image). They tolerate the GPU and control-plane taints: a control plane with a GPU is
-counted in gpu_nodes, so the gate must reach it (components/scheduling.py). Pods restart in place
-(restartPolicy OnFailure) while a node's driver is still being installed, so the gate turns green
-as soon as the last node is really usable; Pulumi waits for the Job to complete up to
+counted in gpu_nodes, so the gate must reach it (components/scheduling_contract.py). Pods restart
+in place (restartPolicy OnFailure) while a node's driver is still being installed, so the gate
+turns green as soon as the last node is really usable; Pulumi waits for the Job to complete up to
 gpu.gate.timeoutMinutes (the operator's driver container alone can take 10+ minutes). GPU
 workloads depend on this resource, not on nodes merely being Ready.
 
@@ -21,9 +21,8 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components import versions
-from components.device_plugin import GPU_NODE_SELECTOR_TERMS
 from components.namespaces import pod_security_namespace
-from components.scheduling import gpu_tolerations
+from components.scheduling_contract import GPU_NODE_SELECTOR_TERMS, GPU_RESOURCE, gpu_tolerations
 
 GATE_NAMESPACE = "gpu-cluster-system"
 GATE_LABEL = {"app.kubernetes.io/name": "gpu-ready-gate"}
@@ -33,7 +32,7 @@ GATE_LABEL = {"app.kubernetes.io/name": "gpu-ready-gate"}
 class GpuReadyGateArgs:
     gpu_nodes: int
     timeout_minutes: int = 30
-    gpu_resource: str = "nvidia.com/gpu"
+    gpu_resource: str = GPU_RESOURCE
     image: str = versions.CUDA_VECTORADD_IMAGE
 
 

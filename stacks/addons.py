@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import pulumi
 
-from components import scheduling
+from components import scheduling_contract
 from components.config import Launcher, MigStrategy, SharingMode, StackConfig
 from components.gpu_stack import GpuSoftwareStack, GpuSoftwareStackArgs
 from components.monitoring import Monitoring, MonitoringArgs
 from components.ready_gate import GpuReadyGate, GpuReadyGateArgs
 from components.storage_contract import TRAINING_NAMESPACE
-from components.training import launch, network_policy
+from components.training import launch
 from components.training.job import TrainingJob, TrainingJobArgs, TrainingOperator
 from components.training.namespace_policies import NamespacePolicies
 from stacks.contract import Cluster
@@ -37,7 +37,7 @@ def gpu_resource(cfg: StackConfig) -> str:
     """The extended resource one GPU pod asks for (a MIG slice under the mixed strategy)."""
     sharing = cfg.gpu.sharing
     mixed = sharing.mode is SharingMode.MIG and sharing.mig_strategy is MigStrategy.MIXED
-    return scheduling.gpu_resource(sharing.mig_profile if mixed else None)
+    return scheduling_contract.gpu_resource(sharing.mig_profile if mixed else None)
 
 
 def acceptance_args(cfg: StackConfig) -> tuple[str, ...]:
@@ -58,7 +58,7 @@ def rank0_logs(launcher: Launcher, job: str) -> str:
     if launcher is Launcher.PYTORCHJOB:
         return f"kubectl -n {TRAINING_NAMESPACE} logs {job}-master-0"
     return (f"kubectl -n {TRAINING_NAMESPACE} logs --tail=-1 "
-            f"-l {network_policy.JOB_LABEL}={job},batch.kubernetes.io/job-completion-index=0")
+            f"-l {scheduling_contract.JOB_LABEL}={job},batch.kubernetes.io/job-completion-index=0")
 
 
 def deploy(cfg: StackConfig, cluster: Cluster) -> dict[str, object]:

@@ -29,6 +29,7 @@ import yaml
 from components import versions
 from components.config import Role, StackConfig, parse
 from components.lab import kubeadm
+from components.scheduling_contract import CONTROL_PLANE_TAINT, GPU_TAINT, addon_affinity, addon_tolerations
 from render import program
 from render.__main__ import kubernetes_objects
 from stacks.addons import ACCEPTANCE_JOB, TRAINING_JOB
@@ -122,8 +123,8 @@ def lab_nodes(cfg: StackConfig) -> list[Node]:
 
 
 def test_the_predicate_models_kubernetes() -> None:
-    cp = Node("cp", {CONTROL_PLANE_LABEL: ""}, [kubeadm.CONTROL_PLANE_TAINT], gpu=False)
-    gpu = Node("gpu", {"nvidia.com/gpu.present": "true"}, [kubeadm.GPU_TAINT], gpu=True)
+    cp = Node("cp", {CONTROL_PLANE_LABEL: ""}, [CONTROL_PLANE_TAINT.as_kubernetes()], gpu=False)
+    gpu = Node("gpu", {"nvidia.com/gpu.present": "true"}, [GPU_TAINT.as_kubernetes()], gpu=True)
     assert not fits({}, cp) and not fits({}, gpu)
     assert fits({"tolerations": [{"operator": "Exists"}]}, cp)
     assert fits({"tolerations": [{"key": CONTROL_PLANE_LABEL, "operator": "Equal", "value": "", "effect": "NoSchedule"}]}, cp)
@@ -257,7 +258,7 @@ def _chart_params() -> list[Any]:
 def test_lab_taints_every_node_as_the_issue_says() -> None:
     assert all(n.taints for n in nodes("lab"))
     (cp,) = [n for n in nodes("lab") if CONTROL_PLANE_LABEL in n.labels]
-    assert cp.taints == [kubeadm.CONTROL_PLANE_TAINT] and not cp.gpu
+    assert cp.taints == [CONTROL_PLANE_TAINT.as_kubernetes()] and not cp.gpu
 
 
 @pytest.mark.parametrize(("variant", "chart"), _chart_params())
@@ -281,7 +282,7 @@ def test_every_chart_pod_has_a_node(upstream_dir: Path, variant: str, chart: str
 
 def test_monitoring_pods_tolerate_the_control_plane_and_prefer_it(upstream_dir: Path) -> None:
     (release,) = [r for r in releases("lab") if r["chart"] == versions.KUBE_PROMETHEUS_STACK_CHART]
-    cp_taint = kubeadm.CONTROL_PLANE_TAINT
+    cp_taint = CONTROL_PLANE_TAINT.as_kubernetes()
     names = set()
     for obj in rendered(upstream_dir, release):
         if obj["kind"] in ("Deployment", "Job", *POD_CRS):
@@ -298,8 +299,6 @@ def test_monitoring_pods_tolerate_the_control_plane_and_prefer_it(upstream_dir: 
 
 
 def test_add_on_preference_picks_the_cpu_control_plane() -> None:
-    from components.scheduling import addon_affinity, addon_tolerations
-
     def score(node: Node) -> int:
         terms = addon_affinity()["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
         return sum(t["weight"] for t in terms
@@ -362,7 +361,7 @@ def test_the_gpu_control_plane_is_a_gpu_node_the_gate_counts() -> None:
     cfg = config("lab-gpu-control-plane")
     assert cfg.gpu_node_count == 3 and gpu_nodes("lab-gpu-control-plane") == ["cp-1", "gpu-1", "gpu-2"]
     (cp,) = [n for n in nodes("lab-gpu-control-plane") if n.name == "cp-1"]
-    assert cp.taints == [kubeadm.CONTROL_PLANE_TAINT] and cp.labels["nvidia.com/gpu.present"] == "true"
+    assert cp.taints == [CONTROL_PLANE_TAINT.as_kubernetes()] and cp.labels["nvidia.com/gpu.present"] == "true"
 
 
 @pytest.mark.parametrize("variant", ["lab", "lab-gpu-control-plane"])

@@ -22,6 +22,7 @@ import yaml
 
 from components import gpu_stack, versions
 from components.config import GpuConfig
+from components.scheduling_contract import MIG_CONFIG_LABEL
 from render import program
 from render.program import Plan, Registration
 from tests.monitoring_crd_schema import strict
@@ -163,7 +164,7 @@ def mig_patches(plan: Plan, label: str) -> dict[str, Registration]:
 
 
 def test_label_key_is_the_one_the_crd_documents(upstream_dir: Path) -> None:
-    assert gpu_stack.MIG_CONFIG_LABEL == mig_config_label(upstream_dir) == "nvidia.com/mig.config"
+    assert MIG_CONFIG_LABEL == mig_config_label(upstream_dir) == "nvidia.com/mig.config"
 
 
 @pytest.mark.parametrize("sharing", MIG_CASES)
@@ -194,7 +195,7 @@ def test_dev_gpu_nodes_carry_the_layout(upstream_dir: Path, sharing: dict[str, A
     gpu_nodes = set(json.loads(program.stack_config("dev")[0]["gpu-cluster:gpuNodes"]))
     patches = mig_patches(plan, mig_config_label(upstream_dir))
     assert set(patches) == gpu_nodes
-    assert {p.inputs["metadata"]["labels"][gpu_stack.MIG_CONFIG_LABEL] for p in patches.values()} == \
+    assert {p.inputs["metadata"]["labels"][MIG_CONFIG_LABEL] for p in patches.values()} == \
         {sharing["migProfile"]}
 
 

@@ -18,6 +18,7 @@ import yaml
 from components.config import MonitoringAlerts
 from components.monitoring import alerts, dashboards
 from components.monitoring.dashboards import Panel, PanelGroup
+from components.scheduling_contract import JOB_METRIC_LABEL, metric_label_name
 
 # Metrics that are not the DCGM exporter's, and why they exist in every cluster this program builds.
 OTHER_METRICS = {
@@ -154,14 +155,15 @@ def test_fleet_dashboard_covers_the_issue_metrics() -> None:
 def test_training_dashboard_groups_by_pod_and_job() -> None:
     training = " ".join(t["expr"] for t in _targets(_boards()[1]))
     assert "exported_namespace, exported_pod" in training
-    assert f"count by (exported_namespace, {dashboards.JOB_LABEL})" in training
+    assert f"count by (exported_namespace, {JOB_METRIC_LABEL})" in training
     assert "training_kubeflow_org_job_name" not in training  # PyTorchJob pods only
     assert "container_network_receive_bytes_total" in training and "container_network_transmit_bytes_total" in training
 
 
-def test_exporter_label_name() -> None:
-    assert dashboards.exporter_label_name("gpu-cluster.io/training-job") == "gpu_cluster_io_training_job"
-    assert dashboards.exporter_label_name("app") == "app"
+def test_metric_label_name() -> None:
+    assert metric_label_name("gpu-cluster.io/training-job") == "gpu_cluster_io_training_job"
+    assert metric_label_name("nvidia.com/gpu") == "nvidia_com_gpu"  # kube-state-metrics' resource label
+    assert metric_label_name("app") == "app"
 
 
 @pytest.mark.parametrize("launcher", ["indexed-job", "pytorchjob"])
@@ -181,7 +183,7 @@ def test_training_pods_carry_the_label_the_dashboard_groups_on(launcher: str) ->
     assert templates
     for template in templates:
         labels = template["metadata"]["labels"]
-        (pod_label,) = [k for k in labels if dashboards.exporter_label_name(k) == dashboards.JOB_LABEL]
+        (pod_label,) = [k for k in labels if metric_label_name(k) == JOB_METRIC_LABEL]
         assert labels[pod_label] == "train"
 
 

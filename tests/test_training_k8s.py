@@ -32,6 +32,7 @@ import yaml
 from components import versions
 from components.config import ConfigError, Launcher, TrainingConfig
 from components.lab import scripts
+from components.scheduling_contract import JOB_LABEL, training_job_labels
 from components.storage_contract import CLAIM_NAME, MOUNTS, TRAINING_NAMESPACE, SharedClaim
 from components.training import launch, network_policy
 from components.training.job import (
@@ -236,7 +237,7 @@ def test_indexed_job_shape(case: str) -> None:
         # the Service selects exactly this job's pods
         labels = spec["template"]["metadata"]["labels"]
         assert svc["spec"]["selector"].items() <= labels.items()
-        assert labels[network_policy.JOB_LABEL] == name
+        assert labels[JOB_LABEL] == name
         (container,) = pod["containers"]
         env = env_of(container)
         assert env["MASTER_ADDR"] == f"{name}-0.{service_name(name)}"
@@ -469,7 +470,7 @@ def test_component_outputs(mocks):
         metadata, urn = values
         assert (metadata["name"], metadata["namespace"]) == ("demo", TRAINING_NAMESPACE)
         assert metadata["annotations"] == {"pulumi.com/skipAwait": "true"}
-        assert metadata["labels"] == network_policy.job_labels("demo")
+        assert metadata["labels"] == training_job_labels("demo")
         assert urn.endswith("gpucluster:training:Job$kubernetes:batch/v1:Job::demo")
 
     return pulumi.Output.all(job.job.metadata, job.job.urn).apply(check)
@@ -595,9 +596,9 @@ def test_network_policies_semantics(case: str) -> None:
     assert {p["metadata"]["name"] for p in policies} == {"default-deny", "allow-dns"} | {
         f"{job}-peers" for job in jobs_of(case)}
     train = [_pod(TRAINING_NAMESPACE, t["metadata"]["labels"]) for t in pod_specs(job_object(case, TRAINING_JOB))]
-    acc = _pod(TRAINING_NAMESPACE, network_policy.job_labels(ACCEPTANCE_JOB))
+    acc = _pod(TRAINING_NAMESPACE, training_job_labels(ACCEPTANCE_JOB))
     stray = _pod(TRAINING_NAMESPACE, {"app": "notebook"})
-    outsider = _pod("default", network_policy.job_labels(TRAINING_JOB))  # same labels, other namespace
+    outsider = _pod("default", training_job_labels(TRAINING_JOB))  # same labels, other namespace
     dns = _pod("kube-system", {"k8s-app": "kube-dns"})
     a, b = train[0], train[-1]
     # rendezvous and NCCL between the job's own pods
@@ -626,7 +627,7 @@ def test_network_policies_semantics(case: str) -> None:
 def test_policy_evaluator_has_teeth() -> None:
     open_policy = network_policy.job_peers("x")
     open_policy["spec"]["ingress"][0].pop("from")
-    pod = _pod(TRAINING_NAMESPACE, network_policy.job_labels("x"))
+    pod = _pod(TRAINING_NAMESPACE, training_job_labels("x"))
     assert allowed([open_policy], _pod(TRAINING_NAMESPACE, {}), pod, 29500)
     assert not allowed([network_policy.job_peers("x")], _pod(TRAINING_NAMESPACE, {}), pod, 29500)
 

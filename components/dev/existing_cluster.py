@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.device_plugin import GPU_NODE_LABEL
+from components.scheduling_contract import GPU_NODE_LABEL
 
 
 @dataclass(frozen=True)

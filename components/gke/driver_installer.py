@@ -23,6 +23,7 @@ import pulumi_kubernetes as k8s
 
 from components import versions
 from components.gke.node_labels import DRIVER_LABEL
+from components.scheduling_contract import GKE_ACCELERATOR_LABEL
 
 NAMESPACE = "kube-system"
 INSTALL_DIR_HOST = "/home/kubernetes/bin/nvidia"
@@ -110,7 +111,7 @@ def daemonset_manifest(name: str, os: str) -> dict[str, Any]:
         volumes = [("dev", "/dev"), ("boot", "/boot"), ("root-mount", "/")]
         init = [_ubuntu_installer()]
     match = [
-        {"key": "cloud.google.com/gke-accelerator", "operator": "Exists"},
+        {"key": GKE_ACCELERATOR_LABEL, "operator": "Exists"},
         {"key": "cloud.google.com/gke-gpu-driver-version", "operator": "DoesNotExist"},
         {"key": DRIVER_LABEL, "operator": "In", "values": [f"installer-{os}"]},
     ]

@@ -27,10 +27,8 @@ import pulumi_gcp as gcp
 from components.config import GkeDriver, GkeSharingStrategy, GpuPool
 from components.gke.cluster import CLOUD_PLATFORM_SCOPE, GkeCluster
 from components.gke.node_identity import account_id, node_service_account
-from components.gke.node_labels import DRIVER_LABEL, NO_GKE_DEVICE_PLUGIN_LABEL, POOL_LABEL
-from components.gpu_stack import MIG_CONFIG_LABEL
-
-GPU_TAINT = ("nvidia.com/gpu", "present", "NO_SCHEDULE")
+from components.gke.node_labels import DRIVER_LABEL, POOL_LABEL
+from components.scheduling_contract import GPU_TAINT, MIG_CONFIG_LABEL, NO_GKE_DEVICE_PLUGIN_LABEL
 
 _DRIVER_VERSION = {
     GkeDriver.GKE_DEFAULT: "DEFAULT",
@@ -119,9 +117,9 @@ class GpuNodePool(pulumi.ComponentResource):
                 service_account=sa.email,
                 oauth_scopes=[CLOUD_PLATFORM_SCOPE],  # access is what the account's roles allow
                 labels=node_labels(pool, args.operator, args.mig_profile),
-                taints=[
-                    gcp.container.NodePoolNodeConfigTaintArgs(key=GPU_TAINT[0], value=GPU_TAINT[1], effect=GPU_TAINT[2])
-                ],
+                taints=[gcp.container.NodePoolNodeConfigTaintArgs(
+                    key=GPU_TAINT.key, value=GPU_TAINT.value, effect=GPU_TAINT.gke_effect
+                )],
                 workload_metadata_config=gcp.container.NodePoolNodeConfigWorkloadMetadataConfigArgs(mode="GKE_METADATA"),
                 shielded_instance_config=gcp.container.NodePoolNodeConfigShieldedInstanceConfigArgs(
                     # GKE-installed drivers are signed; self-installed ones may not load under secure boot.

@@ -1,17 +1,16 @@
 """Node labels this program sets on GKE GPU pools itself; a pool's own `labels` may not use them.
 
-Imports nothing of the project, so the config model can refuse them before anything is registered.
+Imports only the scheduling contract (which imports nothing of the project), so the config model
+can refuse them before anything is registered. Two of them belong to the contract and are defined
+there (components/scheduling_contract.py); the config model reads NO_GKE_DEVICE_PLUGIN_LABEL here.
 """
 
 from __future__ import annotations
 
+from components.scheduling_contract import MIG_CONFIG_LABEL, NO_GKE_DEVICE_PLUGIN_LABEL
+
 POOL_LABEL = "gpu-cluster/pool"
 # Which driver-installer DaemonSet (if any) serves the node: driver_installer.py selects on it.
 DRIVER_LABEL = "gpu-cluster/gke-driver"
-# NVIDIA's GPU Operator on GKE: this label keeps GKE's device plugin DaemonSet off the node.
-NO_GKE_DEVICE_PLUGIN_LABEL = "gke-no-default-nvidia-gpu-device-plugin"
-
-# The GPU Operator's MIG manager partitions a node by this label (set from gpu.sharing.migProfile).
-MIG_CONFIG_LABEL = "nvidia.com/mig.config"
 
 OWN_LABELS = (POOL_LABEL, DRIVER_LABEL, NO_GKE_DEVICE_PLUGIN_LABEL, MIG_CONFIG_LABEL)

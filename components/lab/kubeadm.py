@@ -13,24 +13,22 @@ from typing import Any
 import yaml
 
 from components.config import Host, StackConfig
-from components.device_plugin import GPU_NODE_LABEL
+from components.scheduling_contract import CONTROL_PLANE_TAINT, GPU_NODE_LABEL, GPU_TAINT
 
 API_VERSION = "kubeadm.k8s.io/v1beta4"  # kubeadm 1.31+; every supported minor
 CRI_SOCKET = "unix:///run/containerd/containerd.sock"
-GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
-CONTROL_PLANE_TAINT = {"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}
 
 
 def _node_registration(cfg: StackConfig, host: Host, control_plane: bool) -> dict[str, Any]:
     extra = [{"name": "node-ip", "value": str(host.address)}]
     taints: list[dict[str, str]] = []
     if control_plane:
-        taints.append(CONTROL_PLANE_TAINT)
+        taints.append(CONTROL_PLANE_TAINT.as_kubernetes())
     if host.is_gpu:
         # kubelet may set labels under nvidia.com/ itself; GPU workloads select on this one.
         extra.append({"name": "node-labels", "value": "=".join(GPU_NODE_LABEL)})
         if cfg.gpu_taint and not control_plane:
-            taints.append(GPU_TAINT)
+            taints.append(GPU_TAINT.as_kubernetes())
     return {
         "name": host.name,
         "criSocket": CRI_SOCKET,

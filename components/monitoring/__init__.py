@@ -11,9 +11,9 @@ alert rules.
   the Prometheus pod moves); retention by time and by size (85% of the volume) so it never fills.
 * Scheduling: every pod of the chart but node-exporter (which tolerates every NoSchedule taint) is
   a cluster add-on: it tolerates the control-plane taint and prefers a node without GPUs, the
-  control plane first (components/scheduling.py). On lab every node is tainted; without this,
-  Grafana, the operator, Prometheus, Alertmanager and the admission-webhook Jobs stay Pending and
-  the release times out.
+  control plane first (components/scheduling_contract.py). On lab every node is tainted; without
+  this, Grafana, the operator, Prometheus, Alertmanager and the admission-webhook Jobs stay Pending
+  and the release times out.
 
 Seam for more exporters (RDMA counters later): `MonitoringArgs.scrape_targets` adds a ServiceMonitor
 per target, `fleet_panels` / `training_panels` add rows to the dashboards.
@@ -37,7 +37,7 @@ from components.config import MonitoringConfig
 from components.monitoring import alerts, dashboards
 from components.monitoring.dashboards import PanelGroup
 from components.namespaces import pod_security_namespace
-from components.scheduling import addon_affinity, addon_tolerations
+from components.scheduling_contract import addon_affinity, addon_tolerations
 
 NAMESPACE = "monitoring"
 RELEASE_NAME = "monitoring"  # Helm release: objects are named monitoring-grafana, monitoring-prometheus, ...

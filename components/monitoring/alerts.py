@@ -28,7 +28,8 @@ from __future__ import annotations
 from typing import Any
 
 from components.config import MonitoringAlerts
-from components.gpu_stack import METRICS_NODE_LABEL as NODE
+from components.scheduling_contract import GPU_RESOURCE, metric_label_name
+from components.scheduling_contract import METRICS_NODE_LABEL as NODE
 
 # The Service (hence `job`) of the exporter: dcgm-exporter chart (device-plugin) or GPU Operator.
 DCGM_JOBS = "dcgm-exporter|nvidia-dcgm-exporter"
@@ -39,6 +40,8 @@ DCGM_JOBS = "dcgm-exporter|nvidia-dcgm-exporter"
 FATAL_XIDS = (48, 63, 64, 74, 79, 92, 94, 95, 119, 120)
 
 GROUP = "gpu-cluster.gpu"
+# kube-state-metrics' `resource` label for the GPU resource (nvidia_com_gpu).
+GPU_RESOURCE_METRIC = metric_label_name(GPU_RESOURCE)
 
 _RUNNING_PODS_AS_EXPORTED = (
     'label_replace(label_replace(kube_pod_status_phase{phase="Running"} == 1, '
@@ -133,11 +136,11 @@ def gpu_rules(thresholds: MonitoringAlerts) -> list[dict[str, Any]]:
         ),
         _alert(
             "GpuNodeAllocatableBelowCapacity",
-            'kube_node_status_allocatable{resource="nvidia_com_gpu"} '
-            '< kube_node_status_capacity{resource="nvidia_com_gpu"}',
+            f'kube_node_status_allocatable{{resource="{GPU_RESOURCE_METRIC}"}} '
+            f'< kube_node_status_capacity{{resource="{GPU_RESOURCE_METRIC}"}}',
             "15m", "warning",
             "Node offers fewer GPUs than it has",
-            "{{ $labels.node }} has fewer allocatable nvidia.com/gpu than its capacity: the device plugin "
+            "{{ $labels.node }} has fewer allocatable " + GPU_RESOURCE + " than its capacity: the device plugin "
             "marked a GPU unhealthy.",
             "Check the device plugin logs and `nvidia-smi` on the node; reset or replace the unhealthy GPU.",
         ),
@@ -151,7 +154,7 @@ def gpu_rules(thresholds: MonitoringAlerts) -> list[dict[str, Any]]:
         _alert(
             "GpuNodeWithoutGpuMetrics",
             # kube-state-metrics' `node` and the DCGM ServiceMonitors' `node` (NODE) name the same node.
-            f'(max by (node) (kube_node_status_capacity{{resource="nvidia_com_gpu"}}) > 0) unless on(node) '
+            f'(max by (node) (kube_node_status_capacity{{resource="{GPU_RESOURCE_METRIC}"}}) > 0) unless on(node) '
             f"max by ({NODE}) (DCGM_FI_DEV_GPU_TEMP)",
             "15m", "warning",
             "GPU node without GPU metrics",

@@ -5,7 +5,8 @@ Two dashboards, provisioned by the Grafana sidecar from labelled ConfigMaps:
     (`node`, set by the DCGM ServiceMonitors from the scraped pod's node) and GPU (`gpu`).
   * GPU training: the same metrics per namespace / job / pod holding the GPU (the DCGM exporter's
     pod labels: `exported_namespace`, `exported_pod` and the pod's own labels, among them the
-    training job label both launchers put on their pods) and the network throughput of those pods
+    training job label both launchers put on their pods: JOB_METRIC_LABEL of
+    components/scheduling_contract.py) and the network throughput of those pods
     (cAdvisor via the kubelet).
 
 Seam for more exporters (RDMA counters later): a `PanelGroup` is a titled row of panels; pass extra
@@ -17,27 +18,14 @@ Does not manage: the chart's own Kubernetes dashboards, Grafana folders, alert v
 from __future__ import annotations
 
 import itertools
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from components.gpu_stack import METRICS_NODE_LABEL as NODE
-from components.training.network_policy import JOB_LABEL as TRAINING_JOB_POD_LABEL
+from components.scheduling_contract import JOB_LABEL, JOB_METRIC_LABEL
+from components.scheduling_contract import METRICS_NODE_LABEL as NODE
 
 SCHEMA_VERSION = 39
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
-
-
-def exporter_label_name(pod_label: str) -> str:
-    """A pod label's name as the DCGM exporter puts it on metrics (enablePodLabels): characters
-    invalid in a Prometheus label name become '_'. It reaches Prometheus unprefixed: it clashes with
-    no target label (only namespace/pod/container do, hence exported_namespace/exported_pod)."""
-    return re.sub(r"[^a-zA-Z0-9_]", "_", pod_label)
-
-
-# The job label both launchers (indexed-job and pytorchjob) put on every training pod
-# (components/training/network_policy.py), as it arrives on DCGM metrics.
-JOB_LABEL = exporter_label_name(TRAINING_JOB_POD_LABEL)
 
 
 @dataclass(frozen=True)
@@ -216,13 +204,13 @@ def _net(metric: str) -> str:
 def training_dashboard(extra_groups: tuple[PanelGroup, ...] = ()) -> Dashboard:
     groups = (
         PanelGroup("Jobs", (
-            Panel("GPUs per job", ((f"count by (exported_namespace, {JOB_LABEL}) (DCGM_FI_DEV_GPU_UTIL{{{_POD_SEL}}})",
-                                    "{{exported_namespace}}/{{" + JOB_LABEL + "}}"),),
-                  description=f"By the pods' {TRAINING_JOB_POD_LABEL} label (both launchers set it); GPUs of "
+            Panel("GPUs per job", ((f"count by (exported_namespace, {JOB_METRIC_LABEL}) (DCGM_FI_DEV_GPU_UTIL{{{_POD_SEL}}})",
+                                    "{{exported_namespace}}/{{" + JOB_METRIC_LABEL + "}}"),),
+                  description=f"By the pods' {JOB_LABEL} label (both launchers set it); GPUs of "
                               "other pods count under an empty job."),
             Panel("Mean GPU utilization per job", ((
-                f"avg by (exported_namespace, {JOB_LABEL}) (DCGM_FI_DEV_GPU_UTIL{{{_POD_SEL}}})",
-                "{{exported_namespace}}/{{" + JOB_LABEL + "}}"),), "percent"),
+                f"avg by (exported_namespace, {JOB_METRIC_LABEL}) (DCGM_FI_DEV_GPU_UTIL{{{_POD_SEL}}})",
+                "{{exported_namespace}}/{{" + JOB_METRIC_LABEL + "}}"),), "percent"),
         )),
         PanelGroup("GPUs per pod", (
             Panel("GPU utilization", ((f"avg by ({_BY_POD}) (DCGM_FI_DEV_GPU_UTIL{{{_POD_SEL}}})", _PER_POD),),

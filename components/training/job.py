@@ -15,7 +15,7 @@ pytorchjob: a kubeflow.org/v1 PyTorchJob (Master 1 + Worker nodes-1, container `
 
 Both: one pod per GPU node (required anti-affinity), `nvidia.com/gpu` limits, cpu/memory requests
 and limits, the GPU and control-plane taints tolerated (a control plane with a GPU counts as a GPU
-node; workers preferred: components/scheduling.py), a memory-backed /dev/shm for dataloader
+node; workers preferred: components/scheduling_contract.py), a memory-backed /dev/shm for dataloader
 workers, NCCL env from config, the shared claim mounted per components/storage_contract.py, and
 a NetworkPolicy limiting the rendezvous and NCCL ports to the job's own pods. Container command
 and env come from components/training/launch.py, shared with the local end-to-end test.
@@ -40,11 +40,18 @@ import pulumi_kubernetes as k8s
 
 from components import versions
 from components.config import Launcher, TrainingConfig
-from components.device_plugin import GPU_NODE_SELECTOR_TERMS
-from components.scheduling import GPU_RESOURCE, addon_affinity, addon_tolerations, gpu_tolerations, prefer_workers
+from components.scheduling_contract import (
+    GPU_NODE_SELECTOR_TERMS,
+    GPU_RESOURCE,
+    addon_affinity,
+    addon_tolerations,
+    gpu_tolerations,
+    prefer_workers,
+    training_job_labels,
+)
 from components.storage_contract import MOUNTS, TRAINING_NAMESPACE, SharedClaim
 from components.training import launch
-from components.training.network_policy import RDZV_PORT, job_labels, job_peers
+from components.training.network_policy import RDZV_PORT, job_peers
 
 CONTAINER = {Launcher.INDEXED_JOB: "trainer", Launcher.PYTORCHJOB: "pytorch"}
 # The operator reads MASTER_PORT from the container port of this name (default 23456 otherwise).
@@ -98,7 +105,7 @@ def launch_spec(job: str, args: TrainingJobArgs) -> launch.LaunchSpec:
 def pod_template(job: str, args: TrainingJobArgs) -> dict[str, Any]:
     t = args.training
     spec = launch_spec(job, args)
-    labels = job_labels(job)
+    labels = training_job_labels(job)
     container: dict[str, Any] = {
         "name": CONTAINER[t.launcher],
         "image": t.image,
@@ -152,12 +159,12 @@ def headless_service_manifest(job: str) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": {"name": service_name(job), "namespace": TRAINING_NAMESPACE, "labels": job_labels(job)},
+        "metadata": {"name": service_name(job), "namespace": TRAINING_NAMESPACE, "labels": training_job_labels(job)},
         "spec": {
             "clusterIP": "None",
             # Rank 0 must resolve before it is Ready (there is no readiness probe to pass).
             "publishNotReadyAddresses": True,
-            "selector": job_labels(job),
+            "selector": training_job_labels(job),
             "ports": [{"name": "rdzv", "port": RDZV_PORT, "targetPort": RDZV_PORT, "protocol": "TCP"}],
         },
     }
@@ -175,7 +182,7 @@ def indexed_job_manifest(job: str, args: TrainingJobArgs) -> dict[str, Any]:
         "metadata": {
             "name": job,
             "namespace": TRAINING_NAMESPACE,
-            "labels": job_labels(job),
+            "labels": training_job_labels(job),
             "annotations": _annotations(args),
         },
         "spec": {
@@ -232,7 +239,7 @@ def pytorchjob_manifest(job: str, args: TrainingJobArgs) -> dict[str, Any]:
         "metadata": {
             "name": job,
             "namespace": TRAINING_NAMESPACE,
-            "labels": job_labels(job),
+            "labels": training_job_labels(job),
             "annotations": dict(SKIP_AWAIT),  # custom resources are not awaited; say so anyway
         },
         "spec": spec,
@@ -244,7 +251,7 @@ DEPLOYMENT_TYPE = "kubernetes:apps/v1:Deployment"
 
 def as_cluster_addon(manifest: dict[str, Any]) -> dict[str, Any]:
     """A copy of a Deployment whose pods tolerate the control-plane taint and prefer a node without
-    GPUs (components/scheduling.py); upstream's own tolerations and affinity are kept."""
+    GPUs (components/scheduling_contract.py); upstream's own tolerations and affinity are kept."""
     manifest = copy.deepcopy(manifest)
     pod = manifest.setdefault("spec", {}).setdefault("template", {}).setdefault("spec", {})
     tolerations = list(pod.get("tolerations") or [])

@@ -22,23 +22,18 @@ from __future__ import annotations
 
 from typing import Any
 
+from components.scheduling_contract import JOB_LABEL
 from components.storage_contract import TRAINING_NAMESPACE
 from components.training import launch
 
 RDZV_PORT = launch.RDZV_PORT
 # NCCL (bootstrap, socket transport) and gloo bind ephemeral ports the kernel picks.
 EPHEMERAL_PORTS = (1024, 65535)
-JOB_LABEL = "gpu-cluster.io/training-job"
 # NodeLocal DNSCache listens on this link-local address on every node (the Kubernetes docs' and
 # GKE's default); pods then send DNS there instead of to a kube-system pod, which a
 # namespaceSelector alone would not match.
 NODE_LOCAL_DNS = "169.254.20.10/32"
 DNS_PORTS = [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]
-
-
-def job_labels(job: str) -> dict[str, str]:
-    """Labels every pod of `job` carries; its peers policy and Service select on them."""
-    return {JOB_LABEL: job, "app.kubernetes.io/part-of": "gpu-cluster-training"}
 
 
 def _policy(name: str, spec: dict[str, Any]) -> dict[str, Any]:

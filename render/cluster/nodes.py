@@ -17,6 +17,10 @@ Labels set at run time by what the plan installs are added where the installer l
 feature.node.kubernetes.io/pci-10de.present on GPU nodes, GFD's nvidia.com/gpu.present, the GPU
 Operator's nvidia.com/gpu.deploy.* (scheduling.py applies them once it knows where each DaemonSet
 runs).
+
+What GKE and NVIDIA's add-ons set is spelled out here, not imported from
+components/scheduling_contract.py: the model is the world that contract is checked against
+(tests/test_scheduling_contract.py).
 """
 
 from __future__ import annotations
