@@ -49,7 +49,6 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components import versions
-from components.config import GpuConfig, GpuStack, SharingMode
 from components.device_plugin import (
     GPU_NODE_SELECTOR_TERMS,
     NvidiaDevicePlugin,
@@ -59,6 +58,7 @@ from components.device_plugin import (
 from components.gke.node_labels import MIG_CONFIG_LABEL
 from components.namespaces import pod_security_namespace
 from components.scheduling import addon_affinity, addon_tolerations, gpu_tolerations
+from config.gpu import GpuConfig, GpuStack, SharingMode
 
 GPU_NAMESPACE = "gpu-system"
 OPERATOR_NAMESPACE = "gpu-operator"

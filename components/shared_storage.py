@@ -24,9 +24,9 @@ import pulumi_kubernetes as k8s
 from pulumi_command import remote
 
 from components import versions
-from components.config import Platform, StackConfig
 from components.lab import scripts
 from components.storage_contract import CLAIM_NAME, TRAINING_NAMESPACE, SharedClaim
+from config import DevStack, LabStack
 
 CSI_DRIVER = "nfs.csi.k8s.io"
 STORAGE_CLASS = "gpu-cluster-nfs"
@@ -36,7 +36,7 @@ CSI_NAMESPACE = "kube-system"  # the chart's pods use system-cluster-critical, a
 
 @dataclass(frozen=True)
 class SharedStorageArgs:
-    cluster: StackConfig
+    cluster: LabStack | DevStack
     namespace: k8s.core.v1.Namespace  # the training namespace (components/training_namespace.py)
     # lab with storage.provision: where the NFS server is set up (the first control plane).
     nfs_connection: remote.ConnectionArgs | None = None
@@ -54,7 +54,7 @@ def csi_driver_nfs_values() -> dict[str, Any]:
     return {"controller": {"enableSnapshotter": False}}
 
 
-def nfs_export(cfg: StackConfig) -> tuple[str, str]:
+def nfs_export(cfg: LabStack) -> tuple[str, str]:
     """(server, path) the StorageClass points at."""
     st = cfg.storage
     if st.nfs is not None:
@@ -112,10 +112,10 @@ class SharedStorage(pulumi.ComponentResource):
     def __init__(self, name: str, args: SharedStorageArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gpucluster:storage:SharedStorage", name, None, opts)
         cfg = args.cluster
-        st = cfg.storage
         child = pulumi.ResourceOptions(parent=self)
         ready: list[pulumi.Resource] = [args.namespace]
-        if cfg.platform is Platform.LAB:
+        if isinstance(cfg, LabStack):
+            st = cfg.storage
             server, share = nfs_export(cfg)
             if st.provision:
                 if args.nfs_connection is None:
@@ -159,18 +159,18 @@ class SharedStorage(pulumi.ComponentResource):
             pvc = claim_manifest(st.size, STORAGE_CLASS)
             ready += [driver, storage_class]
             backend = f"nfs://{server}{share}"
-        elif st.host_path is not None:
-            pv = host_path_volume_manifest(st.host_path, st.size)
+        elif cfg.storage.host_path is not None:
+            pv = host_path_volume_manifest(cfg.storage.host_path, cfg.storage.size)
             volume = k8s.core.v1.PersistentVolume(
                 f"{name}-volume", metadata=pv["metadata"], spec=pv["spec"], opts=child
             )
             ready.append(volume)
-            pvc = claim_manifest(st.size, "", volume_name=HOST_PATH_PV)
-            backend = f"hostPath:{st.host_path}"
+            pvc = claim_manifest(cfg.storage.size, "", volume_name=HOST_PATH_PV)
+            backend = f"hostPath:{cfg.storage.host_path}"
         else:
             # The default class may bind only when a pod uses the claim (WaitForFirstConsumer):
             # waiting for Bound here would block `up` until its timeout.
-            pvc = claim_manifest(st.size, None, annotations={"pulumi.com/skipAwait": "true"})
+            pvc = claim_manifest(cfg.storage.size, None, annotations={"pulumi.com/skipAwait": "true"})
             backend = "default StorageClass"
         self.pvc = k8s.core.v1.PersistentVolumeClaim(
             f"{name}-claim",

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from components.config import StackConfig, StackSecrets
 from components.dev.existing_cluster import ExistingCluster, ExistingClusterArgs
+from config import DevStack, StackSecrets
 from stacks import layers
 
 
-def build(cfg: StackConfig, secrets: StackSecrets) -> dict[str, object]:
+def build(cfg: DevStack, secrets: StackSecrets) -> dict[str, object]:
     cluster = ExistingCluster(
         "cluster",
         ExistingClusterArgs(kubeconfig=secrets.kubeconfig, context=cfg.kube_context, gpu_nodes=cfg.gpu_nodes),

@@ -5,14 +5,14 @@ from __future__ import annotations
 import pulumi
 
 from components.cni import Cni, CniArgs
-from components.config import StackConfig, StackSecrets
 from components.lab.control_plane import ControlPlane, ControlPlaneArgs
 from components.lab.node_join import NodeJoin, NodeJoinArgs
 from components.lab.node_prep import NodePrep, NodePrepArgs
+from config import LabStack, StackSecrets
 from stacks import layers
 
 
-def build(cfg: StackConfig, secrets: StackSecrets) -> dict[str, object]:
+def build(cfg: LabStack, secrets: StackSecrets) -> dict[str, object]:
     assert secrets.ssh_private_key is not None  # the config model requires it for lab
     key = secrets.ssh_private_key
     # Every host is prepared independently, in parallel.

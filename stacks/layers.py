@@ -15,12 +15,14 @@ import pulumi_kubernetes as k8s
 from pulumi_command import remote
 
 from components import scheduling
-from components.config import GkeDriver, MigStrategy, Platform, SharingMode, StackConfig
 from components.gpu_stack import GpuSoftwareStack, GpuSoftwareStackArgs
 from components.monitoring import Monitoring, MonitoringArgs
 from components.ready_gate import GpuReadyGate, GpuReadyGateArgs
 from components.storage_contract import SharedClaim
 from components.training import layer as training_layer
+from config import DevStack, GkeStack, LabStack, StackConfig
+from config.gke import GkeDriver
+from config.gpu import MigStrategy, SharingMode
 
 
 @dataclass
@@ -40,9 +42,9 @@ def gate_resource(cfg: StackConfig) -> str:
 
 def gpu_node_names(cfg: StackConfig) -> tuple[str, ...]:
     """GPU nodes the config names: lab hosts with GPUs, dev gpuNodes (gke's come and go: none)."""
-    if cfg.platform is Platform.DEV:
+    if isinstance(cfg, DevStack):
         return tuple(cfg.gpu_nodes)
-    if cfg.platform is Platform.LAB:
+    if isinstance(cfg, LabStack):
         return tuple(h.name for h in cfg.hosts if h.is_gpu)
     return ()
 
@@ -68,9 +70,9 @@ def deploy(
 
     # --- GPU software stack and the GPU-ready gate ---
     # dev clusters' nodes bring their own driver, like lab hosts with nvidiaDriver.preinstalled.
-    driver_on_host = cfg.platform is Platform.DEV or cfg.nvidia_driver.preinstalled
-    gke = cfg.platform is Platform.GKE
-    if gke:  # GKE's driver install or Google's installer DaemonSet, unless the operator owns drivers
+    driver_on_host = isinstance(cfg, DevStack) or (isinstance(cfg, LabStack) and cfg.nvidia_driver.preinstalled)
+    gke = isinstance(cfg, GkeStack)
+    if isinstance(cfg, GkeStack):  # GKE's driver install or Google's installer DaemonSet, unless the operator owns drivers
         driver_on_host = all(p.driver is not GkeDriver.NONE for p in cfg.gke.gpu_pools)
     gpu = GpuSoftwareStack(
         "gpu",

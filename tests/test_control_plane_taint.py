@@ -27,9 +27,10 @@ import pytest
 import yaml
 
 from components import versions
-from components.config import Role, StackConfig, parse
 from components.lab import kubeadm
 from components.training.layer import ACCEPTANCE_JOB, TRAINING_JOB
+from config import LabStack, parse
+from config.lab import Role
 from render import program
 from render.__main__ import kubernetes_objects
 
@@ -99,7 +100,7 @@ class Node:
         return f"Node({self.name}, taints={[t['key'] for t in self.taints]})"
 
 
-def lab_nodes(cfg: StackConfig) -> list[Node]:
+def lab_nodes(cfg: LabStack) -> list[Node]:
     """The nodes kubeadm registers for this config: taints and --node-labels from the program's
     kubeadm files; the role label kubeadm adds to control planes; the kubelet's os/hostname labels."""
     first = cfg.control_planes[0]
@@ -148,7 +149,7 @@ def _lab_config(overrides: dict[str, Any]) -> tuple[dict[str, str], list[str]]:
     return {**values, **{f"gpu-cluster:{k}": json.dumps(v) for k, v in overrides.items()}}, secret_keys
 
 
-def _parse_stack_values(stack_config: tuple[dict[str, str], list[str]]) -> StackConfig:
+def _parse_stack_values(stack_config: tuple[dict[str, str], list[str]]) -> LabStack:
     """The validated model of a stack config map (what __main__.py parses)."""
     values, secret_full_keys = stack_config
     secrets = {k.split(":", 1)[1] for k in secret_full_keys}
@@ -160,7 +161,9 @@ def _parse_stack_values(stack_config: tuple[dict[str, str], list[str]]) -> Stack
                 raw[key] = json.loads(value)
             except ValueError:
                 raw[key] = value
-    return parse(raw, secrets)
+    cfg = parse(raw, secrets)
+    assert isinstance(cfg, LabStack)
+    return cfg
 
 
 def _gpu_control_plane_hosts() -> list[dict[str, Any]]:
@@ -190,7 +193,7 @@ def plan(variant: str) -> program.Plan:
 
 
 @functools.cache
-def config(variant: str) -> StackConfig:
+def config(variant: str) -> LabStack:
     return _parse_stack_values(_lab_config(VARIANTS[variant]))
 
 

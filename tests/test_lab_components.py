@@ -10,12 +10,12 @@ from pulumi.runtime import rpc
 
 from components import versions
 from components.cni import Cni, CniArgs
-from components.config import Cni as CniKind
 from components.dev.existing_cluster import ExistingCluster, ExistingClusterArgs
 from components.device_plugin import GPU_NODE_LABEL, NvidiaDevicePlugin
 from components.lab.control_plane import ControlPlane, ControlPlaneArgs
 from components.lab.node_join import NodeJoin, NodeJoinArgs
 from components.lab.node_prep import NodePrep, NodePrepArgs
+from config.lab import Cni as CniKind
 from render.program import SECRET_MARKER, Plan, Registration
 from tests.conftest import ED25519, host, lab_config
 

@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from components import gpu_stack, versions
-from components.config import GpuConfig
+from config.gpu import GpuConfig
 from render import program
 from render.program import Plan, Registration
 from tests.monitoring_crd_schema import strict

@@ -30,7 +30,6 @@ import pytest
 import yaml
 
 from components import versions
-from components.config import ConfigError, Launcher, TrainingConfig
 from components.lab import scripts
 from components.storage_contract import CLAIM_NAME, MOUNTS, TRAINING_NAMESPACE, SharedClaim
 from components.training import launch, network_policy
@@ -41,6 +40,8 @@ from components.training.job import (
     service_name,
 )
 from components.training.layer import ACCEPTANCE_JOB, TRAINING_JOB, acceptance_args
+from config import ConfigError
+from config.training import Launcher, TrainingConfig
 from render import program
 from render.__main__ import kubernetes_objects
 from tests.conftest import PROJECT_DIR

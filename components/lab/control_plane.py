@@ -19,13 +19,13 @@ import pulumi
 import pulumi_kubernetes as k8s
 from pulumi_command import remote
 
-from components.config import StackConfig
 from components.lab import kubeadm, scripts, ssh
+from config import LabStack
 
 
 @dataclass(frozen=True)
 class ControlPlaneArgs:
-    cluster: StackConfig
+    cluster: LabStack
     private_key: pulumi.Output[str]
     prepared: list[pulumi.Resource]  # NodePrep.done of the first control-plane host
 

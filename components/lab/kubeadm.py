@@ -12,8 +12,9 @@ from typing import Any
 
 import yaml
 
-from components.config import Host, StackConfig
 from components.device_plugin import GPU_NODE_LABEL
+from config import LabStack
+from config.lab import Host
 
 API_VERSION = "kubeadm.k8s.io/v1beta4"  # kubeadm 1.31+; every supported minor
 CRI_SOCKET = "unix:///run/containerd/containerd.sock"
@@ -21,7 +22,7 @@ GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"
 CONTROL_PLANE_TAINT = {"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}
 
 
-def _node_registration(cfg: StackConfig, host: Host, control_plane: bool) -> dict[str, Any]:
+def _node_registration(cfg: LabStack, host: Host, control_plane: bool) -> dict[str, Any]:
     extra = [{"name": "node-ip", "value": str(host.address)}]
     taints: list[dict[str, str]] = []
     if control_plane:
@@ -43,7 +44,7 @@ def _dump(docs: list[dict[str, Any]]) -> str:
     return yaml.safe_dump_all(docs, sort_keys=False, explicit_start=True)
 
 
-def init_config(cfg: StackConfig) -> str:
+def init_config(cfg: LabStack) -> str:
     first = cfg.control_planes[0]
     init = {
         "apiVersion": API_VERSION,
@@ -74,7 +75,7 @@ def init_config(cfg: StackConfig) -> str:
     return _dump([init, cluster, kubelet])
 
 
-def join_config_template(cfg: StackConfig, host: Host) -> str:
+def join_config_template(cfg: LabStack, host: Host) -> str:
     control_plane = host.role.value == "control-plane"
     doc: dict[str, Any] = {
         "apiVersion": API_VERSION,

@@ -22,14 +22,15 @@ from dataclasses import dataclass
 import pulumi
 from pulumi_command import remote
 
-from components.config import Host, Role, StackConfig
 from components.lab import kubeadm, scripts, ssh
 from components.lab.control_plane import ControlPlane
+from config import LabStack
+from config.lab import Host, Role
 
 
 @dataclass(frozen=True)
 class NodeJoinArgs:
-    cluster: StackConfig
+    cluster: LabStack
     host: Host
     control_plane: ControlPlane
     private_key: pulumi.Output[str]

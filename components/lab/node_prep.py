@@ -26,14 +26,16 @@ import pulumi
 from pulumi_command import remote
 
 from components import versions
-from components.config import GpuStack, Host, StackConfig
 from components.lab import scripts, ssh
+from config import LabStack
+from config.gpu import GpuStack
+from config.lab import Host
 
 
 @dataclass(frozen=True)
 class NodePrepArgs:
     host: Host
-    cluster: StackConfig
+    cluster: LabStack
     private_key: pulumi.Output[str]
 
 

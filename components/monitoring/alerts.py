@@ -27,8 +27,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from components.config import MonitoringAlerts
 from components.gpu_stack import METRICS_NODE_LABEL as NODE
+from config.monitoring import MonitoringAlerts
 
 # The Service (hence `job`) of the exporter: dcgm-exporter chart (device-plugin) or GPU Operator.
 DCGM_JOBS = "dcgm-exporter|nvidia-dcgm-exporter"

@@ -39,12 +39,12 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components import versions
-from components.config import Launcher, TrainingConfig
 from components.device_plugin import GPU_NODE_SELECTOR_TERMS
 from components.scheduling import GPU_RESOURCE, addon_affinity, addon_tolerations, gpu_tolerations, prefer_workers
 from components.storage_contract import MOUNTS, TRAINING_NAMESPACE, SharedClaim
 from components.training import launch
 from components.training.network_policy import RDZV_PORT, job_labels, job_peers
+from config.training import Launcher, TrainingConfig
 
 CONTAINER = {Launcher.INDEXED_JOB: "trainer", Launcher.PYTORCHJOB: "pytorch"}
 # The operator reads MASTER_PORT from the container port of this name (default 23456 otherwise).

@@ -17,12 +17,14 @@ import pulumi_kubernetes as k8s
 from pulumi_command import remote
 
 from components import scheduling
-from components.config import Launcher, MigStrategy, Platform, SharingMode, StackConfig
 from components.shared_storage import SharedStorage, SharedStorageArgs
 from components.storage_contract import TRAINING_NAMESPACE, SharedClaim
 from components.training import launch, network_policy
 from components.training.job import TrainingJob, TrainingJobArgs, TrainingOperator
 from components.training_namespace import training_namespace
+from config import DevStack, LabStack, StackConfig
+from config.gpu import MigStrategy, SharingMode
+from config.training import Launcher
 
 ACCEPTANCE_JOB = "nccl-acceptance"
 TRAINING_JOB = "train"
@@ -44,7 +46,7 @@ def acceptance_args(cfg: StackConfig) -> tuple[str, ...]:
     assert net.link_gbps is not None  # the config model requires it with acceptance.nccl
     return (
         "--link-gbps", f"{net.link_gbps:g}",
-        # unset: a lower default over sockets than over RDMA (components/config.py says why)
+        # unset: a lower default over sockets than over RDMA (config/training.py says why)
         "--min-busbw-fraction", f"{acc.busbw_fraction(net.rdma):g}",
         "--max-bytes", str(acc.max_bytes),
         *(("--rdma",) if net.rdma else ()),  # a socket fallback then fails the verdict
@@ -87,13 +89,14 @@ def deploy(
 ) -> TrainingLayer:
     t, acc = cfg.training, cfg.acceptance
     runs = t.enabled or acc.nccl
-    own_storage = shared_claim is None and cfg.platform in (Platform.LAB, Platform.DEV) and cfg.storage.configured
+    own_storage = shared_claim is None and isinstance(cfg, LabStack | DevStack) and cfg.storage.configured
     layer = TrainingLayer(claim=shared_claim, outputs={})
     if not (runs or own_storage):
         return layer
     opts = pulumi.ResourceOptions(provider=provider, depends_on=after)
     ns = training_namespace(provider, depends_on=after)
     if own_storage:
+        assert isinstance(cfg, LabStack | DevStack)  # own_storage says so
         storage = SharedStorage(
             "shared-storage", SharedStorageArgs(cluster=cfg, namespace=ns, nfs_connection=nfs_connection,
                                                 nfs_after=list(nfs_after or [])), opts=opts
