@@ -26,7 +26,8 @@ from pulumi_command import remote
 from components import versions
 from components.lab import scripts
 from components.storage_contract import CLAIM_NAME, TRAINING_NAMESPACE, SharedClaim
-from config import DevStack, LabStack
+from config.dev import DevStorage
+from config.lab import LabStorage
 
 CSI_DRIVER = "nfs.csi.k8s.io"
 STORAGE_CLASS = "gpu-cluster-nfs"
@@ -36,8 +37,12 @@ CSI_NAMESPACE = "kube-system"  # the chart's pods use system-cluster-critical, a
 
 @dataclass(frozen=True)
 class SharedStorageArgs:
-    cluster: LabStack | DevStack
+    storage: LabStorage | DevStorage  # the platform's storage section says where the volume comes from
     namespace: k8s.core.v1.Namespace  # the training namespace (components/training_namespace.py)
+    # lab: the first control plane's address (storage.provision sets the NFS server up there) and
+    # every host's (the export admits them).
+    control_plane_address: str | None = None
+    host_addresses: tuple[str, ...] = ()
     # lab with storage.provision: where the NFS server is set up (the first control plane).
     nfs_connection: remote.ConnectionArgs | None = None
     # ...and what must be done on that host first (its NodePrep.done): the server's apt-get must
@@ -54,12 +59,13 @@ def csi_driver_nfs_values() -> dict[str, Any]:
     return {"controller": {"enableSnapshotter": False}}
 
 
-def nfs_export(cfg: LabStack) -> tuple[str, str]:
-    """(server, path) the StorageClass points at."""
-    st = cfg.storage
-    if st.nfs is not None:
-        return st.nfs.server, st.nfs.path
-    return str(cfg.control_planes[0].address), st.export_path
+def nfs_export(storage: LabStorage, control_plane_address: str | None) -> tuple[str, str]:
+    """(server, path) the StorageClass points at: the existing export, or the control plane's."""
+    if storage.nfs is not None:
+        return storage.nfs.server, storage.nfs.path
+    if control_plane_address is None:
+        raise ValueError("storage.provision needs the control plane's address")
+    return control_plane_address, storage.export_path
 
 
 def storage_class_manifest(server: str, share: str) -> dict[str, Any]:
@@ -111,21 +117,20 @@ class SharedStorage(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: SharedStorageArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gpucluster:storage:SharedStorage", name, None, opts)
-        cfg = args.cluster
+        st = args.storage
         child = pulumi.ResourceOptions(parent=self)
         ready: list[pulumi.Resource] = [args.namespace]
-        if isinstance(cfg, LabStack):
-            st = cfg.storage
-            server, share = nfs_export(cfg)
+        if isinstance(st, LabStorage):
+            server, share = nfs_export(st, args.control_plane_address)
             if st.provision:
                 if args.nfs_connection is None:
                     raise ValueError("storage.provision needs the control plane's SSH connection")
                 ready.append(remote.Command(
                     f"{name}-nfs-server",
                     connection=args.nfs_connection,
-                    create=scripts.as_root(scripts.nfs_server(share, [str(h.address) for h in cfg.hosts])),
+                    create=scripts.as_root(scripts.nfs_server(share, list(args.host_addresses))),
                     delete=scripts.as_root(scripts.nfs_server_delete(share)),
-                    triggers=[share, *(str(h.address) for h in cfg.hosts)],
+                    triggers=[share, *args.host_addresses],
                     # Delete first: the old delete would otherwise remove the export (and maybe
                     # the server) the new create just set up on the same host.
                     opts=pulumi.ResourceOptions(
@@ -159,18 +164,18 @@ class SharedStorage(pulumi.ComponentResource):
             pvc = claim_manifest(st.size, STORAGE_CLASS)
             ready += [driver, storage_class]
             backend = f"nfs://{server}{share}"
-        elif cfg.storage.host_path is not None:
-            pv = host_path_volume_manifest(cfg.storage.host_path, cfg.storage.size)
+        elif st.host_path is not None:
+            pv = host_path_volume_manifest(st.host_path, st.size)
             volume = k8s.core.v1.PersistentVolume(
                 f"{name}-volume", metadata=pv["metadata"], spec=pv["spec"], opts=child
             )
             ready.append(volume)
-            pvc = claim_manifest(cfg.storage.size, "", volume_name=HOST_PATH_PV)
-            backend = f"hostPath:{cfg.storage.host_path}"
+            pvc = claim_manifest(st.size, "", volume_name=HOST_PATH_PV)
+            backend = f"hostPath:{st.host_path}"
         else:
             # The default class may bind only when a pod uses the claim (WaitForFirstConsumer):
             # waiting for Bound here would block `up` until its timeout.
-            pvc = claim_manifest(cfg.storage.size, None, annotations={"pulumi.com/skipAwait": "true"})
+            pvc = claim_manifest(st.size, None, annotations={"pulumi.com/skipAwait": "true"})
             backend = "default StorageClass"
         self.pvc = k8s.core.v1.PersistentVolumeClaim(
             f"{name}-claim",

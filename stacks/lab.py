@@ -6,21 +6,48 @@ import pulumi
 
 from components.cni import Cni, CniArgs
 from components.lab.control_plane import ControlPlane, ControlPlaneArgs
+from components.lab.kubeadm import KubeadmSettings
 from components.lab.node_join import NodeJoin, NodeJoinArgs
-from components.lab.node_prep import NodePrep, NodePrepArgs
+from components.lab.node_prep import HostSoftware, NodePrep, NodePrepArgs
 from config import LabStack, StackSecrets
+from config.gpu import GpuStack
 from stacks import layers
+
+
+def kubeadm_settings(cfg: LabStack) -> KubeadmSettings:
+    return KubeadmSettings(
+        kubernetes_version=cfg.kubernetes_version,
+        api_endpoint=cfg.api_endpoint,
+        pod_cidr=cfg.pod_cidr,
+        service_cidr=cfg.service_cidr,
+        gpu_taint=cfg.gpu_taint,
+    )
+
+
+def host_software(cfg: LabStack) -> HostSoftware:
+    return HostSoftware(
+        kubernetes_version=cfg.kubernetes_version,
+        containerd_version=cfg.containerd_version,
+        nvidia_driver=cfg.nvidia_driver,
+        install_driver=cfg.host_installs_driver,
+        host_toolkit=cfg.gpu.stack is GpuStack.DEVICE_PLUGIN,
+    )
 
 
 def build(cfg: LabStack, secrets: StackSecrets) -> dict[str, object]:
     assert secrets.ssh_private_key is not None  # the config model requires it for lab
     key = secrets.ssh_private_key
+    software, cluster = host_software(cfg), kubeadm_settings(cfg)
     # Every host is prepared independently, in parallel.
-    prep = {h.name: NodePrep(h.name, NodePrepArgs(host=h, cluster=cfg, private_key=key)) for h in cfg.hosts}
+    prep = {
+        h.name: NodePrep(h.name, NodePrepArgs(host=h, software=software, private_key=key, bastion=cfg.bastion))
+        for h in cfg.hosts
+    }
     first = cfg.control_planes[0]
     cp = ControlPlane(
         "control-plane",
-        ControlPlaneArgs(cluster=cfg, private_key=key, prepared=prep[first.name].done),
+        ControlPlaneArgs(host=first, cluster=cluster, private_key=key, prepared=prep[first.name].done,
+                         bastion=cfg.bastion),
     )
     k8s_opts = pulumi.ResourceOptions(provider=cp.provider)
     cni = Cni("cni", CniArgs(kind=cfg.cni, pod_cidr=cfg.pod_cidr), opts=k8s_opts)
@@ -28,12 +55,13 @@ def build(cfg: LabStack, secrets: StackSecrets) -> dict[str, object]:
         NodeJoin(
             h.name,
             NodeJoinArgs(
-                cluster=cfg,
+                cluster=cluster,
                 host=h,
                 control_plane=cp,
                 private_key=key,
                 prepared=prep[h.name].done,
                 network=[cni],
+                bastion=cfg.bastion,
             ),
         )
         for h in cfg.hosts

@@ -33,6 +33,7 @@ from config import LabStack, parse
 from config.lab import Role
 from render import program
 from render.__main__ import kubernetes_objects
+from stacks.lab import kubeadm_settings
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
 POD_OWNERS = ("Deployment", "StatefulSet", "Job", "DaemonSet", "ReplicaSet")
@@ -103,13 +104,13 @@ class Node:
 def lab_nodes(cfg: LabStack) -> list[Node]:
     """The nodes kubeadm registers for this config: taints and --node-labels from the program's
     kubeadm files; the role label kubeadm adds to control planes; the kubelet's os/hostname labels."""
-    first = cfg.control_planes[0]
+    first, cluster = cfg.control_planes[0], kubeadm_settings(cfg)
     nodes = []
     for host in cfg.hosts:
         if host is first:
-            docs = list(yaml.safe_load_all(kubeadm.init_config(cfg)))
+            docs = list(yaml.safe_load_all(kubeadm.init_config(cluster, first)))
         else:
-            docs = list(yaml.safe_load_all(kubeadm.join_config_template(cfg, host)))
+            docs = list(yaml.safe_load_all(kubeadm.join_config_template(cluster, host)))
         registration = next(d for d in docs if d and d.get("kind") in ("InitConfiguration", "JoinConfiguration"))[
             "nodeRegistration"]
         labels = {"kubernetes.io/os": "linux", "kubernetes.io/hostname": host.name}

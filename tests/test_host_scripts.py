@@ -27,6 +27,7 @@ from components.lab import kubeadm, scripts
 from config import LabStack
 from config.lab import Host
 from render import program
+from stacks.lab import kubeadm_settings
 from tests.conftest import lab_config
 from tests.hostsim import TIMEOUT, HostSim, isolation_unavailable, snapshot
 
@@ -517,7 +518,7 @@ def test_node_ready_gives_up_when_the_node_never_registers(tmp_path, real_machin
 
 def _join_input(host_name: str, first_line: str) -> tuple[str, str]:
     cfg = lab_config()
-    template = kubeadm.join_config_template(cfg, _host(cfg, host_name))
+    template = kubeadm.join_config_template(kubeadm_settings(cfg), _host(cfg, host_name))
     return template, first_line + template
 
 

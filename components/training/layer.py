@@ -78,6 +78,21 @@ class NamespacePolicies(pulumi.ComponentResource):
                                              (network_policy.default_deny(), network_policy.allow_dns())]})
 
 
+def shared_storage_args(
+    cfg: LabStack | DevStack,
+    namespace: k8s.core.v1.Namespace,
+    nfs_connection: remote.ConnectionArgs | None,
+    nfs_after: list[pulumi.Resource],
+) -> SharedStorageArgs:
+    """lab: storage.provision's NFS server runs on the first control plane and exports to every host."""
+    if isinstance(cfg, DevStack):
+        return SharedStorageArgs(storage=cfg.storage, namespace=namespace)
+    return SharedStorageArgs(
+        storage=cfg.storage, namespace=namespace, control_plane_address=str(cfg.control_planes[0].address),
+        host_addresses=tuple(str(h.address) for h in cfg.hosts), nfs_connection=nfs_connection, nfs_after=nfs_after,
+    )
+
+
 def deploy(
     cfg: StackConfig,
     provider: k8s.Provider,
@@ -98,8 +113,7 @@ def deploy(
     if own_storage:
         assert isinstance(cfg, LabStack | DevStack)  # own_storage says so
         storage = SharedStorage(
-            "shared-storage", SharedStorageArgs(cluster=cfg, namespace=ns, nfs_connection=nfs_connection,
-                                                nfs_after=list(nfs_after or [])), opts=opts
+            "shared-storage", shared_storage_args(cfg, ns, nfs_connection, list(nfs_after or [])), opts=opts
         )
         layer.claim = storage.claim
     if layer.claim is not None:

@@ -72,6 +72,7 @@ def _base_labels(name: str) -> dict[str, str]:
 
 def lab_nodes(cfg: LabStack, init_stdin: str | None) -> list[Node]:
     from components.lab import kubeadm  # the JoinConfiguration each worker receives
+    from stacks.lab import kubeadm_settings  # ... built from the settings the program passes
 
     init_reg: tuple[dict[str, str], list[dict[str, str]]] | None = None
     if init_stdin:
@@ -79,12 +80,13 @@ def lab_nodes(cfg: LabStack, init_stdin: str | None) -> list[Node]:
             if isinstance(doc, dict) and doc.get("kind") == "InitConfiguration":
                 init_reg = _registration_of(doc)
     first = cfg.control_planes[0]
+    cluster = kubeadm_settings(cfg)
     nodes = []
     for h in cfg.hosts:
         if h is first and init_reg is not None:
             labels, taints = init_reg
         else:
-            docs = list(yaml.safe_load_all(kubeadm.join_config_template(cfg, h)))
+            docs = list(yaml.safe_load_all(kubeadm.join_config_template(cluster, h)))
             labels, taints = _registration_of(docs[0])
         labels = {**_base_labels(h.name), **labels}
         if h.role.value == "control-plane":
