@@ -2,9 +2,9 @@
 
 import pulumi
 
-from components import config
-from stacks.registry import BUILDERS
+import config
+from stacks import registry
 
 cfg, secrets = config.load()
-for key, value in BUILDERS[cfg.platform](cfg, secrets).items():
+for key, value in registry.build(cfg, secrets).items():
     pulumi.export(key, value)

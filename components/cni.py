@@ -27,8 +27,8 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components import versions
-from components.config import Cni as CniKind
 from components.namespaces import pod_security_namespace
+from config.lab import Cni as CniKind
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ from typing import Any
 
 import yaml
 
-from components.config import ConfigError
+from config import ConfigError
 from render import program
 
 # Releases and kustomize directories are bundles expanded by the provider, not objects themselves.

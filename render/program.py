@@ -69,7 +69,7 @@ class Plan:
     stack: str
     resources: list[Registration] = field(default_factory=list)
     outputs: dict[str, Any] = field(default_factory=dict)
-    config: Any = None  # the validated StackConfig the program built the stack from
+    config: Any = None  # the validated config (config.StackConfig) the program built the stack from
 
     def of_type(self, type_: str) -> list[Registration]:
         return [r for r in self.resources if r.type == type_]
@@ -204,7 +204,7 @@ def run(
     """Run __main__.py of the project for `stack` under mocks; return everything it registered.
 
     `config` overrides the stack file (tests and benchmarks generate configs).
-    Raises components.config.ConfigError for a bad stack config, before anything is registered.
+    Raises config.ConfigError for a bad stack config, before anything is registered.
     """
     values, secret_keys = config if config is not None else stack_config(stack, project_dir, secret_value)
     plan = Plan(stack=stack)

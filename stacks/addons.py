@@ -12,7 +12,6 @@ from __future__ import annotations
 import pulumi
 
 from components import scheduling_contract
-from components.config import Launcher, MigStrategy, SharingMode, StackConfig
 from components.gpu_stack import GpuSoftwareStack, GpuSoftwareStackArgs
 from components.monitoring import Monitoring, MonitoringArgs
 from components.ready_gate import GpuReadyGate, GpuReadyGateArgs
@@ -20,6 +19,9 @@ from components.storage_contract import TRAINING_NAMESPACE
 from components.training import launch
 from components.training.job import TrainingJob, TrainingJobArgs, TrainingOperator
 from components.training.namespace_policies import NamespacePolicies
+from config.addons import Addons
+from config.gpu import MigStrategy, SharingMode
+from config.training import Launcher
 from stacks.contract import Cluster
 
 ACCEPTANCE_JOB = "nccl-acceptance"
@@ -28,25 +30,20 @@ TRAINING_JOB = "train"
 ACCEPTANCE_AWAIT_MINUTES = 30
 
 
-def runs_jobs(cfg: StackConfig) -> bool:
-    """Whether the stack submits a job (training or the NCCL acceptance sweep)."""
-    return cfg.training.enabled or cfg.acceptance.nccl
-
-
-def gpu_resource(cfg: StackConfig) -> str:
+def gpu_resource(cfg: Addons) -> str:
     """The extended resource one GPU pod asks for (a MIG slice under the mixed strategy)."""
     sharing = cfg.gpu.sharing
     mixed = sharing.mode is SharingMode.MIG and sharing.mig_strategy is MigStrategy.MIXED
     return scheduling_contract.gpu_resource(sharing.mig_profile if mixed else None)
 
 
-def acceptance_args(cfg: StackConfig) -> tuple[str, ...]:
+def acceptance_args(cfg: Addons) -> tuple[str, ...]:
     """Arguments of `python -m trainer.allreduce_bench` for this stack's declared network."""
     acc, net = cfg.acceptance, cfg.network
     assert net.link_gbps is not None  # the config model requires it with acceptance.nccl
     return (
         "--link-gbps", f"{net.link_gbps:g}",
-        # unset: a lower default over sockets than over RDMA (the config's AcceptanceConfig says why)
+        # unset: a lower default over sockets than over RDMA (config/training.py says why)
         "--min-busbw-fraction", f"{acc.busbw_fraction(net.rdma):g}",
         "--max-bytes", str(acc.max_bytes),
         *(("--rdma",) if net.rdma else ()),  # a socket fallback then fails the verdict
@@ -61,7 +58,7 @@ def rank0_logs(launcher: Launcher, job: str) -> str:
             f"-l {scheduling_contract.JOB_LABEL}={job},batch.kubernetes.io/job-completion-index=0")
 
 
-def deploy(cfg: StackConfig, cluster: Cluster) -> dict[str, object]:
+def deploy(cfg: Addons, cluster: Cluster) -> dict[str, object]:
     """Register the add-ons on `cluster`; returns the stack outputs they add."""
     provider, after = cluster.provider, cluster.ready
     opts = pulumi.ResourceOptions(provider=provider, depends_on=after)
@@ -103,7 +100,7 @@ def deploy(cfg: StackConfig, cluster: Cluster) -> dict[str, object]:
     claim = cluster.shared_claim
     if claim is not None:
         outputs["sharedClaim"] = {"claim": f"{claim.namespace}/{claim.name}", "backend": claim.backend}
-    if not runs_jobs(cfg):
+    if not cfg.runs_jobs:
         return outputs
     ns = cluster.training_namespace
     if ns is None or claim is None:  # the platforms' wiring and config make both when a job runs

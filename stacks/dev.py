@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import pulumi
 
-from components.config import StackConfig, StackSecrets
 from components.dev.existing_cluster import ExistingCluster, ExistingClusterArgs
 from components.dev.storage import DevSharedStorage, DevSharedStorageArgs
 from components.gpu_stack import DriverSource
 from components.training_namespace import training_namespace
+from config import DevStack, StackSecrets
 from stacks import addons
 from stacks.contract import Cluster
 
 
-def build(cfg: StackConfig, secrets: StackSecrets) -> dict[str, object]:
+def build(cfg: DevStack, secrets: StackSecrets) -> dict[str, object]:
     existing = ExistingCluster(
         "cluster",
         ExistingClusterArgs(kubeconfig=secrets.kubeconfig, context=cfg.kube_context, gpu_nodes=cfg.gpu_nodes),
@@ -21,7 +21,7 @@ def build(cfg: StackConfig, secrets: StackSecrets) -> dict[str, object]:
     labels: list[pulumi.Resource] = list(existing.gpu_labels)
     namespace, claim = None, None
     st = cfg.storage
-    if st.configured or addons.runs_jobs(cfg):
+    if st.configured or cfg.runs_jobs:
         namespace = training_namespace(existing.provider, depends_on=labels)
     if st.configured:
         assert namespace is not None

@@ -5,26 +5,53 @@ from __future__ import annotations
 import pulumi
 
 from components.cni import Cni, CniArgs
-from components.config import GpuStack, StackConfig, StackSecrets
 from components.gpu_stack import DriverSource
 from components.lab.control_plane import ControlPlane, ControlPlaneArgs
+from components.lab.kubeadm import KubeadmSettings
 from components.lab.nfs_storage import NfsServerArgs, NfsSharedStorage, NfsSharedStorageArgs
 from components.lab.node_join import NodeJoin, NodeJoinArgs
-from components.lab.node_prep import NodePrep, NodePrepArgs
+from components.lab.node_prep import HostSoftware, NodePrep, NodePrepArgs
 from components.training_namespace import training_namespace
+from config import LabStack, StackSecrets
+from config.gpu import GpuStack
 from stacks import addons
 from stacks.contract import Cluster
 
 
-def build(cfg: StackConfig, secrets: StackSecrets) -> dict[str, object]:
+def kubeadm_settings(cfg: LabStack) -> KubeadmSettings:
+    return KubeadmSettings(
+        kubernetes_version=cfg.kubernetes_version,
+        api_endpoint=cfg.api_endpoint,
+        pod_cidr=cfg.pod_cidr,
+        service_cidr=cfg.service_cidr,
+        gpu_taint=cfg.gpu_taint,
+    )
+
+
+def host_software(cfg: LabStack) -> HostSoftware:
+    return HostSoftware(
+        kubernetes_version=cfg.kubernetes_version,
+        containerd_version=cfg.containerd_version,
+        nvidia_driver=cfg.nvidia_driver,
+        install_driver=cfg.host_installs_driver,
+        host_toolkit=cfg.gpu.stack is GpuStack.DEVICE_PLUGIN,
+    )
+
+
+def build(cfg: LabStack, secrets: StackSecrets) -> dict[str, object]:
     assert secrets.ssh_private_key is not None  # the config model requires it for lab
     key = secrets.ssh_private_key
+    software, cluster = host_software(cfg), kubeadm_settings(cfg)
     # Every host is prepared independently, in parallel.
-    prep = {h.name: NodePrep(h.name, NodePrepArgs(host=h, cluster=cfg, private_key=key)) for h in cfg.hosts}
+    prep = {
+        h.name: NodePrep(h.name, NodePrepArgs(host=h, software=software, private_key=key, bastion=cfg.bastion))
+        for h in cfg.hosts
+    }
     first = cfg.control_planes[0]
     cp = ControlPlane(
         "control-plane",
-        ControlPlaneArgs(cluster=cfg, private_key=key, prepared=prep[first.name].done),
+        ControlPlaneArgs(host=first, cluster=cluster, private_key=key, prepared=prep[first.name].done,
+                         bastion=cfg.bastion),
     )
     k8s_opts = pulumi.ResourceOptions(provider=cp.provider)
     cni = Cni("cni", CniArgs(kind=cfg.cni, pod_cidr=cfg.pod_cidr), opts=k8s_opts)
@@ -32,12 +59,13 @@ def build(cfg: StackConfig, secrets: StackSecrets) -> dict[str, object]:
         NodeJoin(
             h.name,
             NodeJoinArgs(
-                cluster=cfg,
+                cluster=cluster,
                 host=h,
                 control_plane=cp,
                 private_key=key,
                 prepared=prep[h.name].done,
                 network=[cni],
+                bastion=cfg.bastion,
             ),
         )
         for h in cfg.hosts
@@ -46,7 +74,7 @@ def build(cfg: StackConfig, secrets: StackSecrets) -> dict[str, object]:
 
     namespace, claim = None, None
     st = cfg.storage
-    if st.configured or addons.runs_jobs(cfg):
+    if st.configured or cfg.runs_jobs:
         namespace = training_namespace(cp.provider, depends_on=[cni])
     if st.configured:
         assert namespace is not None
@@ -65,7 +93,7 @@ def build(cfg: StackConfig, secrets: StackSecrets) -> dict[str, object]:
         claim = storage.claim
 
     operator_driver = cfg.gpu.stack is GpuStack.OPERATOR and not cfg.nvidia_driver.preinstalled
-    cluster = Cluster(
+    contract = Cluster(
         provider=cp.provider,
         # node prep installs the driver on the device-plugin path, and nvidiaDriver.preinstalled
         # means the hosts have one; otherwise the GPU Operator's driver container installs it
@@ -78,7 +106,7 @@ def build(cfg: StackConfig, secrets: StackSecrets) -> dict[str, object]:
         shared_claim=claim,
     )
     return {
-        **addons.deploy(cfg, cluster),
+        **addons.deploy(cfg, contract),
         "kubeconfig": cp.kubeconfig,
         "apiEndpoint": cfg.api_endpoint,
         "nodes": [h.name for h in cfg.hosts],

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from components.config import Platform, StackConfig, StackSecrets
+from config import DevStack, GkeStack, LabStack, StackConfig, StackSecrets
 from stacks import dev, gke, lab
 
-BUILDERS: dict[Platform, Callable[[StackConfig, StackSecrets], dict[str, object]]] = {
-    Platform.LAB: lab.build,
-    Platform.DEV: dev.build,
-    Platform.GKE: gke.build,
-}
+
+def build(cfg: StackConfig, secrets: StackSecrets) -> dict[str, object]:
+    """The stack of `cfg`'s platform; its outputs."""
+    match cfg:
+        case LabStack():
+            return lab.build(cfg, secrets)
+        case DevStack():
+            return dev.build(cfg, secrets)
+        case GkeStack():
+            return gke.build(cfg, secrets)

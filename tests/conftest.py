@@ -11,7 +11,7 @@ import pulumi
 import pytest
 from pulumi.runtime.settings import set_root_resource
 
-from components import config
+import config
 from render import program
 
 # Every plan a test renders also goes through the whole-cluster check (tests/whole_cluster.py).
@@ -64,5 +64,7 @@ def lab_raw(**overrides: Any) -> dict[str, Any]:
     return raw
 
 
-def lab_config(**overrides: Any) -> config.StackConfig:
-    return config.parse(lab_raw(**overrides), {"sshPrivateKey"})
+def lab_config(**overrides: Any) -> config.LabStack:
+    cfg = config.parse(lab_raw(**overrides), {"sshPrivateKey"})
+    assert isinstance(cfg, config.LabStack)
+    return cfg

@@ -18,7 +18,8 @@ from typing import Any
 
 import pytest
 
-from components import config
+import config
+from config.training import RDMA_MIN_BUSBW_FRACTION, SOCKET_MIN_BUSBW_FRACTION
 from render import program
 from render.__main__ import kubernetes_objects
 from stacks.addons import ACCEPTANCE_JOB
@@ -93,7 +94,7 @@ def test_seed_002_passes_the_committed_lab_threshold() -> None:
 
 def test_seed_002_passes_the_rdma_default_with_margin() -> None:
     args = bench_args(network={"rdma": True})
-    assert args.rdma and args.min_busbw_fraction == config.RDMA_MIN_BUSBW_FRACTION
+    assert args.rdma and args.min_busbw_fraction == RDMA_MIN_BUSBW_FRACTION
     v = verdict(args, nccl.parse_sweep(SEED_TABLE), SEED_NCCL_INFO)
     assert v.passed, v.reasons
     # a healthy run may measure 10% less than seed 002's and still pass
@@ -104,7 +105,7 @@ def test_seed_002_passes_the_rdma_default_with_margin() -> None:
 def test_socket_lab_default_passes_a_realistic_vxlan_result(busbw: float) -> None:
     """NCCL's socket transport over flannel VXLAN on 25GbE: about 0.3-0.5 of the link when healthy."""
     args = bench_args()
-    assert args.min_busbw_fraction == config.SOCKET_MIN_BUSBW_FRACTION
+    assert args.min_busbw_fraction == SOCKET_MIN_BUSBW_FRACTION
     v = verdict(args, sweep(busbw), SOCKET_INFO)
     assert v.passed, v.reasons
 
@@ -133,8 +134,8 @@ def test_an_explicit_fraction_wins_over_both_defaults(rdma: bool) -> None:
 def test_model_default_follows_the_declared_transport() -> None:
     cfg = config.parse(lab_raw(), {"sshPrivateKey"})
     assert cfg.acceptance.min_busbw_fraction is None
-    assert cfg.acceptance.busbw_fraction(rdma=True) == config.RDMA_MIN_BUSBW_FRACTION
-    assert cfg.acceptance.busbw_fraction(rdma=False) == config.SOCKET_MIN_BUSBW_FRACTION
-    assert config.SOCKET_MIN_BUSBW_FRACTION < config.RDMA_MIN_BUSBW_FRACTION < 2.81 * 8 / 25
+    assert cfg.acceptance.busbw_fraction(rdma=True) == RDMA_MIN_BUSBW_FRACTION
+    assert cfg.acceptance.busbw_fraction(rdma=False) == SOCKET_MIN_BUSBW_FRACTION
+    assert SOCKET_MIN_BUSBW_FRACTION < RDMA_MIN_BUSBW_FRACTION < 2.81 * 8 / 25
     explicit = config.parse(lab_raw(acceptance={"minBusbwFraction": 0.5}), {"sshPrivateKey"})
     assert explicit.acceptance.busbw_fraction(rdma=True) == explicit.acceptance.busbw_fraction(rdma=False) == 0.5

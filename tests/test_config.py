@@ -1,4 +1,4 @@
-"""The stack config model (components/config.py), the project file's typed config block and the
+"""The stack config models (config/), the project file's typed config block and the
 committed stack files: every user error is a ConfigError naming the key and what is allowed, raised
 before anything is registered."""
 
@@ -19,7 +19,11 @@ from jsonschema import Draft202012Validator
 from pulumi.runtime.config import set_all_config
 from pydantic import ValidationError
 
-from components import config, versions
+import config
+from components import versions
+from config.addons import Addons
+from config.fields import check_host_key
+from config.lab import Cni, NvidiaDriver
 from render import program
 from tests.conftest import ED25519, PROJECT_DIR, host, lab_config, lab_raw
 
@@ -384,13 +388,13 @@ def test_defaults():
     assert cfg.kubernetes_minor in versions.KUBERNETES_SUPPORTED_MINORS
     assert cfg.pod_cidr == ipaddress.IPv4Network("10.244.0.0/16")
     assert cfg.service_cidr == ipaddress.IPv4Network("10.96.0.0/12")
-    assert cfg.cni is config.Cni.FLANNEL
+    assert cfg.cni is Cni.FLANNEL
     assert cfg.containerd_version == versions.CONTAINERD_DEFAULT
-    assert cfg.nvidia_driver == config.NvidiaDriver(branch=versions.NVIDIA_DRIVER_BRANCH_DEFAULT)
+    assert cfg.nvidia_driver == NvidiaDriver(branch=versions.NVIDIA_DRIVER_BRANCH_DEFAULT)
     assert cfg.nvidia_driver.version is None and not cfg.nvidia_driver.preinstalled
     assert cfg.gpu_taint is True
-    assert cfg.bastion is None and cfg.control_plane_endpoint is None and cfg.kube_context is None
-    assert cfg.gpu_nodes == ()
+    assert cfg.bastion is None and cfg.control_plane_endpoint is None
+    assert cfg.storage == config.LabStack.model_fields["storage"].get_default(call_default_factory=True)
 
 
 def test_api_endpoint_defaults_to_first_control_plane():
@@ -408,16 +412,66 @@ def test_api_endpoint_defaults_to_first_control_plane():
 
 
 def test_project_defaults_empty_values_become_none():
-    cfg = lab_config(controlPlaneEndpoint="", bastion={}, kubeContext="")
+    cfg = lab_config(controlPlaneEndpoint="", bastion={})
     assert cfg.control_plane_endpoint is None
     assert cfg.bastion is None
-    assert cfg.kube_context is None
+    dev = config.parse({"platform": "dev", "kubeContext": ""}, {"kubeconfig"})
+    assert isinstance(dev, config.DevStack) and dev.kube_context is None
+
+
+def test_each_platform_type_holds_only_its_keys():
+    lab, dev, gke = config.LabStack.keys(), config.DevStack.keys(), config.GkeStack.keys()
+    shared = Addons.keys()
+    assert shared == lab & gke == dev & gke
+    assert lab & dev == shared | {"storage"}  # each its own storage section
+    assert lab - shared == {"hosts", "controlPlaneEndpoint", "podCidr", "serviceCidr", "cni", "containerdVersion",
+                            "nvidiaDriver", "gpuTaint", "bastion", "storage"}
+    assert dev - shared == {"kubeContext", "gpuNodes", "storage"}
+    assert gke - shared == {"gke", "gcp:project", "gcp:region"}
+    # The two storage sections share only the size.
+    assert set(config.LabStack.model_fields["storage"].annotation.model_fields) == {
+        "size", "nfs", "provision", "export_path"}
+    assert set(config.DevStack.model_fields["storage"].annotation.model_fields) == {
+        "size", "host_path", "use_default_class"}
+
+
+_GKE_BASE = {
+    "platform": "gke", "gcp:project": "my-gpu-project", "gcp:region": "us-central1",
+    "gke": {"zone": "us-central1-a", "gpuPools": [{
+        "name": "l4", "machineType": "g2-standard-8", "accelerator": {"type": "nvidia-l4", "count": 1},
+        "zones": ["us-central1-a"]}]},
+}
+# platform -> (a valid config of it, the secret it needs)
+_BASES: dict[str, tuple[dict[str, Any], set[str]]] = {
+    "lab": (lab_raw(), {"sshPrivateKey"}),
+    "dev": ({"platform": "dev"}, {"kubeconfig"}),
+    "gke": (_GKE_BASE, set()),
+}
+
+
+@pytest.mark.parametrize(("platform", "raw", "secret", "key", "owner"), [
+    ("lab", {"kubeContext": "minikube"}, None, "kubeContext", "dev"),
+    ("lab", {"gke": {"zone": "us-central1-a"}}, None, "gke", "gke"),
+    ("lab", {}, "kubeconfig", "kubeconfig", "dev"),
+    ("dev", {"hosts": [host("cp-1", "192.0.2.10", "control-plane")]}, None, "hosts", "lab"),
+    ("dev", {"containerdVersion": "1.6.33-1"}, None, "containerdVersion", "lab"),
+    ("dev", {}, "sshPrivateKey", "sshPrivateKey", "lab"),
+    ("gke", {"gpuNodes": ["n-1"]}, None, "gpuNodes", "dev"),
+    ("gke", {"bastion": BASTION}, None, "bastion", "lab"),
+    ("gke", {"storage": {"useDefaultClass": True}}, None, "storage", "lab/dev"),
+    ("gke", {}, "kubeconfig", "kubeconfig", "dev"),
+])
+def test_a_key_of_another_platform_names_its_platform(platform, raw, secret, key, owner):
+    base, secrets = _BASES[platform]
+    config.parse(base, secrets)  # the base is valid: the refusal comes from the key
+    err = problems_of({**base, **raw}, secrets | ({secret} if secret else set()))
+    assert_problem(err, key, f"is a {owner} key; this stack's platform is {platform}")
 
 
 def test_model_is_frozen():
     cfg = lab_config()
     with pytest.raises(ValidationError):
-        cfg.cni = config.Cni.CALICO  # type: ignore[misc]
+        cfg.cni = Cni.CALICO  # type: ignore[misc]
 
 
 def test_config_error_is_a_pulumi_run_error():
@@ -444,7 +498,7 @@ def test_load_returns_model_and_secret_key(mocks, clean_runtime_config):
     set_all_config(values, secret_keys=[f"{NS}:sshPrivateKey"])
 
     cfg, secrets = config.load()
-    assert isinstance(cfg, config.StackConfig)
+    assert isinstance(cfg, config.LabStack)
     assert cfg == lab_config(bastion=BASTION, gpuTaint=False)
     assert cfg.gpu_taint is False
     assert secrets.kubeconfig is None
@@ -563,7 +617,7 @@ def test_render_cli_bad_config_exits_2(tmp_path):
     project.mkdir()
     shutil.copy(PROJECT_DIR / "Pulumi.yaml", project / "Pulumi.yaml")
     shutil.copy(PROJECT_DIR / "__main__.py", project / "__main__.py")
-    for name in ("components", "stacks", "render"):
+    for name in ("config", "components", "stacks", "render"):
         (project / name).symlink_to(PROJECT_DIR / name, target_is_directory=True)
     (project / "Pulumi.bad.yaml").write_text(yaml.safe_dump({"config": {
         f"{NS}:platform": "lab",
@@ -609,15 +663,20 @@ def test_project_file_validates_against_upstream_schema(upstream_dir):
     assert list(validator.iter_errors(broken))
 
 
-def _aliases() -> dict[str, str]:
-    return {(f.alias or name): name for name, f in config.StackConfig.model_fields.items()}
+STACK_TYPES = (config.LabStack, config.DevStack, config.GkeStack)
+
+
+def _declarable(stack_type: type[Addons]) -> set[str]:
+    """The keys of `stack_type` in the gpu-cluster: namespace (gcp:project, gcp:region are the provider's)."""
+    return {key for key in stack_type.keys() if not key.startswith("gcp:")}
 
 
 def test_project_config_keys_match_model_fields():
     declared = set(_project()["config"])
-    aliases = set(_aliases())
-    assert declared - aliases == set(), "declared keys that are not StackConfig fields"
-    assert aliases - declared == set(), "StackConfig fields not declared in Pulumi.yaml"
+    fields = set().union(*(_declarable(t) for t in STACK_TYPES))
+    assert Addons.keys() <= fields
+    assert declared - fields == set(), "declared keys that are no platform type's fields"
+    assert fields - declared == set(), "platform type fields not declared in Pulumi.yaml"
     for secret in config.SECRET_KEYS:
         assert secret not in declared, f"{secret} must not be declared (a secret has no default)"
         assert f"{NS}:{secret}" not in declared
@@ -633,30 +692,40 @@ def test_project_config_declarations_are_complete():
             assert "items" in decl, key
 
 
-def test_project_defaults_parse_to_model_defaults():
+def test_platform_is_described_with_every_platform():
+    for description in (_project()["config"]["platform"]["description"],
+                        *(t.model_fields["platform"].description for t in (Addons, *STACK_TYPES))):
+        assert description and all(p.value in description for p in config.Platform), description
+
+
+# What each platform needs besides the project defaults to parse (and the secret it needs).
+_REQUIRED: dict[str, tuple[dict[str, Any], set[str]]] = {
+    "lab": ({"hosts": [host("cp-1", "192.0.2.10", "control-plane")]}, {"sshPrivateKey"}),
+    "dev": ({}, {"kubeconfig"}),
+    "gke": ({k: v for k, v in _GKE_BASE.items() if k != "platform"}, set()),
+}
+
+
+@pytest.mark.parametrize("stack_type", STACK_TYPES, ids=lambda t: t.__name__)
+def test_project_defaults_parse_to_model_defaults(stack_type):
+    """Every stack receives every declared default: its own keys parse to the model's defaults, the
+    other platforms' keys are ignored."""
     decls = _project()["config"]
     defaults = {key: decl["default"] for key, decl in decls.items()}
     types = {"string": str, "boolean": bool, "integer": int, "array": list, "object": dict}
     for key, value in defaults.items():
         assert isinstance(value, types[decls[key]["type"]]), key
 
-    # platform defaults to dev, which needs a context or a kubeconfig secret.
-    cfg = config.parse(defaults, {"kubeconfig"})
-    model_defaults = config.StackConfig(platform=cfg.platform)
-    assert cfg == model_defaults
-    assert cfg.kubernetes_version == versions.KUBERNETES_DEFAULT
-    assert cfg.containerd_version == versions.CONTAINERD_DEFAULT
-    assert cfg.nvidia_driver == config.NvidiaDriver()
-    assert cfg.control_plane_endpoint is None and cfg.bastion is None and cfg.kube_context is None
-
+    platform = stack_type.model_fields["platform"].default
+    required, secrets = _REQUIRED[platform.value]
+    cfg = config.parse({**defaults, "platform": platform.value, **required}, secrets)
+    assert type(cfg) is stack_type
     # Field by field, against the model's own defaults (through parse, so "" and {} become None).
-    aliases = _aliases()
-    for key in defaults:
-        field = config.StackConfig.model_fields[aliases[key]]
-        if field.is_required():
-            continue
-        expected = field.get_default(call_default_factory=True)
-        assert getattr(cfg, aliases[key]) == expected, key
+    aliases = {(f.alias or name): name for name, f in stack_type.model_fields.items()}
+    for key in _declarable(stack_type) - {"platform"} - set(required):
+        field = stack_type.model_fields[aliases[key]]
+        assert getattr(cfg, aliases[key]) == field.get_default(call_default_factory=True), key
+    assert defaults["platform"] == "dev"
     assert defaults["nvidiaDriver"] == {"branch": versions.NVIDIA_DRIVER_BRANCH_DEFAULT, "preinstalled": False}
     assert defaults["kubernetesVersion"] == versions.KUBERNETES_DEFAULT
 
@@ -672,7 +741,7 @@ def _parse_stack(stack: str) -> config.StackConfig:
     values, secret_full_keys = program.stack_config(stack)
     prefix = f"{NS}:"
     secret_keys = {k[len(prefix):] for k in secret_full_keys if k.startswith(prefix)}
-    raw: dict[str, Any] = {}
+    raw: dict[str, Any] = {k: v for k, v in values.items() if k in config.GCP_KEYS}
     for full_key, value in values.items():
         if not full_key.startswith(prefix):
             continue
@@ -697,7 +766,7 @@ def test_stack_file_parses(stack):
     raw = yaml.safe_load((PROJECT_DIR / f"Pulumi.{stack}.yaml").read_text())["config"]
     for key, value in raw.items():
         if cfg.platform is config.Platform.GKE and key in ("gcp:project", "gcp:region"):
-            continue  # the Google Cloud provider's own keys (stacks/gke.py reads them)
+            continue  # the Google Cloud provider's own keys (config/gke.py reads them)
         assert key.startswith(f"{NS}:"), key
         if key[len(NS) + 1:] in config.SECRET_KEYS:
             assert isinstance(value, dict) and set(value) == {"secure"}, f"{key} must be secure"
@@ -705,15 +774,15 @@ def test_stack_file_parses(stack):
 
 def test_lab_stack_file():
     cfg = _parse_stack("lab")
-    assert cfg.platform is config.Platform.LAB
+    assert isinstance(cfg, config.LabStack)
     docs = ipaddress.IPv4Network("192.0.2.0/24")
     assert cfg.hosts
     for h in cfg.hosts:
         assert h.address in docs, f"{h.name}: {h.address} is not a documentation address"
-        config._check_host_key(h.host_key)  # well formed (raises otherwise)
+        check_host_key(h.host_key)  # well formed (raises otherwise)
         assert h.host_key.startswith("ssh-ed25519 ")
     if cfg.bastion is not None:
-        config._check_host_key(cfg.bastion.host_key)
+        check_host_key(cfg.bastion.host_key)
     assert len({h.host_key for h in cfg.hosts}) == len(cfg.hosts), "each host has its own key"
     assert len(cfg.control_planes) == 1
     assert any(h.is_gpu for h in cfg.workers)
@@ -721,8 +790,14 @@ def test_lab_stack_file():
 
 def test_dev_stack_file():
     cfg = _parse_stack("dev")
-    assert cfg.platform is config.Platform.DEV
+    assert isinstance(cfg, config.DevStack)
     assert cfg.kube_context or "kubeconfig" in {
         k.split(":", 1)[1] for k in program.stack_config("dev")[1]
     }
-    assert cfg.hosts == ()
+    assert cfg.gpu_nodes
+
+
+def test_gke_stack_file():
+    cfg = _parse_stack("gke")
+    assert isinstance(cfg, config.GkeStack)
+    assert cfg.project and cfg.region and cfg.gke.gpu_pools

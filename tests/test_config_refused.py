@@ -10,12 +10,13 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+import yaml
 
-from components import config
+import config
 from components.training import launch
+from config.fields import check_host_key, host_dir_problem
 from render import program
-from stacks import gke as gke_stack
-from tests.conftest import ED25519, host, lab_raw
+from tests.conftest import ED25519, PROJECT_DIR, host, lab_raw
 
 IMAGE = "registry.example.com/gpu-cluster/trainer:0.1.0"
 GCP = {"gcp:project": "my-gpu-project", "gcp:region": "us-central1"}
@@ -93,22 +94,15 @@ def gke_training(**training: Any) -> dict[str, Any]:
 
 
 def refusal(raw: dict[str, Any]) -> config.ConfigError:
-    """The ConfigError for `raw` from config.parse, then (gke) from gcp_settings, as the program runs them."""
-    raw = copy.deepcopy(raw)
-    gcp = {k.split(":", 1)[1]: raw.pop(k) for k in list(raw) if k.startswith("gcp:")}
+    """The ConfigError config.parse raises for `raw` (gcp: keys included, as load() hands them over)."""
     secret_keys = {"sshPrivateKey"} if raw.get("platform") == "lab" else set()
     with pytest.raises(config.ConfigError) as info:
-        cfg = config.parse(raw, secret_keys)
-        gke_stack.gcp_settings(cfg, _GcpConfig(gcp))  # type: ignore[arg-type]
+        config.parse(copy.deepcopy(raw), secret_keys)
     return info.value
 
 
-class _GcpConfig:
-    def __init__(self, values: dict[str, str]):
-        self.values = values
-
-    def get(self, key: str) -> str | None:
-        return self.values.get(key)
+def without(raw: dict[str, Any], key: str) -> dict[str, Any]:
+    return {k: v for k, v in raw.items() if k != key}
 
 
 # --- the table -------------------------------------------------------------------------------
@@ -349,7 +343,32 @@ ROWS: list[Row] = [
      lambda: gke(top={"training": {"image": IMAGE, "nodes": 9}, "acceptance": {"nccl": True},
                       "network": {"linkGbps": 100}}),
      "training.nodes", "autoscaling.maxNodes x zones"),
-    # 11. GKE's device plugin switched off while the program relies on it
+    # 11. platform: missing or unknown; a key of another platform set (Pulumi hands every stack
+    #     the project defaults of every key: those, and empty values, are ignored)
+    ("platform missing", lambda: without(lab(), "platform"), "platform", "is required"),
+    ("platform unknown", lambda: lab(platform="eks"), "platform", "must be one of 'lab', 'dev' or 'gke' (got 'eks')"),
+    ("platform gke but gcp:project unset", lambda: without(gke(), "gcp:project"), "gcp:project",
+     "is required: `pulumi config set gcp:project"),
+    ("lab: gpuNodes set", lambda: lab(gpuNodes=["gpu-1"]), "gpuNodes",
+     "is a dev key; this stack's platform is lab (lab GPU nodes come from hosts[].gpus)"),
+    ("lab: kubeContext set", lambda: lab(kubeContext="minikube"), "kubeContext", "is a dev key; this stack's platform is lab"),
+    ("lab: gke set", lambda: lab(gke={"zone": "us-central1-a"}), "gke", "is a gke key; this stack's platform is lab"),
+    ("lab: storage.hostPath set", lambda: lab(storage={"hostPath": "/data"}), "storage", "hostPath and useDefaultClass are dev keys"),
+    ("dev: hosts set", lambda: dev(hosts=[host("cp-1", "192.0.2.10", "control-plane")]), "hosts",
+     "is a lab key; this stack's platform is dev"),
+    ("dev: cni set", lambda: dev(cni="calico"), "cni", "is a lab key; this stack's platform is dev"),
+    ("dev: nvidiaDriver set", lambda: dev(nvidiaDriver={"branch": "550"}), "nvidiaDriver", "is a lab key"),
+    ("dev: gke set", lambda: dev(gke={"gpuPools": [L4]}), "gke", "is a gke key; this stack's platform is dev"),
+    ("dev: storage.provision set", lambda: dev(storage={"provision": True}), "storage", "nfs and provision are lab keys"),
+    ("gke: hosts set", lambda: gke(top={"hosts": [host("cp-1", "192.0.2.10", "control-plane")]}), "hosts",
+     "is a lab key; this stack's platform is gke (GPU nodes come from gke.gpuPools)"),
+    ("gke: podCidr set", lambda: gke(top={"podCidr": "10.32.0.0/16"}), "podCidr", "is a lab key; this stack's platform is gke"),
+    ("gke: kubeContext set", lambda: gke(top={"kubeContext": "minikube"}), "kubeContext",
+     "is a dev key; this stack's platform is gke"),
+    ("gke: storage set", lambda: gke(top={"storage": {"size": "1Ti"}}), "storage",
+     "is a lab/dev key; this stack's platform is gke (gke's shared volume is a Filestore instance: gke.filestore)"),
+    ("gke: storage.hostPath set", lambda: gke(top={"storage": {"hostPath": "/data"}}), "storage", "gke.filestore"),
+    # 12. GKE's device plugin switched off while the program relies on it
     ("gke: device plugin off under device-plugin",
      lambda: gke_pool(1, labels={"gke-no-default-nvidia-gpu-device-plugin": "true"}), "gke.gpuPools[1].labels",
      "relies on"),
@@ -375,8 +394,20 @@ def test_every_base_config_is_accepted() -> None:
     config.parse(lab_training(), {"sshPrivateKey"})
     config.parse(dev())
     for raw in (gke(), gke_training(nodes=8), gke_operator(labels={"team": "ml"})):
-        cfg = config.parse({k: v for k, v in raw.items() if not k.startswith("gcp:")})
-        gke_stack.gcp_settings(cfg, _GcpConfig({"project": "my-gpu-project", "region": "us-central1"}))  # type: ignore[arg-type]
+        config.parse(raw)
+
+
+# What Pulumi.yaml declares for each key, as every stack receives it when its file does not set it.
+_PROJECT_DEFAULTS = {key: decl["default"] for key, decl in yaml.safe_load(
+    (PROJECT_DIR / "Pulumi.yaml").read_text())["config"].items()}
+
+
+@pytest.mark.parametrize("make", [lab, dev, gke], ids=["lab", "dev", "gke"])
+def test_other_platforms_keys_at_their_project_defaults_are_ignored(make: Callable[[], dict[str, Any]]) -> None:
+    """The rows above refuse a key of another platform once set; unset (the declared default) it passes."""
+    raw = {**_PROJECT_DEFAULTS, **make()}
+    cfg = config.parse(raw, {"sshPrivateKey"} if raw["platform"] == "lab" else set())
+    assert cfg.platform.value == raw["platform"]
 
 
 @pytest.mark.parametrize("accepted", [
@@ -384,8 +415,9 @@ def test_every_base_config_is_accepted() -> None:
     "/mnt/nvme0/shared", "/opt/gpu-cluster/data",
 ])
 def test_host_directories_accepted(accepted: str) -> None:
-    assert config.parse(dev(storage={"hostPath": accepted})).storage.host_path == accepted
-    assert config.host_dir_problem(accepted) is None
+    cfg = config.parse(dev(storage={"hostPath": accepted}))
+    assert isinstance(cfg, config.DevStack) and cfg.storage.host_path == accepted
+    assert host_dir_problem(accepted) is None
 
 
 def test_launch_spec_refuses_a_trailing_newline() -> None:
@@ -445,7 +477,7 @@ def test_committed_stack_file_parses(stack: str) -> None:
     values, secret_full_keys = program.stack_config(stack)
     prefix = f"{config.NAMESPACE}:"
     secret_keys = {k[len(prefix):] for k in secret_full_keys if k.startswith(prefix)}
-    raw: dict[str, Any] = {}
+    raw: dict[str, Any] = {k: v for k, v in values.items() if k.startswith("gcp:")}
     for full_key, value in values.items():
         key = full_key[len(prefix):]
         if not full_key.startswith(prefix) or key in secret_keys:
@@ -456,8 +488,8 @@ def test_committed_stack_file_parses(stack: str) -> None:
             raw[key] = value
     cfg = config.parse(raw, secret_keys)
     assert cfg.platform.value == stack
-    if stack == "gke":
-        gcp = {k.split(":", 1)[1]: v for k, v in values.items() if k.startswith("gcp:")}
-        assert gke_stack.gcp_settings(cfg, _GcpConfig(gcp)) == (gcp["project"], gcp["region"])  # type: ignore[arg-type]
-    for h in cfg.hosts:  # the example host keys decode to ed25519 keys
-        assert h.host_key.startswith("ssh-ed25519 ") and config._check_host_key(h.host_key) == h.host_key
+    if isinstance(cfg, config.GkeStack):
+        assert (cfg.project, cfg.region) == (values["gcp:project"], values["gcp:region"])
+    if isinstance(cfg, config.LabStack):
+        for h in cfg.hosts:  # the example host keys decode to ed25519 keys
+            assert h.host_key.startswith("ssh-ed25519 ") and check_host_key(h.host_key) == h.host_key

@@ -27,12 +27,14 @@ import pytest
 import yaml
 
 from components import versions
-from components.config import Role, StackConfig, parse
 from components.lab import kubeadm
 from components.scheduling_contract import CONTROL_PLANE_TAINT, GPU_TAINT, addon_affinity, addon_tolerations
+from config import LabStack, parse
+from config.lab import Role
 from render import program
 from render.__main__ import kubernetes_objects
 from stacks.addons import ACCEPTANCE_JOB, TRAINING_JOB
+from stacks.lab import kubeadm_settings
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
 POD_OWNERS = ("Deployment", "StatefulSet", "Job", "DaemonSet", "ReplicaSet")
@@ -100,16 +102,16 @@ class Node:
         return f"Node({self.name}, taints={[t['key'] for t in self.taints]})"
 
 
-def lab_nodes(cfg: StackConfig) -> list[Node]:
+def lab_nodes(cfg: LabStack) -> list[Node]:
     """The nodes kubeadm registers for this config: taints and --node-labels from the program's
     kubeadm files; the role label kubeadm adds to control planes; the kubelet's os/hostname labels."""
-    first = cfg.control_planes[0]
+    first, cluster = cfg.control_planes[0], kubeadm_settings(cfg)
     nodes = []
     for host in cfg.hosts:
         if host is first:
-            docs = list(yaml.safe_load_all(kubeadm.init_config(cfg)))
+            docs = list(yaml.safe_load_all(kubeadm.init_config(cluster, first)))
         else:
-            docs = list(yaml.safe_load_all(kubeadm.join_config_template(cfg, host)))
+            docs = list(yaml.safe_load_all(kubeadm.join_config_template(cluster, host)))
         registration = next(d for d in docs if d and d.get("kind") in ("InitConfiguration", "JoinConfiguration"))[
             "nodeRegistration"]
         labels = {"kubernetes.io/os": "linux", "kubernetes.io/hostname": host.name}
@@ -149,7 +151,7 @@ def _lab_config(overrides: dict[str, Any]) -> tuple[dict[str, str], list[str]]:
     return {**values, **{f"gpu-cluster:{k}": json.dumps(v) for k, v in overrides.items()}}, secret_keys
 
 
-def _parse_stack_values(stack_config: tuple[dict[str, str], list[str]]) -> StackConfig:
+def _parse_stack_values(stack_config: tuple[dict[str, str], list[str]]) -> LabStack:
     """The validated model of a stack config map (what __main__.py parses)."""
     values, secret_full_keys = stack_config
     secrets = {k.split(":", 1)[1] for k in secret_full_keys}
@@ -161,7 +163,9 @@ def _parse_stack_values(stack_config: tuple[dict[str, str], list[str]]) -> Stack
                 raw[key] = json.loads(value)
             except ValueError:
                 raw[key] = value
-    return parse(raw, secrets)
+    cfg = parse(raw, secrets)
+    assert isinstance(cfg, LabStack)
+    return cfg
 
 
 def _gpu_control_plane_hosts() -> list[dict[str, Any]]:
@@ -191,7 +195,7 @@ def plan(variant: str) -> program.Plan:
 
 
 @functools.cache
-def config(variant: str) -> StackConfig:
+def config(variant: str) -> LabStack:
     return _parse_stack_values(_lab_config(VARIANTS[variant]))
 
 

@@ -12,7 +12,8 @@ import pulumi_kubernetes as k8s
 import pytest
 import yaml
 
-from components import config, versions
+import config
+from components import versions
 from components.gke import driver_installer
 from components.gke.cluster import GkeCluster, GkeClusterArgs
 from components.gke.driver_installer import GkeDriverInstaller, GkeDriverInstallerArgs
@@ -21,6 +22,7 @@ from components.gke.gpu_node_pool import GpuNodePool, GpuNodePoolArgs
 from components.gke.node_identity import NODE_ROLES, account_id
 from components.storage_contract import CLAIM_NAME, TRAINING_NAMESPACE
 from components.training_namespace import training_namespace
+from config.gke import GkeConfig, GkeStack
 from render.program import SECRET_MARKER, RecordingMonitor
 from tests.test_gke_config import A100, L4, gke_raw, pool
 
@@ -28,8 +30,10 @@ PROJECT, REGION = "my-gpu-project", "us-central1"
 MINOR = versions.KUBERNETES_DEFAULT.rsplit(".", 1)[0]
 
 
-def gke_cfg(*pools, gpu=None, **gke) -> config.GkeConfig:
-    return config.parse(gke_raw(*pools, gpu=gpu, **gke)).gke
+def gke_cfg(*pools, gpu=None, **gke) -> GkeConfig:
+    cfg = config.parse(gke_raw(*pools, gpu=gpu, **gke))
+    assert isinstance(cfg, GkeStack)
+    return cfg.gke
 
 
 def of_type(mocks, type_: str):

@@ -4,15 +4,18 @@ naming its key before anything is registered."""
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
 import pytest
 from pulumi.runtime.config import set_all_config
 
-from components import config
-from components.config import ConfigError, GkeDriver, Platform, StackSecrets
+import config
 from components.gke import accelerators
-from stacks import gke as gke_stack
+from config import ConfigError, GkeStack, Platform
+from config.gke import GkeDriver
+
+GCP = {"gcp:project": "my-gpu-project", "gcp:region": "us-central1"}
 
 L4 = {
     "name": "l4", "machineType": "g2-standard-8", "accelerator": {"type": "nvidia-l4", "count": 1},
@@ -28,6 +31,7 @@ def gke_raw(*pools: dict[str, Any], gpu: dict[str, Any] | None = None, **gke: An
     raw: dict[str, Any] = {
         "platform": "gke",
         "gke": {"zone": "us-central1-a", "gpuPools": [copy.deepcopy(p) for p in (pools or (L4, A100))], **gke},
+        **GCP,
     }
     if gpu is not None:
         raw["gpu"] = gpu
@@ -231,7 +235,20 @@ def test_time_slicing_on_gke_device_plugin_points_to_pool_sharing():
 def test_lab_and_dev_keys_are_rejected_on_gke():
     raw = gke_raw()
     raw["gpuNodes"] = ["node-1"]
-    assert_problem(raw, "gpuNodes", "not a gke key")
+    assert_problem(raw, "gpuNodes", "is a dev key", "this stack's platform is gke", "gke.gpuPools")
+    raw = {**gke_raw(), "podCidr": "10.32.0.0/16", "storage": {"size": "200Gi"}}
+    found = problems(raw)
+    assert "is a lab key" in found["podCidr"]
+    assert "gke.filestore" in found["storage"]
+
+
+def test_lab_and_dev_keys_at_their_project_defaults_are_ignored_on_gke():
+    """What Pulumi hands a gke stack for the keys it does not set (Pulumi.yaml's defaults)."""
+    raw = {**gke_raw(), "hosts": [], "podCidr": "10.244.0.0/16", "gpuTaint": "true", "bastion": {},
+           "nvidiaDriver": {"branch": "570", "preinstalled": False}, "kubeContext": "", "gpuNodes": [],
+           "storage": {"size": "100Gi"}}
+    cfg = config.parse(raw)
+    assert isinstance(cfg, GkeStack) and not hasattr(cfg, "storage") and not hasattr(cfg, "hosts")
 
 
 def test_unknown_pool_key():
@@ -242,38 +259,33 @@ def test_unknown_pool_key():
 # gcp:project and gcp:region
 
 
-class _GcpConfig:
-    def __init__(self, **values: str):
-        self.values = values
-
-    def get(self, key: str) -> str | None:
-        return self.values.get(key)
-
-
-def test_gcp_settings():
+def test_gcp_project_and_region():
     cfg = config.parse(gke_raw())
-    assert gke_stack.gcp_settings(cfg, _GcpConfig(project="my-gpu-project", region="us-central1")) == (
-        "my-gpu-project", "us-central1")
+    assert isinstance(cfg, GkeStack)
+    assert (cfg.project, cfg.region) == ("my-gpu-project", "us-central1")
 
 
 def test_missing_project_and_region_name_the_gcp_keys():
-    cfg = config.parse(gke_raw())
+    raw = {k: v for k, v in gke_raw().items() if not k.startswith("gcp:")}
     with pytest.raises(ConfigError) as err:
-        gke_stack.gcp_settings(cfg, _GcpConfig())
+        config.parse(raw)
     text = str(err.value)
     assert "gcp:project: is required" in text and "gcp:region: is required" in text
     assert "gpu-cluster:gcp" not in text
-    assert isinstance(err.value, gke_stack.GcpConfigError)
     assert dict(err.value.problems).keys() == {"gcp:project", "gcp:region"}
 
 
-def test_gcp_config_error_formats_through_config_error():
+def test_config_error_shows_gcp_keys_as_they_are():
     """One formatting path: gcp: keys as they are, every other key under gpu-cluster:."""
-    err = gke_stack.GcpConfigError([("gcp:project", "is required"), ("gke.zone", "is wrong")])
-    plain = ConfigError([("gke.zone", "is wrong")])
+    err = ConfigError([("gcp:project", "is required"), ("gke.zone", "is wrong")])
     assert str(err) == "invalid stack configuration:\n  gcp:project: is required\n  gpu-cluster:gke.zone: is wrong"
-    assert str(plain).splitlines()[1] == str(err).splitlines()[2]
     assert err.args == (str(err),)
+
+
+def test_gcp_keys_are_left_alone_on_lab_and_dev():
+    """Not this program's namespace: a lab or dev stack may carry them for something else."""
+    cfg = config.parse({"platform": "dev", "kubeContext": "minikube", **GCP, "gcp:region": "nowhere"})
+    assert cfg.platform is Platform.DEV
 
 
 def test_device_plugin_mig_on_gke_points_to_gke_partitions():
@@ -282,15 +294,18 @@ def test_device_plugin_mig_on_gke_points_to_gke_partitions():
 
 
 def test_zones_outside_the_region():
-    cfg = config.parse(gke_raw(pool(L4, zones=["europe-west4-a"])))
-    with pytest.raises(ConfigError) as err:
-        gke_stack.gcp_settings(cfg, _GcpConfig(project="my-gpu-project", region="us-central1"))
-    assert "gpu-cluster:gke.gpuPools[0].zones: europe-west4-a is not in gcp:region us-central1" in str(err.value)
+    assert_problem(gke_raw(pool(L4, zones=["europe-west4-a"])), "gke.gpuPools[0].zones",
+                   "europe-west4-a is not in gcp:region us-central1")
+    assert_problem(gke_raw(zone="europe-west4-a"), "gke.zone", "not in gcp:region us-central1")
 
 
 def test_missing_region_stops_before_any_resource(mocks):
-    set_all_config({"gcp:project": "my-gpu-project"}, [])
-    cfg = config.parse(gke_raw())
-    with pytest.raises(ConfigError, match="gcp:region"):
-        gke_stack.build(cfg, StackSecrets())
+    values = {f"gpu-cluster:{k}": v if isinstance(v, str) else json.dumps(v)
+              for k, v in gke_raw().items() if not k.startswith("gcp:")}
+    set_all_config({**values, "gcp:project": "my-gpu-project"}, [])
+    try:
+        with pytest.raises(ConfigError, match="gcp:region: is required"):
+            config.load()
+    finally:
+        set_all_config({}, [])
     assert mocks.plan.resources == []

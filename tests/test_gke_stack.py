@@ -15,9 +15,9 @@ import pytest
 import yaml
 
 from components import versions
-from components.config import ConfigError
 from components.gpu_stack import GKE_DRIVER_ROOT
 from components.storage_contract import CLAIM_NAME, TRAINING_NAMESPACE
+from config import ConfigError
 from render import program
 from render.__main__ import kubernetes_objects
 from render.program import SECRET_MARKER, Plan

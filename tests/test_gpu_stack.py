@@ -16,8 +16,8 @@ import pytest
 import yaml
 
 from components import versions
-from components.config import ConfigError
 from components.ready_gate import GATE_LABEL
+from config import ConfigError
 from render import program
 from render.__main__ import kubernetes_objects
 from render.program import Plan, Registration

@@ -39,8 +39,8 @@ import pytest
 import yaml
 
 from components import cni, gpu_stack, versions
-from components.config import Cni as CniKind
-from components.config import GpuConfig
+from config.gpu import GpuConfig
+from config.lab import Cni as CniKind
 from render import program
 
 POD_CIDR = ipaddress.IPv4Network("10.244.0.0/16")

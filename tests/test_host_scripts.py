@@ -23,9 +23,11 @@ import pytest
 import yaml
 
 from components import versions
-from components.config import Host, StackConfig
 from components.lab import kubeadm, scripts
+from config import LabStack
+from config.lab import Host
 from render import program
+from stacks.lab import kubeadm_settings
 from tests.conftest import lab_config
 from tests.hostsim import TIMEOUT, HostSim, isolation_unavailable, snapshot
 
@@ -39,7 +41,7 @@ FSTAB = (
 JOIN_CONFIG = "/etc/gpu-cluster/kubeadm-join.yaml"
 
 
-def _host(cfg: StackConfig, name: str) -> Host:
+def _host(cfg: LabStack, name: str) -> Host:
     return next(h for h in cfg.hosts if h.name == name)
 
 
@@ -240,7 +242,7 @@ def _run_all(sim: HostSim, steps: list[tuple[str, str]]) -> dict[str, str]:
     return out
 
 
-def _prep_steps(cfg: StackConfig, host: Host) -> list[tuple[str, str, str | None]]:
+def _prep_steps(cfg: LabStack, host: Host) -> list[tuple[str, str, str | None]]:
     """(step, create, delete) in NodePrep's dependency order."""
     minor = cfg.kubernetes_minor
     drv = cfg.nvidia_driver
@@ -516,7 +518,7 @@ def test_node_ready_gives_up_when_the_node_never_registers(tmp_path, real_machin
 
 def _join_input(host_name: str, first_line: str) -> tuple[str, str]:
     cfg = lab_config()
-    template = kubeadm.join_config_template(cfg, _host(cfg, host_name))
+    template = kubeadm.join_config_template(kubeadm_settings(cfg), _host(cfg, host_name))
     return template, first_line + template
 
 

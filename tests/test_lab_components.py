@@ -10,14 +10,15 @@ from pulumi.runtime import rpc
 
 from components import versions
 from components.cni import Cni, CniArgs
-from components.config import Cni as CniKind
 from components.dev.existing_cluster import ExistingCluster, ExistingClusterArgs
 from components.device_plugin import NvidiaDevicePlugin
 from components.lab.control_plane import ControlPlane, ControlPlaneArgs
 from components.lab.node_join import NodeJoin, NodeJoinArgs
 from components.lab.node_prep import NodePrep, NodePrepArgs
 from components.scheduling_contract import GPU_NODE_LABEL
+from config.lab import Cni as CniKind
 from render.program import SECRET_MARKER, Plan, Registration
+from stacks.lab import host_software, kubeadm_settings
 from tests.conftest import ED25519, host, lab_config
 
 BASTION_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIKq7Zb2xN4mP9sV1cR6tY3uW8eL5oJ0hG2fD7aQ1kB9z"
@@ -96,7 +97,7 @@ def key() -> pulumi.Output[str]:
 
 def prep(cfg, name: str) -> NodePrep:
     h = next(h for h in cfg.hosts if h.name == name)
-    return NodePrep(name, NodePrepArgs(host=h, cluster=cfg, private_key=key()))
+    return NodePrep(name, NodePrepArgs(host=h, software=host_software(cfg), private_key=key(), bastion=cfg.bastion))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -267,7 +268,8 @@ def control_plane(cfg, preps: dict[str, NodePrep] | None = None) -> ControlPlane
     first = cfg.control_planes[0].name
     preps = preps if preps is not None else {first: prep(cfg, first)}
     return ControlPlane(
-        "control-plane", ControlPlaneArgs(cluster=cfg, private_key=key(), prepared=preps[first].done)
+        "control-plane", ControlPlaneArgs(host=cfg.control_planes[0], cluster=kubeadm_settings(cfg), private_key=key(),
+                                          prepared=preps[first].done, bastion=cfg.bastion)
     )
 
 
@@ -342,8 +344,8 @@ def join_all(cfg, joiner: str) -> dict[str, object]:
     cni = Cni("cni", CniArgs(kind=cfg.cni, pod_cidr=cfg.pod_cidr),
               opts=pulumi.ResourceOptions(provider=cp.provider))
     h = next(h for h in cfg.hosts if h.name == joiner)
-    join = NodeJoin(joiner, NodeJoinArgs(cluster=cfg, host=h, control_plane=cp, private_key=key(),
-                                         prepared=preps[joiner].done, network=[cni]))
+    join = NodeJoin(joiner, NodeJoinArgs(cluster=kubeadm_settings(cfg), host=h, control_plane=cp, private_key=key(),
+                                         prepared=preps[joiner].done, network=[cni], bastion=cfg.bastion))
     return {"cp": cp, "cni": cni, "join": join}
 
 
@@ -553,3 +555,30 @@ def test_existing_cluster_needs_kubeconfig_or_context(mocks):
 
     with pytest.raises(ValueError, match="kubeconfig or a context"):
         build(bad)
+
+
+# ---------------------------------------------------------------------------------------------
+# Narrow arguments
+
+
+# Wiring modules that receive the whole stack config (stacks/layers.py calls this one with it).
+_WIRING = {"components/training/layer.py"}
+
+
+def test_components_take_config_sections_not_a_platforms_stack_type():
+    """Components receive the settings they use (config sections, enums, their own args dataclasses),
+    never a whole LabStack / DevStack / GkeStack: stacks/ builds their args from it."""
+    import ast
+
+    from tests.conftest import PROJECT_DIR
+
+    platform_types = {"StackConfig", "LabStack", "DevStack", "GkeStack", "Addons"}
+    offenders = []
+    for path in sorted((PROJECT_DIR / "components").rglob("*.py")):
+        rel = path.relative_to(PROJECT_DIR).as_posix()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "config":
+                names = {a.name for a in node.names} & platform_types
+                if names and rel not in _WIRING:
+                    offenders.append(f"{rel}: {sorted(names)}")
+    assert offenders == []

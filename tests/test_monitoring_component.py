@@ -14,7 +14,6 @@ import pytest
 import yaml
 
 from components import versions
-from components.config import ConfigError, MonitoringConfig
 from components.monitoring import (
     DASHBOARD_LABEL,
     GRAFANA_ADMIN_SECRET,
@@ -27,6 +26,8 @@ from components.monitoring import (
     prometheus_stack_values,
     service_monitor,
 )
+from config import ConfigError
+from config.monitoring import MonitoringConfig
 from render import program
 from render.program import SECRET_MARKER
 from tests.conftest import PROJECT_DIR, lab_config, lab_raw

@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 import yaml
 
-from components.config import MonitoringAlerts
 from components.monitoring import alerts, dashboards
 from components.monitoring.dashboards import Panel, PanelGroup
 from components.scheduling_contract import JOB_METRIC_LABEL, metric_label_name
+from config.monitoring import MonitoringAlerts
 
 # Metrics that are not the DCGM exporter's, and why they exist in every cluster this program builds.
 OTHER_METRICS = {
@@ -170,9 +170,9 @@ def test_metric_label_name() -> None:
 def test_training_pods_carry_the_label_the_dashboard_groups_on(launcher: str) -> None:
     """Rendered training pod templates (both launchers) carry the pod label whose exporter form the
     training dashboard groups GPUs by, with the job's name as its value."""
-    from components.config import Launcher, TrainingConfig
     from components.storage_contract import SharedClaim
     from components.training.job import TrainingJobArgs, indexed_job_manifest, pytorchjob_manifest
+    from config.training import Launcher, TrainingConfig
 
     t = TrainingConfig.model_validate({"launcher": launcher, "nodes": 2})
     args = TrainingJobArgs(training=t, claim=SharedClaim(ready=[]))

@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 import yaml
 
-from components.config import MonitoringAlerts
 from components.monitoring import alerts
+from config.monitoring import MonitoringAlerts
 from render import program
 from render.__main__ import write
 

@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from components.config import Platform
+from config import Platform
 from render import program
 from render.cluster import nodes as node_model
 from render.cluster.nodes import Node

@@ -30,7 +30,6 @@ import pytest
 import yaml
 
 from components import versions
-from components.config import ConfigError, Launcher, TrainingConfig
 from components.lab import scripts
 from components.scheduling_contract import JOB_LABEL, training_job_labels
 from components.storage_contract import CLAIM_NAME, MOUNTS, TRAINING_NAMESPACE, SharedClaim
@@ -41,6 +40,8 @@ from components.training.job import (
     pytorchjob_manifest,
     service_name,
 )
+from config import ConfigError
+from config.training import Launcher, TrainingConfig
 from render import program
 from render.__main__ import kubernetes_objects
 from stacks.addons import ACCEPTANCE_JOB, TRAINING_JOB, acceptance_args

@@ -8,7 +8,11 @@ from typing import Any
 import pytest
 import yaml
 
-from components import config
+import config
+from config.addons import Addons
+from config.fields import quantity_value
+from config.lab import NfsExport
+from config.training import RDMA_MIN_BUSBW_FRACTION, SOCKET_MIN_BUSBW_FRACTION, Launcher, NcclDebug
 from tests.conftest import PROJECT_DIR, host, lab_raw
 
 IMAGE = "registry.example.com/gpu-cluster/trainer:0.1.0"
@@ -49,11 +53,11 @@ def assert_rejected(raw: dict[str, Any], key: str, *words: str) -> None:
 def test_defaults_register_no_training():
     cfg = parse(lab_raw())
     assert cfg.training.enabled is False and cfg.acceptance.nccl is False
-    assert cfg.training.launcher is config.Launcher.INDEXED_JOB
+    assert cfg.training.launcher is Launcher.INDEXED_JOB
     # unset: the verdict's fraction follows the declared transport
     assert cfg.acceptance.min_busbw_fraction is None
-    assert cfg.acceptance.busbw_fraction(rdma=True) == config.RDMA_MIN_BUSBW_FRACTION == 0.8
-    assert cfg.acceptance.busbw_fraction(rdma=False) == config.SOCKET_MIN_BUSBW_FRACTION == 0.25
+    assert cfg.acceptance.busbw_fraction(rdma=True) == RDMA_MIN_BUSBW_FRACTION == 0.8
+    assert cfg.acceptance.busbw_fraction(rdma=False) == SOCKET_MIN_BUSBW_FRACTION == 0.25
     assert cfg.acceptance.max_bytes == 2**30
     assert not cfg.storage.configured
 
@@ -67,9 +71,9 @@ def test_full_lab_training_config_parses():
         storage={"nfs": {"server": "nas.lab.example", "path": "/export/gpu"}},
     ))
     assert cfg.training.world_size == 2
-    assert cfg.training.nccl.debug is config.NcclDebug.INFO
+    assert cfg.training.nccl.debug is NcclDebug.INFO
     assert cfg.network.link_gbps == 25.0 and cfg.network.rdma
-    assert cfg.storage.nfs == config.NfsExport(server="nas.lab.example", path="/export/gpu")
+    assert cfg.storage.nfs == NfsExport(server="nas.lab.example", path="/export/gpu")
 
 
 @pytest.mark.parametrize("image", [IMAGE, DIGEST, "localhost:5000/trainer:1", "trainer:v1.2.3-cuda12"])
@@ -214,19 +218,20 @@ def test_no_gpu_node_configured_rejected():
 
 
 def test_quantity_value():
-    assert config.quantity_value("500m") == 0.5
-    assert config.quantity_value("16Gi") == 16 * 2**30
-    assert config.quantity_value("1.5G") == 1.5e9
+    assert quantity_value("500m") == 0.5
+    assert quantity_value("16Gi") == 16 * 2**30
+    assert quantity_value("1.5G") == 1.5e9
     with pytest.raises(ValueError):
-        config.quantity_value("16GB")
+        quantity_value("16GB")
 
 
 def test_project_file_declares_the_keys_with_model_defaults():
     decls = yaml.safe_load((PROJECT_DIR / "Pulumi.yaml").read_text())["config"]
-    for key in ("training", "acceptance", "network", "storage"):
+    for stack_type, key in ((Addons, "training"), (Addons, "acceptance"), (Addons, "network"),
+                            (config.LabStack, "storage"), (config.DevStack, "storage")):
         assert decls[key]["type"] == "object"
-        model = config.StackConfig.model_fields[key].annotation
-        assert model.model_validate(decls[key]["default"]) == model(), key
+        model = stack_type.model_fields[key].annotation
+        assert model.model_validate(decls[key]["default"]) == model(), (stack_type, key)
 
 
 def test_readme_lists_every_new_key():

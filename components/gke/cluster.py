@@ -22,8 +22,8 @@ import pulumi_gcp as gcp
 import pulumi_kubernetes as k8s
 import yaml
 
-from components.config import GkeConfig, GkeLocation
 from components.gke.node_identity import account_id, node_service_account
+from config.gke import GkeConfig, GkeLocation
 
 CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 

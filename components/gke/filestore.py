@@ -19,8 +19,8 @@ import pulumi
 import pulumi_gcp as gcp
 import pulumi_kubernetes as k8s
 
-from components.config import GkeFilestore
 from components.storage_contract import CLAIM_NAME, TRAINING_NAMESPACE, SharedClaim
+from config.gke import GkeFilestore
 
 SHARE_NAME = "shared"  # Filestore file share: letters, digits and '_', at most 16 characters
 

@@ -24,11 +24,11 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_gcp as gcp
 
-from components.config import GkeDriver, GkeSharingStrategy, GpuPool
 from components.gke.cluster import CLOUD_PLATFORM_SCOPE, GkeCluster
 from components.gke.node_identity import account_id, node_service_account
 from components.gke.node_labels import DRIVER_LABEL, POOL_LABEL
 from components.scheduling_contract import GPU_TAINT, MIG_CONFIG_LABEL, NO_GKE_DEVICE_PLUGIN_LABEL
+from config.gke import GkeDriver, GkeSharingStrategy, GpuPool
 
 _DRIVER_VERSION = {
     GkeDriver.GKE_DEFAULT: "DEFAULT",

@@ -19,15 +19,17 @@ import pulumi
 import pulumi_kubernetes as k8s
 from pulumi_command import remote
 
-from components.config import StackConfig
 from components.lab import kubeadm, scripts, ssh
+from config.lab import Bastion, Host
 
 
 @dataclass(frozen=True)
 class ControlPlaneArgs:
-    cluster: StackConfig
+    host: Host  # the first control-plane host: kubeadm init runs there
+    cluster: kubeadm.KubeadmSettings
     private_key: pulumi.Output[str]
-    prepared: list[pulumi.Resource]  # NodePrep.done of the first control-plane host
+    prepared: list[pulumi.Resource]  # NodePrep.done of that host
+    bastion: Bastion | None = None
 
 
 class ControlPlane(pulumi.ComponentResource):
@@ -37,11 +39,10 @@ class ControlPlane(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: ControlPlaneArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gpucluster:lab:ControlPlane", name, None, opts)
-        cfg = args.cluster
-        first = cfg.control_planes[0]
+        first = args.host
         self.host = first
-        self.connection = ssh.connection(first, args.private_key, cfg.bastion)
-        init_config = kubeadm.init_config(cfg)
+        self.connection = ssh.connection(first, args.private_key, args.bastion)
+        init_config = kubeadm.init_config(args.cluster, first)
         self.init = remote.Command(
             f"{name}-init",
             connection=self.connection,
@@ -74,4 +75,4 @@ class ControlPlane(pulumi.ComponentResource):
             enable_server_side_apply=True,
             opts=pulumi.ResourceOptions(parent=self),
         )
-        self.register_outputs({"endpoint": cfg.api_endpoint, "kubeconfig": self.kubeconfig})
+        self.register_outputs({"endpoint": args.cluster.api_endpoint, "kubeconfig": self.kubeconfig})

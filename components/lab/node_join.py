@@ -22,19 +22,20 @@ from dataclasses import dataclass
 import pulumi
 from pulumi_command import remote
 
-from components.config import Host, Role, StackConfig
 from components.lab import kubeadm, scripts, ssh
 from components.lab.control_plane import ControlPlane
+from config.lab import Bastion, Host, Role
 
 
 @dataclass(frozen=True)
 class NodeJoinArgs:
-    cluster: StackConfig
+    cluster: kubeadm.KubeadmSettings
     host: Host
     control_plane: ControlPlane
     private_key: pulumi.Output[str]
     prepared: list[pulumi.Resource]  # NodePrep.done of this host
     network: list[pulumi.Resource]  # the CNI: nodes are Ready only once it runs
+    bastion: Bastion | None = None
 
 
 class NodeJoin(pulumi.ComponentResource):
@@ -42,7 +43,7 @@ class NodeJoin(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: NodeJoinArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gpucluster:lab:NodeJoin", name, None, opts)
-        cfg, host, cp = args.cluster, args.host, args.control_plane
+        host, cp = args.host, args.control_plane
         is_cp = host.role is Role.CONTROL_PLANE
         # Re-join when the host or the cluster it joins is replaced.
         triggers = [host.name, str(host.address), cp.init.id]
@@ -63,11 +64,11 @@ class NodeJoin(pulumi.ComponentResource):
             ),
         )
         join_stdin: pulumi.Output[str] = pulumi.Output.secret(
-            pulumi.Output.concat(token.stdout, "\n", kubeadm.join_config_template(cfg, host))
+            pulumi.Output.concat(token.stdout, "\n", kubeadm.join_config_template(args.cluster, host))
         )
         join = remote.Command(
             f"{name}-join",
-            connection=ssh.connection(host, args.private_key, cfg.bastion),
+            connection=ssh.connection(host, args.private_key, args.bastion),
             create=scripts.as_root(scripts.kubeadm_join()),
             delete=scripts.as_root(scripts.kubeadm_reset()),
             stdin=join_stdin,

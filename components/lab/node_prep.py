@@ -26,15 +26,35 @@ import pulumi
 from pulumi_command import remote
 
 from components import versions
-from components.config import GpuStack, Host, StackConfig
 from components.lab import scripts, ssh
+from config.lab import Bastion, Host, NvidiaDriver
+
+
+@dataclass(frozen=True)
+class HostSoftware:
+    """What NodePrep installs on every host (stacks/lab.py fills it from the lab config)."""
+
+    kubernetes_version: str  # "1.34.2": kubeadm, kubelet and kubectl, held
+    containerd_version: str
+    nvidia_driver: NvidiaDriver
+    # GPU hosts: install the driver (device-plugin path, not preinstalled); otherwise a
+    # preinstalled driver is only checked, and with the GPU Operator left to the operator.
+    install_driver: bool
+    # GPU hosts: the NVIDIA container toolkit as containerd's default runtime (device-plugin path;
+    # with the GPU Operator its toolkit container adds the runtime).
+    host_toolkit: bool
+
+    @property
+    def kubernetes_minor(self) -> str:
+        return ".".join(self.kubernetes_version.split(".")[:2])
 
 
 @dataclass(frozen=True)
 class NodePrepArgs:
     host: Host
-    cluster: StackConfig
+    software: HostSoftware
     private_key: pulumi.Output[str]
+    bastion: Bastion | None = None
 
 
 class NodePrep(pulumi.ComponentResource):
@@ -44,8 +64,8 @@ class NodePrep(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: NodePrepArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gpucluster:lab:NodePrep", name, None, opts)
-        host, cfg = args.host, args.cluster
-        conn = ssh.connection(host, args.private_key, cfg.bastion)
+        host, sw = args.host, args.software
+        conn = ssh.connection(host, args.private_key, args.bastion)
         # A host that changes address is a new host: replace (delete on the old, then create on the new).
         triggers = [host.name, str(host.address)]
 
@@ -71,14 +91,14 @@ class NodePrep(pulumi.ComponentResource):
         last = step("kernel", scripts.kernel_prep(), scripts.kernel_prep_delete(), [])
         # With gpu.stack operator the GPU Operator installs driver and toolkit in containers;
         # the host keeps runc as containerd's default and the toolkit container adds nvidia.
-        host_toolkit = host.is_gpu and cfg.gpu.stack is GpuStack.DEVICE_PLUGIN
-        check_driver = host.is_gpu and (cfg.host_installs_driver or cfg.nvidia_driver.preinstalled)
+        host_toolkit = host.is_gpu and sw.host_toolkit
+        check_driver = host.is_gpu and (sw.install_driver or sw.nvidia_driver.preinstalled)
         if check_driver:
-            if cfg.host_installs_driver:
+            if sw.install_driver:
                 last = step(
                     "nvidia-driver",
-                    scripts.nvidia_driver(cfg.nvidia_driver.branch, cfg.nvidia_driver.version),
-                    scripts.nvidia_driver_delete(cfg.nvidia_driver.branch),
+                    scripts.nvidia_driver(sw.nvidia_driver.branch, sw.nvidia_driver.version),
+                    scripts.nvidia_driver_delete(sw.nvidia_driver.branch),
                     [last],
                 )
             # A check with nothing to undo, hence no delete. It keeps dialing while the host
@@ -88,7 +108,7 @@ class NodePrep(pulumi.ComponentResource):
                 scripts.driver_ready(host.gpus),
                 None,
                 [last],
-                connection=ssh.connection(host, args.private_key, cfg.bastion, survive_reboot=True),
+                connection=ssh.connection(host, args.private_key, args.bastion, survive_reboot=True),
             )
         if host_toolkit:
             last = step(
@@ -100,8 +120,8 @@ class NodePrep(pulumi.ComponentResource):
         last = step(
             "containerd",
             scripts.containerd(
-                cfg.containerd_version,
-                versions.PAUSE_IMAGE[cfg.kubernetes_minor],
+                sw.containerd_version,
+                versions.PAUSE_IMAGE[sw.kubernetes_minor],
                 nvidia_default=host_toolkit,
             ),
             scripts.containerd_delete(),
@@ -110,7 +130,7 @@ class NodePrep(pulumi.ComponentResource):
         last = step(
             "kube-packages",
             scripts.kube_packages(
-                cfg.kubernetes_version, cfg.kubernetes_minor, versions.KUBE_PACKAGE_REVISION
+                sw.kubernetes_version, sw.kubernetes_minor, versions.KUBE_PACKAGE_REVISION
             ),
             scripts.kube_packages_delete(),
             [last],

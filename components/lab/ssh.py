@@ -5,7 +5,7 @@ from __future__ import annotations
 import pulumi
 from pulumi_command import remote
 
-from components.config import Bastion, Host
+from config.lab import Bastion, Host
 
 # How long a step keeps dialing a host that is down: the driver step may reboot the host,
 # and the step after it must wait for the host to come back (about 10 minutes).

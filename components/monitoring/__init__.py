@@ -33,11 +33,11 @@ import pulumi_kubernetes as k8s
 import pulumi_random as random
 
 from components import versions
-from components.config import MonitoringConfig
 from components.monitoring import alerts, dashboards
 from components.monitoring.dashboards import PanelGroup
 from components.namespaces import pod_security_namespace
 from components.scheduling_contract import addon_affinity, addon_tolerations
+from config.monitoring import MonitoringConfig
 
 NAMESPACE = "monitoring"
 RELEASE_NAME = "monitoring"  # Helm release: objects are named monitoring-grafana, monitoring-prometheus, ...

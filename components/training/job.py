@@ -39,7 +39,6 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components import versions
-from components.config import Launcher, TrainingConfig
 from components.scheduling_contract import (
     GPU_NODE_SELECTOR_TERMS,
     GPU_RESOURCE,
@@ -52,6 +51,7 @@ from components.scheduling_contract import (
 from components.storage_contract import MOUNTS, TRAINING_NAMESPACE, SharedClaim
 from components.training import launch
 from components.training.network_policy import RDZV_PORT, job_peers
+from config.training import Launcher, TrainingConfig
 
 CONTAINER = {Launcher.INDEXED_JOB: "trainer", Launcher.PYTORCHJOB: "pytorch"}
 # The operator reads MASTER_PORT from the container port of this name (default 23456 otherwise).

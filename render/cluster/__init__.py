@@ -17,7 +17,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from components.config import Platform, StackConfig
+from config import DevStack, GkeStack, LabStack, StackConfig
 from render import program
 from render.cluster import nodes as node_model
 from render.cluster.admission import Admission
@@ -110,18 +110,18 @@ def check(plan: program.Plan, cfg: StackConfig, upstream: Path) -> Report:
     report.nodes = [_node_line(n) for n in modelled]
     nodes = expand(modelled)
     gpu_nodes = {n.name for n in nodes if n.is_gpu}
-    if cfg.platform is Platform.LAB:
+    if isinstance(cfg, LabStack):
         report.notes.append("lab hosts declare no CPU or memory: only GPUs are counted against requests")
-    if cfg.platform is Platform.DEV:
+    if isinstance(cfg, DevStack):
         report.notes.append("dev nodes declare no size: each listed GPU node has at least one GPU, CPU and memory "
                             "unchecked; a cluster with no GPU node listed is modelled as one untainted node")
-    if cfg.platform is Platform.GKE:
+    if isinstance(cfg, GkeStack):
         report.notes.append("gke: each pool scales between its minimum and maximum; pods may land on nodes the "
                             "autoscaler adds; GKE's own device plugin runs on GPU nodes without "
                             "gke-no-default-nvidia-gpu-device-plugin=true")
 
     loads = workloads(collected.objects)
-    placements = schedule(cfg, nodes, loads, gke=cfg.platform is Platform.GKE)
+    placements = schedule(cfg, nodes, loads, gke=isinstance(cfg, GkeStack))
     for p in placements:
         w = p.workload
         origin = w.via or w.obj.origin

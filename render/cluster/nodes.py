@@ -31,7 +31,7 @@ from typing import Any
 
 import yaml
 
-from components.config import Platform, StackConfig
+from config import DevStack, LabStack, StackConfig
 
 GIB = 1024**3
 CONTROL_PLANE_ROLE = "node-role.kubernetes.io/control-plane"
@@ -74,8 +74,9 @@ def _base_labels(name: str) -> dict[str, str]:
     return {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64"}
 
 
-def lab_nodes(cfg: StackConfig, init_stdin: str | None) -> list[Node]:
+def lab_nodes(cfg: LabStack, init_stdin: str | None) -> list[Node]:
     from components.lab import kubeadm  # the JoinConfiguration each worker receives
+    from stacks.lab import kubeadm_settings  # ... built from the settings the program passes
 
     init_reg: tuple[dict[str, str], list[dict[str, str]]] | None = None
     if init_stdin:
@@ -83,12 +84,13 @@ def lab_nodes(cfg: StackConfig, init_stdin: str | None) -> list[Node]:
             if isinstance(doc, dict) and doc.get("kind") == "InitConfiguration":
                 init_reg = _registration_of(doc)
     first = cfg.control_planes[0]
+    cluster = kubeadm_settings(cfg)
     nodes = []
     for h in cfg.hosts:
         if h is first and init_reg is not None:
             labels, taints = init_reg
         else:
-            docs = list(yaml.safe_load_all(kubeadm.join_config_template(cfg, h)))
+            docs = list(yaml.safe_load_all(kubeadm.join_config_template(cluster, h)))
             labels, taints = _registration_of(docs[0])
         labels = {**_base_labels(h.name), **labels}
         if h.role.value == "control-plane":
@@ -190,7 +192,7 @@ def gke_nodes(node_pools: list[dict[str, Any]]) -> list[Node]:
     return nodes
 
 
-def dev_nodes(cfg: StackConfig, node_patches: list[dict[str, Any]]) -> list[Node]:
+def dev_nodes(cfg: DevStack, node_patches: list[dict[str, Any]]) -> list[Node]:
     nodes = []
     for name in cfg.gpu_nodes:
         labels = _base_labels(name)
@@ -205,10 +207,10 @@ def dev_nodes(cfg: StackConfig, node_patches: list[dict[str, Any]]) -> list[Node
 
 def model(cfg: StackConfig, plan_inputs: dict[str, list[dict[str, Any]]], node_patches: list[dict[str, Any]]) -> list[Node]:
     """`plan_inputs`: resource type -> inputs of every resource of that type in the plan."""
-    if cfg.platform is Platform.LAB:
+    if isinstance(cfg, LabStack):
         init = next((i.get("stdin") for i in plan_inputs.get("command:remote:Command", [])
                      if "InitConfiguration" in str(i.get("stdin", ""))), None)
         return lab_nodes(cfg, init)
-    if cfg.platform is Platform.GKE:
-        return gke_nodes(plan_inputs.get("gcp:container/nodePool:NodePool", []))
-    return dev_nodes(cfg, node_patches)
+    if isinstance(cfg, DevStack):
+        return dev_nodes(cfg, node_patches)
+    return gke_nodes(plan_inputs.get("gcp:container/nodePool:NodePool", []))

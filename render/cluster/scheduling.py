@@ -23,7 +23,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from components.config import MigStrategy, SharingMode, StackConfig
+from config import StackConfig
+from config.gpu import MigStrategy, SharingMode
 from render.cluster.nodes import Node
 from render.cluster.workloads import Workload
 

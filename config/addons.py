@@ -1,0 +1,124 @@
+"""The keys every platform shares (the in-cluster add-ons: GPU stack, monitoring, training, its
+acceptance test and network) and the checks among them. Each platform's stack type (lab.LabStack,
+dev.DevStack, gke.GkeStack) extends `Addons` with its own keys, its GPU node count, where the
+training jobs must fit and its own checks."""
+
+from __future__ import annotations
+
+import enum
+import re
+from abc import abstractmethod
+from collections.abc import Mapping
+from typing import ClassVar
+
+from pydantic import Field, field_validator
+
+from components import versions
+from config.errors import Problems
+from config.fields import Model, check_quantity
+from config.gpu import GpuConfig, gpu_problems
+from config.monitoring import MonitoringConfig, monitoring_problems
+from config.training import AcceptanceConfig, NetworkConfig, TrainingConfig, training_problems
+
+
+class Platform(enum.StrEnum):
+    LAB = "lab"  # own servers over SSH, kubeadm
+    DEV = "dev"  # an existing cluster (minikube --gpus all, kind, ...)
+    GKE = "gke"  # Google Kubernetes Engine, created by this program
+
+
+class Addons(Model):
+    """Everything a stack file says, validated: the shared keys here, the platform's in its subclass.
+    Field docs become the README config table."""
+
+    platform: Platform = Field(
+        description="Which environment this stack builds: lab (own servers over SSH, kubeadm), "
+                    "gke (Google Kubernetes Engine) or dev (an existing cluster).",
+    )
+    kubernetes_version: str = Field(
+        default=versions.KUBERNETES_DEFAULT,
+        description="Kubernetes version (lab: installed; dev, gke: schema version of emitted objects).",
+    )
+    gpu: GpuConfig = Field(
+        default_factory=GpuConfig, description="GPU software stack, sharing and the GPU-ready gate."
+    )
+    monitoring: MonitoringConfig = Field(
+        default_factory=MonitoringConfig, description="Prometheus, Grafana, GPU dashboards and alert rules."
+    )
+    training: TrainingConfig = Field(
+        default_factory=TrainingConfig, description="The distributed training job (torchrun)."
+    )
+    acceptance: AcceptanceConfig = Field(
+        default_factory=AcceptanceConfig, description="The NCCL all-reduce acceptance Job."
+    )
+    network: NetworkConfig = Field(
+        default_factory=NetworkConfig, description="The GPU nodes' network as declared (link rate, RDMA)."
+    )
+
+    # Keys of the other platforms: why this one has no use for them (added to their refusal).
+    FOREIGN_HINTS: ClassVar[Mapping[str, str]] = {}
+
+    @field_validator("kubernetes_version")
+    @classmethod
+    def _k8s_version(cls, v: str) -> str:
+        m = re.fullmatch(r"v?(\d+)\.(\d+)\.(\d+)", v)
+        if not m:
+            raise ValueError("must be a full version such as '1.34.2'")
+        minor = f"{m.group(1)}.{m.group(2)}"
+        if minor not in versions.KUBERNETES_SUPPORTED_MINORS:
+            raise ValueError(
+                f"minor {minor} is not supported; allowed: "
+                + ", ".join(versions.KUBERNETES_SUPPORTED_MINORS)
+            )
+        return v.lstrip("v")
+
+    @classmethod
+    def keys(cls) -> frozenset[str]:
+        """The stack file keys this type holds (camelCase, without the namespace)."""
+        return frozenset(f.alias or name for name, f in cls.model_fields.items())
+
+    @property
+    def kubernetes_minor(self) -> str:
+        return ".".join(self.kubernetes_version.split(".")[:2])
+
+    @property
+    def runs_jobs(self) -> bool:
+        """Whether `up` runs a GPU job: the training job or the acceptance Job."""
+        return self.training.enabled or self.acceptance.nccl
+
+    @property
+    @abstractmethod
+    def gpu_node_count(self) -> int:
+        """GPU nodes that exist after `up`, as far as the config knows (what the GPU-ready gate counts)."""
+
+    def problems(self, secrets: frozenset[str]) -> Problems:
+        """Every check across keys; `secrets`: the secret keys the stack sets (as secrets or not)."""
+        return [
+            *gpu_problems(self.gpu),
+            *training_problems(self.training, self.acceptance, self.network, self.gpu),
+            *(self._capacity_problems() if self.runs_jobs else []),
+            *monitoring_problems(self.monitoring),
+            *self._platform_problems(secrets),
+        ]
+
+    @abstractmethod
+    def _capacity_problems(self) -> Problems:
+        """The training job (and the acceptance Job, sized alike) against the GPU nodes it needs."""
+
+    @abstractmethod
+    def _platform_problems(self, secrets: frozenset[str]) -> Problems:
+        """The platform's own keys against each other and the shared ones."""
+
+
+class Storage(Model):
+    """The shared ReadWriteMany volume (cache, data, checkpoints) training pods mount: its size
+    here, where it comes from in the platform's subclass (gke: gke.filestore instead)."""
+
+    size: str = Field(default="100Gi", description="Requested size of the shared claim.")
+
+    _size = field_validator("size", mode="before")(classmethod(lambda cls, v: check_quantity(v)))
+
+    @property
+    @abstractmethod
+    def configured(self) -> bool:
+        """Whether the stack asks for a shared volume at all."""

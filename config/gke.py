@@ -1,0 +1,416 @@
+"""gke: a GKE Standard cluster this program creates. `GkeStack` holds the shared keys
+(addons.Addons), the `gke` section (cluster, system pool, GPU node pools, Filestore) and the Google
+Cloud provider's own `gcp:project` and `gcp:region`, read from the `gcp:` namespace and shown as
+they are in every message. GPU pools are checked against the accelerator table, drivers against
+gpu.stack, every zone against gcp:region.
+
+The GCP tables (components/gke/locations.py, machine_types.py, accelerators.py, node_labels.py)
+import nothing else of the project.
+"""
+
+from __future__ import annotations
+
+import enum
+import ipaddress
+import re
+from typing import ClassVar, Literal
+
+from pydantic import Field, field_validator
+
+from components.gke import accelerators, locations, machine_types, node_labels
+from config.addons import Addons, Platform
+from config.errors import Problems
+from config.fields import Model, empty_to_none, label_problems
+from config.gpu import GpuStack, SharingMode
+
+
+class GkeLocation(enum.StrEnum):
+    ZONAL = "zonal"  # control plane in gke.zone
+    REGIONAL = "regional"  # control plane replicated across the zones of gcp:region
+
+
+class ReleaseChannel(enum.StrEnum):
+    RAPID = "RAPID"
+    REGULAR = "REGULAR"
+    STABLE = "STABLE"
+    EXTENDED = "EXTENDED"
+
+
+class GkeDriver(enum.StrEnum):
+    GKE_DEFAULT = "gke-default"  # GKE installs its default driver for the node version
+    GKE_LATEST = "gke-latest"  # GKE installs the latest driver for the node version
+    INSTALLER_COS = "installer-cos"  # the driver-installer DaemonSet of seed 001, COS nodes
+    INSTALLER_UBUNTU = "installer-ubuntu"  # the same on Ubuntu nodes
+    NONE = "none"  # the GPU Operator installs it (Ubuntu nodes)
+
+    @property
+    def installer(self) -> bool:
+        return self in (GkeDriver.INSTALLER_COS, GkeDriver.INSTALLER_UBUNTU)
+
+    @property
+    def gke_managed(self) -> bool:
+        return self in (GkeDriver.GKE_DEFAULT, GkeDriver.GKE_LATEST)
+
+
+class GkeSharingStrategy(enum.StrEnum):
+    NONE = "none"
+    TIME_SHARING = "time-sharing"
+    MPS = "mps"
+
+
+class GkeGpuSharing(Model):
+    """GKE's GPU sharing on one pool (its own device plugin enforces it)."""
+
+    strategy: GkeSharingStrategy = Field(default=GkeSharingStrategy.NONE, description="none, time-sharing or mps.")
+    max_clients: int = Field(default=1, ge=1, le=48, description="Containers sharing each GPU (2-48 when shared).")
+
+
+class GkeAccelerator(Model):
+    type: str = Field(description="Compute Engine accelerator type, e.g. nvidia-l4.")
+    count: int = Field(ge=1, le=16, description="GPUs per node.")
+
+
+class GkeAutoscaling(Model):
+    min_nodes: int = Field(default=0, ge=0, le=1000, description="Per zone; 0 lets the pool scale to zero.")
+    max_nodes: int = Field(default=1, ge=1, le=1000, description="Per zone.")
+
+
+# GKE cluster and node pool names: at most 40 characters; VPC networks and subnetworks: 63.
+_GCE_NAME = re.compile(r"[a-z]([-a-z0-9]{0,38}[a-z0-9])?")
+_GCE_NETWORK_NAME = r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?"
+_GCE_PROJECT = r"[a-z][-a-z0-9]{4,28}[a-z0-9]"
+_PROJECT_ID = re.compile(r"[a-z][a-z0-9-]{4,28}[a-z0-9]")
+
+
+def _check_zone(v: str) -> str:
+    problem = locations.check_zone(v)
+    if problem:
+        raise ValueError(problem)
+    return v
+
+
+def _check_gce_name(v: str) -> str:
+    if not _GCE_NAME.fullmatch(v):
+        raise ValueError("must start with a letter, use a-z, 0-9 and '-', end with a letter or digit, "
+                         "at most 40 characters")
+    return v
+
+
+def _check_gce_network(v: str, kind: str) -> str:
+    """A VPC network or subnetwork: its name, or its path in another project (Shared VPC)."""
+    where = "global/networks" if kind == "network" else r"regions/[a-z]+-[a-z]+[0-9]+/subnetworks"
+    if not re.fullmatch(rf"(projects/{_GCE_PROJECT}/{where}/)?{_GCE_NETWORK_NAME}", v):
+        example = "projects/<host-project>/global/networks/<name>" if kind == "network" else \
+            "projects/<host-project>/regions/<region>/subnetworks/<name>"
+        raise ValueError(f"must be a {kind} name (a letter, then a-z, 0-9 and '-', ending alphanumeric, at most "
+                         f"63 characters) or its path '{example}'")
+    return v
+
+
+class GpuPool(Model):
+    """One GPU node pool of the gke stack."""
+
+    name: str = Field(description="Node pool name.")
+    machine_type: str = Field(description="e.g. g2-standard-8, a2-highgpu-1g, n1-standard-8.")
+    accelerator: GkeAccelerator
+    zones: tuple[str, ...] = Field(description="Zones of the pool's nodes (where the accelerator is offered).")
+    autoscaling: GkeAutoscaling = Field(default_factory=GkeAutoscaling)
+    spot: bool = Field(default=False, description="Spot VMs (preemptible, cheaper).")
+    disk_size_gb: int = Field(default=200, ge=50, le=65536)
+    disk_type: Literal["pd-balanced", "pd-ssd", "pd-standard", "hyperdisk-balanced"] = "pd-balanced"
+    labels: dict[str, str] = Field(default_factory=dict, description="Extra Kubernetes node labels.")
+    driver: GkeDriver = Field(default=GkeDriver.GKE_DEFAULT)
+    sharing: GkeGpuSharing = Field(default_factory=GkeGpuSharing)
+    mig_partition_size: str | None = Field(default=None, description="GKE MIG partition, e.g. 1g.5gb (A100/H100).")
+
+    _name = field_validator("name")(classmethod(lambda cls, v: _check_gce_name(v)))
+    _optional = field_validator("mig_partition_size", mode="before")(classmethod(lambda cls, v: empty_to_none(v)))
+
+    @field_validator("labels")
+    @classmethod
+    def _labels(cls, v: dict[str, str]) -> dict[str, str]:
+        problems = label_problems(v)
+        # GKE's API: "the kubernetes.io/ and k8s.io/ prefixes are reserved by Kubernetes Core components".
+        problems += [f"label key {k!r}: the kubernetes.io/ and k8s.io/ prefixes are reserved" for k in v
+                     if re.fullmatch(r"([^/]*\.)?(kubernetes\.io|k8s\.io)/.*", k)]
+        if problems:
+            raise ValueError("; ".join(problems))
+        return v
+
+    @field_validator("zones")
+    @classmethod
+    def _zones(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(_check_zone(z) for z in v)
+
+
+def gke_gpus_per_node(pool: GpuPool) -> int:
+    """nvidia.com/gpu a node of the pool offers: GPUs x shared clients, or x MIG slices per GPU."""
+    per_gpu = pool.sharing.max_clients
+    if pool.mig_partition_size:
+        per_gpu *= 7 // int(pool.mig_partition_size.split("g", 1)[0])  # 7 compute slices per A100/H100
+    return pool.accelerator.count * per_gpu
+
+
+class GkeSystemPool(Model):
+    """The small CPU pool for cluster add-ons (DNS, metrics, the GPU stack's controllers)."""
+
+    machine_type: str = Field(default="e2-standard-4")
+    nodes_per_zone: int = Field(default=1, ge=1, le=10)
+    disk_size_gb: int = Field(default=100, ge=50, le=65536)
+
+    @field_validator("machine_type")
+    @classmethod
+    def _machine_type(cls, v: str) -> str:
+        problem = machine_types.check_general_purpose(v)
+        if problem:
+            raise ValueError(problem)
+        return v
+
+
+class GkePrivateNodes(Model):
+    enabled: bool = Field(default=False, description="Nodes without public IPs (egress needs Cloud NAT).")
+    master_cidr: ipaddress.IPv4Network = Field(default=ipaddress.IPv4Network("172.16.0.0/28"))
+
+
+class AuthorizedNetwork(Model):
+    cidr: ipaddress.IPv4Network
+    name: str = Field(default="")
+
+
+class FilestoreTier(enum.StrEnum):
+    BASIC_HDD = "BASIC_HDD"
+    BASIC_SSD = "BASIC_SSD"
+    ZONAL = "ZONAL"
+    REGIONAL = "REGIONAL"
+    ENTERPRISE = "ENTERPRISE"
+
+    @property
+    def zonal(self) -> bool:
+        return self in (FilestoreTier.BASIC_HDD, FilestoreTier.BASIC_SSD, FilestoreTier.ZONAL)
+
+
+# Capacity limits per tier (GiB), from the Filestore service tiers.
+FILESTORE_CAPACITY: dict[FilestoreTier, tuple[int, int]] = {
+    FilestoreTier.BASIC_HDD: (1024, 65434),
+    FilestoreTier.BASIC_SSD: (2560, 65434),
+    FilestoreTier.ZONAL: (1024, 102400),
+    FilestoreTier.REGIONAL: (1024, 102400),
+    FilestoreTier.ENTERPRISE: (1024, 10240),
+}
+
+
+class GkeFilestore(Model):
+    tier: FilestoreTier = Field(default=FilestoreTier.BASIC_HDD)
+    capacity_gb: int = Field(default=1024, description="GiB; minimum per tier (BASIC_SSD 2560, others 1024).")
+    zone: str | None = Field(default=None, description="Zonal tiers: its zone (default: gke.zone or the first pool's).")
+
+    _optional = field_validator("zone", mode="before")(classmethod(lambda cls, v: empty_to_none(v)))
+
+    @field_validator("zone")
+    @classmethod
+    def _zone(cls, v: str | None) -> str | None:
+        return None if v is None else _check_zone(v)
+
+
+class GkeConfig(Model):
+    """The gke section: cluster, system pool, GPU pools, Filestore. Project and region: gcp:project, gcp:region."""
+
+    cluster_name: str = Field(default="gpu-cluster")
+    location: GkeLocation = Field(default=GkeLocation.ZONAL)
+    zone: str | None = Field(default=None, description="zonal: the control plane's zone.")
+    release_channel: ReleaseChannel = Field(default=ReleaseChannel.REGULAR)
+    deletion_protection: bool = Field(default=True)
+    network: str = Field(default="default", description="VPC network.")
+    subnetwork: str | None = Field(default=None, description="Subnetwork (default: the network's in the region).")
+    private_nodes: GkePrivateNodes = Field(default_factory=GkePrivateNodes)
+    authorized_networks: tuple[AuthorizedNetwork, ...] = Field(default=(), description="CIDRs allowed to the API.")
+    system_pool: GkeSystemPool = Field(default_factory=GkeSystemPool)
+    gpu_pools: tuple[GpuPool, ...] = Field(default=())
+    filestore: GkeFilestore = Field(default_factory=GkeFilestore)
+
+    _name = field_validator("cluster_name")(classmethod(lambda cls, v: _check_gce_name(v)))
+    _optional = field_validator("zone", "subnetwork", mode="before")(classmethod(lambda cls, v: empty_to_none(v)))
+    _network = field_validator("network")(classmethod(lambda cls, v: _check_gce_network(v, "network")))
+    _subnetwork = field_validator("subnetwork")(
+        classmethod(lambda cls, v: v if v is None else _check_gce_network(v, "subnetwork"))
+    )
+
+    @field_validator("zone")
+    @classmethod
+    def _zone(cls, v: str | None) -> str | None:
+        return None if v is None else _check_zone(v)
+
+    @property
+    def filestore_location(self) -> str | None:
+        """Zonal tiers: a zone; None means the region (regional tiers)."""
+        if not self.filestore.tier.zonal:
+            return None
+        if self.filestore.zone:
+            return self.filestore.zone
+        if self.zone:
+            return self.zone
+        return self.gpu_pools[0].zones[0] if self.gpu_pools and self.gpu_pools[0].zones else None
+
+
+class GkeStack(Addons):
+    """The gke stack: the shared keys, the gke section and gcp:project / gcp:region."""
+
+    platform: Literal[Platform.GKE] = Field(
+        default=Platform.GKE, description=Addons.model_fields["platform"].description
+    )
+    gke: GkeConfig = Field(
+        default_factory=GkeConfig, description="Cluster, system pool, GPU node pools and Filestore."
+    )
+    # The Google Cloud provider's own keys, as every Pulumi GCP user sets them. Not required by
+    # pydantic: an unset key gets the message with the command that sets it.
+    project: str = Field(default="", alias="gcp:project", validate_default=True, description="GCP project id.")
+    region: str = Field(default="", alias="gcp:region", validate_default=True,
+                        description="GCP region; every zone of the gke section must be in it.")
+
+    FOREIGN_HINTS: ClassVar[dict[str, str]] = {
+        "hosts": "GPU nodes come from gke.gpuPools",
+        "gpuNodes": "GPU nodes come from gke.gpuPools",
+        "kubeContext": "gke reads its kubeconfig from the cluster it creates",
+        "kubeconfig": "gke reads its kubeconfig from the cluster it creates",
+        "storage": "gke's shared volume is a Filestore instance: gke.filestore",
+    }
+
+    @field_validator("project")
+    @classmethod
+    def _project(cls, v: str) -> str:
+        if not v:
+            raise ValueError("is required: `pulumi config set gcp:project <project-id>`")
+        if not _PROJECT_ID.fullmatch(v):
+            raise ValueError(f"{v!r} is not a project id (6-30 characters, a-z, 0-9, '-')")
+        return v
+
+    @field_validator("region")
+    @classmethod
+    def _region(cls, v: str) -> str:
+        if not v:
+            raise ValueError("is required: `pulumi config set gcp:region <region>`, e.g. us-central1")
+        problem = locations.check_region(v)
+        if problem:
+            raise ValueError(problem)
+        return v
+
+    @property
+    def gpu_node_count(self) -> int:
+        """The nodes that exist after `up`: each pool's minimum per zone."""
+        return sum(p.autoscaling.min_nodes * len(p.zones) for p in self.gke.gpu_pools)
+
+    def _capacity_problems(self) -> Problems:
+        """Against the most the GPU pools can scale to, not their minimum."""
+        t, pools = self.training, self.gke.gpu_pools
+        if not pools:
+            return []
+        most = max(gke_gpus_per_node(p) for p in pools)
+        if t.gpus_per_node > most:
+            return [("training.gpusPerNode", f"{t.gpus_per_node} GPUs per pod but no pool's node has more than {most} "
+                                             "(gke.gpuPools[].accelerator.count)")]
+        room = sum(p.autoscaling.max_nodes * len(p.zones) for p in pools if gke_gpus_per_node(p) >= t.gpus_per_node)
+        if t.nodes > room:
+            return [("training.nodes", f"{t.nodes} pods (one per node) but the pools with {t.gpus_per_node} or more GPUs "
+                                       f"per node scale to at most {room} nodes (autoscaling.maxNodes x zones)")]
+        return []
+
+    def _platform_problems(self, secrets: frozenset[str]) -> Problems:
+        """Pools against the accelerator table, drivers against gpu.stack, zones against gcp:region."""
+        gke, problems = self.gke, self._zone_problems()
+        if gke.location is GkeLocation.ZONAL and not gke.zone:
+            problems.append(("gke.zone", "a zonal cluster needs its zone, e.g. 'us-central1-a' (or location: regional)"))
+        if gke.location is GkeLocation.REGIONAL and gke.zone:
+            problems.append(("gke.zone", "applies to location zonal only; a regional cluster spans gcp:region"))
+        if gke.private_nodes.enabled and gke.private_nodes.master_cidr.prefixlen != 28:
+            problems.append(("gke.privateNodes.masterCidr", "must be a /28, e.g. 172.16.0.0/28"))
+        low, high = FILESTORE_CAPACITY[gke.filestore.tier]
+        if not low <= gke.filestore.capacity_gb <= high:
+            problems.append(("gke.filestore.capacityGb", f"{gke.filestore.tier.value} takes {low} to {high} GiB"))
+        if gke.filestore.zone and not gke.filestore.tier.zonal:
+            problems.append(("gke.filestore.zone", f"{gke.filestore.tier.value} is regional; leave zone unset"))
+        if not gke.gpu_pools:
+            problems.append(("gke.gpuPools", "gke needs at least one GPU node pool"))
+        operator = self.gpu.stack is GpuStack.OPERATOR
+        if not operator and self.gpu.sharing.mode is SharingMode.TIME_SLICING:
+            problems.append(("gpu.sharing.mode", "on gke with gpu.stack device-plugin, GKE's device plugin shares GPUs: "
+                                                 "use gke.gpuPools[].sharing"))
+        if not operator and self.gpu.sharing.mode is SharingMode.MIG:
+            problems.append(("gpu.sharing.mode", "on gke with gpu.stack device-plugin, GKE partitions GPUs: "
+                                                 "use gke.gpuPools[].migPartitionSize"))
+        seen: dict[str, int] = {}
+        for i, pool in enumerate(gke.gpu_pools):
+            key = f"gke.gpuPools[{i}]"
+            if pool.name in seen:
+                problems.append((f"{key}.name", f"duplicates gke.gpuPools[{seen[pool.name]}].name {pool.name!r}"))
+            seen.setdefault(pool.name, i)
+            problems += _pool_problems(key, pool, operator)
+        if operator:
+            installer = {p.driver.installer for p in gke.gpu_pools if not p.driver.gke_managed}
+            if len(installer) > 1:
+                problems.append(("gke.gpuPools", "with gpu.stack operator every pool's driver is an installer-* or every "
+                                                 "one is none (the operator's driver setting is cluster-wide)"))
+        return problems
+
+    def _zone_problems(self) -> Problems:
+        """Every zone the gke section names, inside gcp:region."""
+        problems: Problems = []
+
+        def outside(zone: str) -> bool:
+            return locations.region_of(zone) != self.region
+
+        if self.gke.zone and outside(self.gke.zone):
+            problems.append(("gke.zone", f"{self.gke.zone} is not in gcp:region {self.region}"))
+        if self.gke.filestore.zone and outside(self.gke.filestore.zone):
+            problems.append(("gke.filestore.zone", f"{self.gke.filestore.zone} is not in gcp:region {self.region}"))
+        for i, pool in enumerate(self.gke.gpu_pools):
+            for zone in pool.zones:
+                if outside(zone):
+                    problems.append((f"gke.gpuPools[{i}].zones", f"{zone} is not in gcp:region {self.region}"))
+        return problems
+
+
+def _pool_problems(key: str, pool: GpuPool, operator: bool) -> Problems:
+    """One GPU pool: its name, accelerator, labels, zones, autoscaling, sharing and driver."""
+    problems: Problems = []
+    if pool.name == "system":
+        problems.append((f"{key}.name", "'system' is the CPU system pool's name"))
+    problems += [(f"{key}.{sub}", msg) for sub, msg in
+                 accelerators.check(pool.machine_type, pool.accelerator.type, pool.accelerator.count)]
+    for label in pool.labels:
+        if label == node_labels.NO_GKE_DEVICE_PLUGIN_LABEL and not operator:
+            problems.append((f"{key}.labels", f"{label} switches GKE's NVIDIA device plugin off, which gpu.stack "
+                                              "device-plugin relies on on gke (no GPU would be advertised): remove "
+                                              "it, or use gpu.stack operator (which sets it itself)"))
+        elif label in node_labels.OWN_LABELS:
+            problems.append((f"{key}.labels", f"{label} is set by this program; remove it"))
+    if not pool.zones:
+        problems.append((f"{key}.zones", f"must list at least one zone where {pool.accelerator.type} is offered"))
+    elif len(set(pool.zones)) != len(pool.zones):
+        problems.append((f"{key}.zones", "lists a zone twice"))
+    if pool.autoscaling.min_nodes > pool.autoscaling.max_nodes:
+        problems.append((f"{key}.autoscaling.minNodes",
+                         f"{pool.autoscaling.min_nodes} is more than maxNodes {pool.autoscaling.max_nodes}"))
+    sharing = pool.sharing
+    if sharing.strategy is GkeSharingStrategy.NONE and sharing.max_clients != 1:
+        problems.append((f"{key}.sharing.maxClients", "applies to strategy time-sharing or mps; leave it at 1"))
+    if sharing.strategy is not GkeSharingStrategy.NONE and sharing.max_clients < 2:
+        problems.append((f"{key}.sharing.maxClients", f"{sharing.strategy.value} needs 2 to 48 clients per GPU"))
+    acc = accelerators.ACCELERATORS.get(pool.accelerator.type)
+    if pool.mig_partition_size is not None and acc is not None:
+        if not acc.mig_partitions:
+            problems.append((f"{key}.migPartitionSize", f"MIG needs A100 or H100; {pool.accelerator.type} has none"))
+        elif pool.mig_partition_size not in acc.mig_partitions:
+            problems.append((f"{key}.migPartitionSize",
+                             f"{acc.product} partitions are {', '.join(acc.mig_partitions)}"))
+    if operator:
+        # NVIDIA's GKE guide: GKE's driver and device plugin are switched off on the operator's
+        # nodes; the driver comes from Google's installer DaemonSet or the operator (Ubuntu).
+        if pool.driver.gke_managed:
+            problems.append((f"{key}.driver", "gpu.stack operator needs installer-cos, installer-ubuntu or none "
+                                              f"(GKE's own driver and device plugin are disabled); got {pool.driver.value}"))
+        if sharing.strategy is not GkeSharingStrategy.NONE or pool.mig_partition_size is not None:
+            problems.append((f"{key}.sharing", "GKE's sharing and MIG settings need GKE's device plugin; with "
+                                               "gpu.stack operator use gpu.sharing"))
+    elif pool.driver is GkeDriver.NONE:
+        problems.append((f"{key}.driver", "none leaves the nodes without a driver: it needs gpu.stack operator"))
+    return problems

@@ -1,0 +1,368 @@
+"""lab: a kubeadm cluster on the user's own servers over SSH. `LabStack` holds the shared keys
+(addons.Addons) and the lab's own: hosts, API endpoint, pod and service ranges, CNI, containerd,
+NVIDIA driver, GPU taint, bastion and the NFS-backed shared storage."""
+
+from __future__ import annotations
+
+import enum
+import ipaddress
+import re
+from typing import Any, ClassVar, Literal
+
+from pydantic import Field, field_validator
+
+from components import versions
+from config.addons import Addons, Platform, Storage
+from config.errors import Problems
+from config.fields import (
+    APT_VERSION,
+    DNS_LABEL,
+    Model,
+    check_abs_path,
+    check_host_key,
+    check_posix_user,
+    check_remote_host,
+    empty_to_none,
+    host_dir_problem,
+    ipv4_or_none,
+    unusable_address,
+)
+from config.gpu import GpuStack
+
+
+class Cni(enum.StrEnum):
+    FLANNEL = "flannel"
+    CALICO = "calico"
+
+
+class Role(enum.StrEnum):
+    CONTROL_PLANE = "control-plane"
+    WORKER = "worker"
+
+
+class Host(Model):
+    """One server of the lab stack."""
+
+    name: str = Field(description="Kubernetes node name (RFC 1123 label).")
+    address: ipaddress.IPv4Address = Field(description="IPv4 address SSH and the cluster use.")
+    role: Role = Field(description="control-plane or worker.")
+    gpus: int = Field(default=0, description="NVIDIA GPUs in the host (0 = CPU node).")
+    ssh_user: str = Field(default="ubuntu", description="SSH user with passwordless sudo.")
+    ssh_port: int = Field(default=22, ge=1, le=65535, description="SSH port.")
+    host_key: str = Field(description="Pinned SSH host key ('ssh-ed25519 AAAA...').")
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not DNS_LABEL.fullmatch(v):
+            raise ValueError(
+                "must be a lowercase RFC 1123 label (a-z, 0-9, '-', at most 63 characters)"
+            )
+        return v
+
+    @field_validator("gpus")
+    @classmethod
+    def _gpus(cls, v: int) -> int:
+        if v < 0:
+            raise ValueError("must be 0 or more")
+        return v
+
+    _host_key = field_validator("host_key")(classmethod(lambda cls, v: check_host_key(v)))
+    _ssh_user = field_validator("ssh_user")(classmethod(lambda cls, v: check_posix_user(v)))
+
+    @field_validator("address")
+    @classmethod
+    def _address(cls, v: ipaddress.IPv4Address) -> ipaddress.IPv4Address:
+        problem = unusable_address(v)
+        if problem:
+            raise ValueError(problem)
+        return v
+
+    @property
+    def is_gpu(self) -> bool:
+        return self.gpus > 0
+
+
+class Bastion(Model):
+    """An SSH jump host in front of the lab servers."""
+
+    host: str = Field(description="Address or DNS name of the jump host.")
+    ssh_user: str = Field(default="ubuntu")
+    ssh_port: int = Field(default=22, ge=1, le=65535)
+    host_key: str = Field(description="Pinned SSH host key of the jump host.")
+
+    _host_key = field_validator("host_key")(classmethod(lambda cls, v: check_host_key(v)))
+    _ssh_user = field_validator("ssh_user")(classmethod(lambda cls, v: check_posix_user(v)))
+    # Loopback allowed: the jump host may be a local SSH tunnel (the program connects from here).
+    _host = field_validator("host")(classmethod(lambda cls, v: check_remote_host(v, loopback_ok=True)))
+
+
+class NvidiaDriver(Model):
+    """The NVIDIA driver installed on lab GPU hosts."""
+
+    branch: str = Field(
+        default=versions.NVIDIA_DRIVER_BRANCH_DEFAULT,
+        description="Driver branch: installs nvidia-driver-<branch>-server and holds it.",
+    )
+    version: str | None = Field(
+        default=None, description="Exact Debian version of that package (optional, pins fully)."
+    )
+    preinstalled: bool = Field(
+        default=False, description="Hosts already have a working driver: do not install one."
+    )
+
+    @field_validator("branch")
+    @classmethod
+    def _branch(cls, v: str) -> str:
+        if not re.fullmatch(r"[0-9]{3}", v):
+            raise ValueError("must be a driver branch number such as '570'")
+        return v
+
+    @field_validator("version")
+    @classmethod
+    def _version(cls, v: str | None) -> str | None:
+        if v is not None and not APT_VERSION.fullmatch(v):
+            raise ValueError("must be a Debian package version such as '570.172.08-0ubuntu0.22.04.1'")
+        return v
+
+
+class NfsExport(Model):
+    server: str = Field(description="NFS server address or DNS name.")
+    path: str = Field(description="Exported directory on the server, absolute.")
+
+    # The server's own layout: '/' is allowed (an NFSv4 pseudo-root).
+    _path = field_validator("path")(classmethod(lambda cls, v: check_abs_path(v, root_ok=True)))
+    _server = field_validator("server")(classmethod(lambda cls, v: check_remote_host(v)))
+
+
+# dev's storage keys: refused in a lab stack unless left empty.
+_DEV_STORAGE_KEYS = ("hostPath", "useDefaultClass")
+
+
+class LabStorage(Storage):
+    """lab: an existing NFS export, or an NFS server this program sets up on the control plane."""
+
+    nfs: NfsExport | None = Field(default=None, description="An existing NFS export {server, path}.")
+    provision: bool = Field(default=False, description="Set up an NFS server on the control plane.")
+    export_path: str = Field(default="/srv/gpu-cluster/shared", description="provision: the directory exported.")
+
+    _optional = field_validator("nfs", mode="before")(classmethod(lambda cls, v: empty_to_none(v)))
+    # Syntax here; which directories are refused (host_dir_problem) is a stack check, so that a
+    # refused directory is reported together with the other storage problems.
+    _abs = field_validator("export_path")(classmethod(lambda cls, v: check_abs_path(v)))
+
+    @property
+    def configured(self) -> bool:
+        return bool(self.nfs or self.provision)
+
+
+class LabStack(Addons):
+    """The lab stack: the shared keys and the lab's own."""
+
+    platform: Literal[Platform.LAB] = Field(
+        default=Platform.LAB, description=Addons.model_fields["platform"].description
+    )
+    hosts: tuple[Host, ...] = Field(default=(), description="The servers (see hosts[] keys).")
+    control_plane_endpoint: str | None = Field(
+        default=None,
+        description="Stable 'host:port' of the API server (required with >1 control plane).",
+    )
+    pod_cidr: ipaddress.IPv4Network = Field(
+        default=ipaddress.IPv4Network("10.244.0.0/16"), description="Pod network."
+    )
+    service_cidr: ipaddress.IPv4Network = Field(
+        default=ipaddress.IPv4Network("10.96.0.0/12"), description="Service network."
+    )
+    cni: Cni = Field(default=Cni.FLANNEL, description="flannel or calico.")
+    containerd_version: str = Field(
+        default=versions.CONTAINERD_DEFAULT, description="containerd.io package version."
+    )
+    nvidia_driver: NvidiaDriver = Field(
+        default_factory=NvidiaDriver, description="NVIDIA driver (branch, version, preinstalled)."
+    )
+    gpu_taint: bool = Field(
+        default=True,
+        description="Taint GPU workers nvidia.com/gpu=present:NoSchedule (as GKE does).",
+    )
+    bastion: Bastion | None = Field(default=None, description="Optional SSH jump host.")
+    storage: LabStorage = Field(
+        default_factory=LabStorage, description="The shared ReadWriteMany volume of training pods."
+    )
+
+    FOREIGN_HINTS: ClassVar[dict[str, str]] = {
+        "gpuNodes": "lab GPU nodes come from hosts[].gpus",
+        "kubeContext": "lab reads the admin kubeconfig from its control plane",
+        "kubeconfig": "lab reads the admin kubeconfig from its control plane",
+        "gke": "lab builds a kubeadm cluster on hosts",
+    }
+
+    _optional = field_validator("control_plane_endpoint", "bastion", mode="before")(
+        classmethod(lambda cls, v: empty_to_none(v))
+    )
+
+    @field_validator("storage", mode="before")
+    @classmethod
+    def _no_dev_storage(cls, v: Any) -> Any:
+        if not isinstance(v, dict):
+            return v
+        if any(v.get(key) not in (None, "", False) for key in _DEV_STORAGE_KEYS):
+            raise ValueError("hostPath and useDefaultClass are dev keys; lab uses storage.nfs or storage.provision")
+        return {key: value for key, value in v.items() if key not in _DEV_STORAGE_KEYS}
+
+    @field_validator("containerd_version")
+    @classmethod
+    def _containerd(cls, v: str) -> str:
+        if not APT_VERSION.fullmatch(v):
+            raise ValueError("must be a Debian package version such as '1.7.27-1'")
+        # The lab's containerd config edit (sandbox_image, SystemdCgroup) follows the 1.x layout;
+        # containerd 2.x moved those keys.
+        if not re.fullmatch(r"1\.[67]\..+", v):
+            raise ValueError(f"{v}: only containerd 1.6.x and 1.7.x are supported; 2.x is not supported yet")
+        return v
+
+    @property
+    def gpu_node_count(self) -> int:
+        """Hosts with gpus > 0."""
+        return sum(1 for h in self.hosts if h.is_gpu)
+
+    @property
+    def host_installs_driver(self) -> bool:
+        """Whether node prep installs the NVIDIA driver and toolkit on GPU hosts."""
+        return self.gpu.stack is GpuStack.DEVICE_PLUGIN and not self.nvidia_driver.preinstalled
+
+    @property
+    def control_planes(self) -> tuple[Host, ...]:
+        return tuple(h for h in self.hosts if h.role is Role.CONTROL_PLANE)
+
+    @property
+    def workers(self) -> tuple[Host, ...]:
+        return tuple(h for h in self.hosts if h.role is Role.WORKER)
+
+    @property
+    def api_endpoint(self) -> str:
+        """host:port every node and the admin kubeconfig use to reach the API server."""
+        if self.control_plane_endpoint:
+            return self.control_plane_endpoint
+        return f"{self.control_planes[0].address}:6443"
+
+    def _capacity_problems(self) -> Problems:
+        t = self.training
+        gpu_hosts = sorted((h.gpus for h in self.hosts if h.is_gpu), reverse=True)
+        if not gpu_hosts:
+            return [("training.enabled", "no GPU node is configured (hosts[].gpus)")]
+        problems: Problems = []
+        if t.nodes > len(gpu_hosts):
+            problems.append(("training.nodes", f"{t.nodes} pods (one per node) but only {len(gpu_hosts)} hosts with gpus > 0"))
+        if t.gpus_per_node > gpu_hosts[0]:
+            problems.append(("training.gpusPerNode",
+                             f"{t.gpus_per_node} GPUs per pod but no host has more than {gpu_hosts[0]} (hosts[].gpus)"))
+        elif t.nodes <= len(gpu_hosts) and gpu_hosts[t.nodes - 1] < t.gpus_per_node:
+            problems.append(
+                ("training.gpusPerNode",
+                 f"{t.nodes} x {t.gpus_per_node} GPUs do not fit: only {sum(g >= t.gpus_per_node for g in gpu_hosts)} "
+                 f"host(s) have {t.gpus_per_node} or more GPUs")
+            )
+        return problems
+
+    def _platform_problems(self, secrets: frozenset[str]) -> Problems:
+        problems = self._storage_problems()
+        if not self.hosts:
+            problems.append(("hosts", "lab needs at least one host with role control-plane"))
+            return problems
+        if not self.control_planes:
+            problems.append(("hosts", "no host has role control-plane; exactly one is needed, or more with controlPlaneEndpoint"))
+        elif len(self.control_planes) > 1 and not self.control_plane_endpoint:
+            problems.append(
+                (
+                    "controlPlaneEndpoint",
+                    f"{len(self.control_planes)} control-plane hosts need a load-balanced endpoint 'host:port'",
+                )
+            )
+        endpoint_problem, endpoint_ip = _endpoint(self.control_plane_endpoint)
+        if endpoint_problem:
+            problems.append(("controlPlaneEndpoint", endpoint_problem))
+        if "sshPrivateKey" not in secrets:
+            problems.append(
+                (
+                    "sshPrivateKey",
+                    "lab needs the SSH private key as a secret: "
+                    "`pulumi config set --secret gpu-cluster:sshPrivateKey < ~/.ssh/id_ed25519`",
+                )
+            )
+        problems += self._host_problems()
+        nfs_ip = ipv4_or_none(self.storage.nfs.server) if self.storage.nfs else None
+        for ip, what in ((endpoint_ip, "controlPlaneEndpoint"), (nfs_ip, "storage.nfs.server")):
+            for net, key in ((self.pod_cidr, "podCidr"), (self.service_cidr, "serviceCidr")):
+                if ip is not None and ip in net:
+                    problems.append((key, f"{net} contains {what} {ip}; pick a range that leaves it out"))
+        problems += self._cidr_size_problems()
+        return problems
+
+    def _storage_problems(self) -> Problems:
+        st = self.storage
+        problems: Problems = []
+        if problem := host_dir_problem(st.export_path):
+            problems.append(("storage.exportPath", problem))
+        if st.nfs and st.provision:
+            problems.append(("storage.provision", "choose one: an existing export (storage.nfs) or provision: true"))
+        if self.runs_jobs and not st.configured:
+            problems.append(("storage", "training needs shared storage: set storage.nfs {server, path} or storage.provision: true"))
+        return problems
+
+    def _host_problems(self) -> Problems:
+        problems: Problems = []
+        seen_names: dict[str, int] = {}
+        seen_addrs: dict[str, int] = {}
+        for i, host in enumerate(self.hosts):
+            if host.name in seen_names:
+                problems.append((f"hosts[{i}].name", f"duplicates hosts[{seen_names[host.name]}].name {host.name!r}"))
+            seen_names.setdefault(host.name, i)
+            addr = str(host.address)
+            if addr in seen_addrs:
+                problems.append((f"hosts[{i}].address", f"duplicates hosts[{seen_addrs[addr]}].address {addr}"))
+            seen_addrs.setdefault(addr, i)
+            for net, key in ((self.pod_cidr, "podCidr"), (self.service_cidr, "serviceCidr")):
+                if host.address in net:
+                    problems.append((key, f"{net} contains hosts[{i}].address {addr}; pick a range no host is in"))
+        return problems
+
+    def _cidr_size_problems(self) -> Problems:
+        problems = []
+        pod, svc = self.pod_cidr, self.service_cidr
+        if pod.overlaps(svc):
+            problems.append(("podCidr", f"{pod} overlaps serviceCidr {svc}"))
+        # kube-apiserver refuses an IPv4 service range with more than 20 host bits.
+        if svc.prefixlen < 12:
+            problems.append(("serviceCidr", f"{svc} is larger than kube-apiserver allows: use /12 to /28, e.g. 10.96.0.0/12"))
+        # kubeadm puts the cluster DNS Service at the 10th address (the API Service takes the 1st).
+        if svc.prefixlen > 28:
+            problems.append(("serviceCidr", f"{svc} is too small: the cluster DNS Service takes its 10th address; "
+                                            "use /12 to /28, e.g. 10.96.0.0/12"))
+        # Each node gets a /24 of the pod range (kube-controller-manager's default node mask, which
+        # flannel and calico follow here); its allocator takes at most 16 bits between the two.
+        if pod.prefixlen > 24:
+            problems.append(("podCidr", "must be /24 or larger (each node gets a /24 from it)"))
+        elif pod.prefixlen < 8:
+            problems.append(("podCidr", f"{pod} is larger than kube-controller-manager allows with /24 per node: "
+                                        "use /8 to /24, e.g. 10.244.0.0/16"))
+        elif 2 ** (24 - pod.prefixlen) < len(self.hosts):
+            needed = 24 - (len(self.hosts) - 1).bit_length()
+            problems.append(("podCidr", f"{pod} holds {2 ** (24 - pod.prefixlen)} node /24s but there are "
+                                        f"{len(self.hosts)} hosts; use a /{needed} or larger"))
+        return problems
+
+
+def _endpoint(endpoint: str | None) -> tuple[str | None, ipaddress.IPv4Address | None]:
+    """(what is wrong with controlPlaneEndpoint or None, its address when it is an IPv4 address)."""
+    if not endpoint:
+        return None, None
+    m = re.fullmatch(r"([^:]+):([0-9]{1,5})", endpoint)
+    if not m:
+        return "must be 'host:port', e.g. 'k8s-api.lab.example:6443'", None
+    try:
+        check_remote_host(m.group(1))
+    except ValueError as exc:
+        return f"host {m.group(1)!r}: {exc}", None
+    if not 1 <= int(m.group(2)) <= 65535:
+        return f"port {m.group(2)} is out of range: 1 to 65535 (kube-apiserver listens on 6443)", None
+    return None, ipv4_or_none(m.group(1))
