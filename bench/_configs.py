@@ -10,7 +10,7 @@ lab: the control plane is 192.0.2.10 (TEST-NET-1) and worker i is 198.18.0.10 + 
 gke: gcp:project / gcp:region (the Google Cloud provider's own keys) plus gpu-cluster:gke with N GPU
 pools alternating g2-standard-8 + 1 L4 (spot) and a2-highgpu-1g + 1 A100 40GB, each pool in one
 zone, rotating over the zones of us-central1 that offer its accelerator. Every pair is valid per
-components/gke/accelerators.py; per-zone availability is Google's table as of writing (the program
+config/gcp/accelerators.py; per-zone availability is Google's table as of writing (the program
 does not check it, GKE would).
 """
 

@@ -43,8 +43,7 @@ the usual lab (one control plane, GPU workers) no node is untainted. Hence:
 dev (minikube: one untainted node) and gke (no control-plane node; an untainted system pool) carry
 no control-plane taint: there these tolerations change nothing.
 
-Does not define: labels only one component reads (the GKE pool and driver-installer labels in
-components/gke/node_labels.py), or the labels GFD and the GPU Operator set at run time.
+Does not define: the labels GFD and the GPU Operator set at run time.
 """
 
 from __future__ import annotations
@@ -86,6 +85,12 @@ NO_GKE_DEVICE_PLUGIN_LABEL = "gke-no-default-nvidia-gpu-device-plugin"
 # The GPU Operator's MIG manager partitions a node by this label (a profile of its mig-parted
 # config, from gpu.sharing.migProfile); the ClusterPolicy CRD names it.
 MIG_CONFIG_LABEL = "nvidia.com/mig.config"
+# GKE GPU pools: the pool's name, and which driver-installer DaemonSet (if any) serves the node
+# (components/gke/driver_installer.py selects on it).
+GKE_POOL_LABEL = "gpu-cluster/pool"
+GKE_DRIVER_LABEL = "gpu-cluster/gke-driver"
+# Every label this program sets on a GKE GPU pool itself: a pool's own `labels` may not use them.
+GKE_POOL_OWN_LABELS = (GKE_POOL_LABEL, GKE_DRIVER_LABEL, NO_GKE_DEVICE_PLUGIN_LABEL, MIG_CONFIG_LABEL)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -4,8 +4,8 @@ Cloud provider's own `gcp:project` and `gcp:region`, read from the `gcp:` namesp
 they are in every message. GPU pools are checked against the accelerator table, drivers against
 gpu.stack, every zone against gcp:region.
 
-The GCP tables (components/gke/locations.py, machine_types.py, accelerators.py, node_labels.py)
-import nothing else of the project.
+The GCP tables (config/gcp/: locations, machine types, accelerators) import nothing else of the
+project; the labels a pool may not set are the scheduling contract's (components/scheduling_contract.py).
 """
 
 from __future__ import annotations
@@ -17,10 +17,11 @@ from typing import ClassVar, Literal
 
 from pydantic import Field, field_validator
 
-from components.gke import accelerators, locations, machine_types, node_labels
+from components.scheduling_contract import GKE_POOL_OWN_LABELS, NO_GKE_DEVICE_PLUGIN_LABEL
 from config.addons import Addons, Platform
 from config.errors import Problems
 from config.fields import Model, empty_to_none, label_problems
+from config.gcp import accelerators, locations, machine_types
 from config.gpu import GpuStack, SharingMode
 
 
@@ -377,11 +378,11 @@ def _pool_problems(key: str, pool: GpuPool, operator: bool) -> Problems:
     problems += [(f"{key}.{sub}", msg) for sub, msg in
                  accelerators.check(pool.machine_type, pool.accelerator.type, pool.accelerator.count)]
     for label in pool.labels:
-        if label == node_labels.NO_GKE_DEVICE_PLUGIN_LABEL and not operator:
+        if label == NO_GKE_DEVICE_PLUGIN_LABEL and not operator:
             problems.append((f"{key}.labels", f"{label} switches GKE's NVIDIA device plugin off, which gpu.stack "
                                               "device-plugin relies on on gke (no GPU would be advertised): remove "
                                               "it, or use gpu.stack operator (which sets it itself)"))
-        elif label in node_labels.OWN_LABELS:
+        elif label in GKE_POOL_OWN_LABELS:
             problems.append((f"{key}.labels", f"{label} is set by this program; remove it"))
     if not pool.zones:
         problems.append((f"{key}.zones", f"must list at least one zone where {pool.accelerator.type} is offered"))

@@ -11,8 +11,8 @@ import pytest
 from pulumi.runtime.config import set_all_config
 
 import config
-from components.gke import accelerators
 from config import ConfigError, GkeStack, Platform
+from config.gcp import accelerators
 from config.gke import GkeDriver
 
 GCP = {"gcp:project": "my-gpu-project", "gcp:region": "us-central1"}

@@ -23,6 +23,7 @@ import pulumi_kubernetes as k8s
 import yaml
 
 from components.gke.node_identity import account_id, node_service_account
+from components.scheduling_contract import GKE_POOL_LABEL
 from config.gke import GkeConfig, GkeLocation
 
 CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
@@ -150,7 +151,7 @@ class GkeCluster(pulumi.ComponentResource):
                     enable_secure_boot=True, enable_integrity_monitoring=True
                 ),
                 metadata={"disable-legacy-endpoints": "true"},
-                labels={"gpu-cluster/pool": "system"},
+                labels={GKE_POOL_LABEL: "system"},
             ),
             management=gcp.container.NodePoolManagementArgs(auto_repair=True, auto_upgrade=True),
             opts=pulumi.ResourceOptions(parent=self, depends_on=roles),

@@ -22,8 +22,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components import versions
-from components.gke.node_labels import DRIVER_LABEL
-from components.scheduling_contract import GKE_ACCELERATOR_LABEL
+from components.scheduling_contract import GKE_ACCELERATOR_LABEL, GKE_DRIVER_LABEL
 
 NAMESPACE = "kube-system"
 INSTALL_DIR_HOST = "/home/kubernetes/bin/nvidia"
@@ -113,7 +112,7 @@ def daemonset_manifest(name: str, os: str) -> dict[str, Any]:
     match = [
         {"key": GKE_ACCELERATOR_LABEL, "operator": "Exists"},
         {"key": "cloud.google.com/gke-gpu-driver-version", "operator": "DoesNotExist"},
-        {"key": DRIVER_LABEL, "operator": "In", "values": [f"installer-{os}"]},
+        {"key": GKE_DRIVER_LABEL, "operator": "In", "values": [f"installer-{os}"]},
     ]
     if os == "cos":
         match.insert(2, {"key": "cloud.google.com/gke-confidential-nodes-instance-type", "operator": "DoesNotExist"})

@@ -26,8 +26,13 @@ import pulumi_gcp as gcp
 
 from components.gke.cluster import CLOUD_PLATFORM_SCOPE, GkeCluster
 from components.gke.node_identity import account_id, node_service_account
-from components.gke.node_labels import DRIVER_LABEL, POOL_LABEL
-from components.scheduling_contract import GPU_TAINT, MIG_CONFIG_LABEL, NO_GKE_DEVICE_PLUGIN_LABEL
+from components.scheduling_contract import (
+    GKE_DRIVER_LABEL,
+    GKE_POOL_LABEL,
+    GPU_TAINT,
+    MIG_CONFIG_LABEL,
+    NO_GKE_DEVICE_PLUGIN_LABEL,
+)
 from config.gke import GkeDriver, GkeSharingStrategy, GpuPool
 
 _DRIVER_VERSION = {
@@ -56,7 +61,7 @@ def image_type(driver: GkeDriver) -> str:
 
 
 def node_labels(pool: GpuPool, operator: bool, mig_profile: str | None = None) -> dict[str, str]:
-    labels = {**pool.labels, POOL_LABEL: pool.name, DRIVER_LABEL: pool.driver.value}
+    labels = {**pool.labels, GKE_POOL_LABEL: pool.name, GKE_DRIVER_LABEL: pool.driver.value}
     if operator:
         labels[NO_GKE_DEVICE_PLUGIN_LABEL] = "true"
     if mig_profile is not None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from components.gke.machine_types import check_general_purpose
+from config.gcp.machine_types import check_general_purpose
 
 
 @dataclass(frozen=True)
