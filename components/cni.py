@@ -11,7 +11,7 @@ that upgrades update them), as a second pinned Helm release the operator release
 Upstream's docs pipe `helm template` into `kubectl apply --server-side` because some CRDs are too
 large for client-side apply's last-applied annotation; Helm creates and patches objects without
 that annotation, so a release works. Its Secret holds the whole chart, about 0.9 of its 1 MiB
-(tests/test_calico_crds.py watches the margin).
+(tests/components/test_calico_crds.py watches the margin).
 
 Does not manage: network policies (calico enforces them, flannel does not), BGP peering, Calico's
 native projectcalico.org/v3 CRDs (tech preview), or changing the backend of a running cluster.

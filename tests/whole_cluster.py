@@ -5,10 +5,10 @@ that each plan a test evaluates (committed stacks and every config variant the t
 goes through render.cluster.check and fails the test, naming the workload, node and reason, if it
 would not come up. A test that breaks a plan on purpose to show the check finds it marks itself
 `@pytest.mark.would_not_come_up`, or calls render.cluster.check itself on a plan it changes after
-evaluation (as tests/test_cluster_check.py does).
+evaluation (as tests/render/test_cluster_check.py does).
 
 Without the upstream charts the check cannot run: in CI that fails the test (CI must not pass by
-skipping), elsewhere the plans go unchecked and tests/test_cluster_check.py skips with the reason.
+skipping), elsewhere the plans go unchecked and tests/render/test_cluster_check.py skips with the reason.
 """
 
 from __future__ import annotations

@@ -50,7 +50,7 @@ class NfsSharedStorageArgs:
 def csi_driver_nfs_values() -> dict[str, Any]:
     # No VolumeSnapshot CRDs in these clusters: the snapshotter sidecar would only log errors.
     # Scheduling left to the chart: its controller already tolerates the control-plane taint (on
-    # lab every node is tainted; tests/test_control_plane_taint.py renders the chart to check),
+    # lab every node is tainted; tests/stacks/test_control_plane_taint.py renders the chart to check),
     # its node plugin every taint. A preferred-only `controller.affinity` would be dropped: the
     # chart renders that value only when it holds nodeSelectorTerms.
     return {"controller": {"enableSnapshotter": False}}

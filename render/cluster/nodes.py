@@ -20,7 +20,7 @@ runs).
 
 What GKE and NVIDIA's add-ons set is spelled out here, not imported from
 components/scheduling_contract.py: the model is the world that contract is checked against
-(tests/test_scheduling_contract.py).
+(tests/components/test_scheduling_contract.py).
 """
 
 from __future__ import annotations

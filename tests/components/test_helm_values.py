@@ -391,7 +391,7 @@ def test_operator_releases_carry_the_sharing_mode() -> None:
     assert ts["values"]["migManager"]["enabled"] is False
     (mig,) = [r for r in _releases("lab-operator-mig") if r["chart"] == versions.GPU_OPERATOR_CHART]
     assert mig["values"]["mig"] == {"strategy": "mixed"}
-    # The layout is a node label (tests/test_mig_layout.py): the CRD admits only all-disabled or "" here.
+    # The layout is a node label (tests/components/test_mig_layout.py): the CRD admits only all-disabled or "" here.
     assert mig["values"]["migManager"] == {"enabled": True, "config": {"default": "all-disabled"}}
     assert "config" not in mig["values"]["devicePlugin"]
 

@@ -510,8 +510,8 @@ def test_pytorchjob_manifest_single_node_has_no_workers() -> None:
 
 
 def test_acceptance_args_format() -> None:
+    from tests.config.test_training_k8s_config import IMAGE as CFG_IMAGE  # noqa: F401 (same example image)
     from tests.conftest import lab_config
-    from tests.test_training_k8s_config import IMAGE as CFG_IMAGE  # noqa: F401 (same example image)
 
     cfg = lab_config(
         hosts=[{"name": "cp-1", "address": "192.0.2.10", "role": "control-plane", "hostKey": _key()},
@@ -708,7 +708,7 @@ def test_addons_use_the_contracts_claim_and_namespace(mocks) -> None:
     from components.training_namespace import training_namespace
     from stacks import addons
     from stacks.contract import Cluster
-    from tests.test_training_k8s_config import dev_raw, parse
+    from tests.config.test_training_k8s_config import dev_raw, parse
 
     cfg = parse(dev_raw(training={"enabled": True, "image": IMAGE}, storage={"useDefaultClass": True}))
     provider = k8s.Provider("p", kubeconfig="{}")
@@ -741,7 +741,7 @@ def test_a_job_without_namespace_or_claim_is_refused(mocks) -> None:
     from components.gpu_stack import DriverSource
     from stacks import addons
     from stacks.contract import Cluster
-    from tests.test_training_k8s_config import dev_raw, parse
+    from tests.config.test_training_k8s_config import dev_raw, parse
 
     cfg = parse(dev_raw(training={"enabled": True, "image": IMAGE}, storage={"useDefaultClass": True}))
     provider = k8s.Provider("p", kubeconfig="{}")

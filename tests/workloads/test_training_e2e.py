@@ -38,8 +38,9 @@ torch = pytest.importorskip("torch", reason="torch (CPU) is in requirements-dev.
 
 from components.storage_contract import MOUNT_ROOT, TRAINING_NAMESPACE  # noqa: E402
 from components.training import launch  # noqa: E402
+from tests.conftest import PROJECT_DIR  # noqa: E402
 
-PROJECT = Path(__file__).resolve().parent.parent
+PROJECT = PROJECT_DIR
 WORKLOADS = PROJECT / "workloads"
 if str(WORKLOADS) not in sys.path:
     sys.path.insert(0, str(WORKLOADS))

@@ -13,7 +13,6 @@ import functools
 import json
 import shlex
 import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,15 +22,15 @@ from config.training import RDMA_MIN_BUSBW_FRACTION, SOCKET_MIN_BUSBW_FRACTION
 from render import program
 from render.__main__ import kubernetes_objects
 from stacks.addons import ACCEPTANCE_JOB
-from tests.conftest import lab_raw
+from tests.conftest import PROJECT_DIR, lab_raw
 
-WORKLOADS = Path(__file__).resolve().parent.parent / "workloads"
+WORKLOADS = PROJECT_DIR / "workloads"
 if str(WORKLOADS) not in sys.path:
     sys.path.insert(0, str(WORKLOADS))
 
 from trainer import allreduce_bench, nccl  # noqa: E402
 
-from tests.test_training_workload import SEED_NCCL_INFO, SEED_TABLE, SOCKET_INFO  # noqa: E402
+from tests.workloads.test_training_workload import SEED_NCCL_INFO, SEED_TABLE, SOCKET_INFO  # noqa: E402
 
 GIB = 1 << 30
 

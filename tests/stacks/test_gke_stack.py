@@ -9,7 +9,6 @@ import functools
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import yaml
@@ -21,11 +20,11 @@ from config import ConfigError
 from render import program
 from render.__main__ import kubernetes_objects
 from render.program import SECRET_MARKER, Plan
+from tests.components.test_helm_values import ALLOWED, _defaults, undeclared_paths
+from tests.components.test_kubernetes_objects import _validate
+from tests.conftest import PROJECT_DIR
 from tests.monitoring_crd_schema import is_custom_resource, validate_custom_resource
-from tests.test_helm_values import ALLOWED, _defaults, undeclared_paths
-from tests.test_kubernetes_objects import _validate
 
-PROJECT_DIR = Path(__file__).resolve().parent.parent
 RELEASE = "kubernetes:helm.sh/v3:Release"
 DAEMONSET = "kubernetes:apps/v1:DaemonSet"
 NODE_POOL = "gcp:container/nodePool:NodePool"

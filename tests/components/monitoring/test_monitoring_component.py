@@ -30,9 +30,9 @@ from config import ConfigError
 from config.monitoring import MonitoringConfig
 from render import program
 from render.program import SECRET_MARKER
+from tests.components.test_helm_values import _defaults, undeclared_paths
 from tests.conftest import PROJECT_DIR, lab_config, lab_raw
 from tests.monitoring_crd_schema import validate_custom_resource
-from tests.test_helm_values import _defaults, undeclared_paths
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
 RULE = "kubernetes:monitoring.coreos.com/v1:PrometheusRule"

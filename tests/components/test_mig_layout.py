@@ -26,7 +26,7 @@ from config.gpu import GpuConfig
 from render import program
 from render.program import Plan, Registration
 from tests.monitoring_crd_schema import strict
-from tests.test_stacks import dependency_graph, transitive
+from tests.stacks.test_stacks import dependency_graph, transitive
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
 NODE_PATCH = "kubernetes:core/v1:NodePatch"

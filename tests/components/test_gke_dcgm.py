@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from components import gpu_stack, versions
-from tests.test_helm_values import ALLOWED, _defaults, undeclared_paths
+from tests.components.test_helm_values import ALLOWED, _defaults, undeclared_paths
 
 GOOGLE_DRIVER_DIR = "/home/kubernetes/bin/nvidia"
 

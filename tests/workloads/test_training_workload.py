@@ -8,14 +8,14 @@ import re
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from components import versions
 from components.training import launch
+from tests.conftest import PROJECT_DIR
 
-PROJECT = Path(__file__).resolve().parent.parent
+PROJECT = PROJECT_DIR
 WORKLOADS = PROJECT / "workloads"
 if str(WORKLOADS) not in sys.path:
     sys.path.insert(0, str(WORKLOADS))

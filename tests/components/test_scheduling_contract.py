@@ -34,7 +34,7 @@ from render.cluster.nodes import Node
 from render.cluster.objects import collect
 from render.cluster.scheduling import expand, pod_requests, schedule, selector_reasons, taint_reasons
 from render.cluster.workloads import Workload, workloads
-from tests.test_control_plane_taint import plan as lab_plan
+from tests.stacks.test_control_plane_taint import plan as lab_plan
 
 # lab: CPU-only control plane and tainted GPU workers (the committed stack); a GPU on the tainted
 # control plane under the GPU Operator; dev: an untainted listed node; gke: GPU pools.

@@ -24,7 +24,7 @@ from components.storage_contract import CLAIM_NAME, TRAINING_NAMESPACE
 from components.training_namespace import training_namespace
 from config.gke import GkeConfig, GkeStack
 from render.program import SECRET_MARKER, RecordingMonitor
-from tests.test_gke_config import A100, L4, gke_raw, pool
+from tests.config.test_gke_config import A100, L4, gke_raw, pool
 
 PROJECT, REGION = "my-gpu-project", "us-central1"
 MINOR = versions.KUBERNETES_DEFAULT.rsplit(".", 1)[0]

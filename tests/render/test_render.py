@@ -16,8 +16,8 @@ import yaml
 from components import versions
 from render import program
 from render.__main__ import write
+from tests.conftest import PROJECT_DIR
 
-PROJECT_DIR = Path(__file__).resolve().parent.parent
 STACKS = ("lab", "dev")
 CANARY = "CANARY-SECRET-91b2"
 

@@ -450,7 +450,7 @@ def test_cni_release(mocks, kind, namespace, chart, version, repo):
     plan = mocks.plan
 
     component = one(plan, "cni", "gpucluster:k8s:Cni")
-    # calico: its CRDs are a release of their own (tests/test_calico_crds.py checks them upstream).
+    # calico: its CRDs are a release of their own (tests/components/test_calico_crds.py checks them upstream).
     releases = [r for r in plan.of_type("kubernetes:helm.sh/v3:Release")
                 if r.inputs["chart"] != versions.CALICO_CRDS_CHART]
     assert len(releases) == 1

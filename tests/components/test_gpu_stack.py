@@ -211,7 +211,7 @@ def test_device_plugin_path(stack: str) -> None:
     assert gfd.inputs["values"]["gfd"]["enabled"] is True
     assert gfd.inputs["values"]["devicePlugin"]["enabled"] is False
     # The committed stacks deploy monitoring (its CRDs first): the exporter's ServiceMonitor is on.
-    # With monitoring.enabled false it is off: tests/test_monitoring_component.py.
+    # With monitoring.enabled false it is off: tests/components/monitoring/test_monitoring_component.py.
     assert dcgm.inputs["values"]["serviceMonitor"]["enabled"] is True
     assert dcgm.inputs["values"]["kubernetes"]["enablePodLabels"] is True
     assert not releases(plan, versions.GPU_OPERATOR_CHART)
@@ -261,7 +261,7 @@ def test_operator_mig_values(strategy: str, profile: str) -> None:
     assert values["migManager"]["enabled"] is True
     assert values["mig"]["strategy"] == strategy
     # The profile is not the ClusterPolicy default (its CRD admits only all-disabled or ""): the GPU
-    # nodes carry it as nvidia.com/mig.config (tests/test_mig_layout.py validates both upstream).
+    # nodes carry it as nvidia.com/mig.config (tests/components/test_mig_layout.py validates both upstream).
     assert values["migManager"]["config"]["default"] == "all-disabled"
     assert profile not in json.dumps(values)
 

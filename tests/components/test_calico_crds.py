@@ -22,7 +22,7 @@ import yaml
 from components import versions
 from render import program
 from render.program import Plan, Registration
-from tests.test_stacks import dependency_graph, transitive
+from tests.stacks.test_stacks import dependency_graph, transitive
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
 CHART = "kubernetes:helm.sh/v4:Chart"
