@@ -555,30 +555,3 @@ def test_existing_cluster_needs_kubeconfig_or_context(mocks):
 
     with pytest.raises(ValueError, match="kubeconfig or a context"):
         build(bad)
-
-
-# ---------------------------------------------------------------------------------------------
-# Narrow arguments
-
-
-# Wiring modules that receive the whole stack config (stacks/layers.py calls this one with it).
-_WIRING = {"components/training/layer.py"}
-
-
-def test_components_take_config_sections_not_a_platforms_stack_type():
-    """Components receive the settings they use (config sections, enums, their own args dataclasses),
-    never a whole LabStack / DevStack / GkeStack: stacks/ builds their args from it."""
-    import ast
-
-    from tests.conftest import PROJECT_DIR
-
-    platform_types = {"StackConfig", "LabStack", "DevStack", "GkeStack", "Addons"}
-    offenders = []
-    for path in sorted((PROJECT_DIR / "components").rglob("*.py")):
-        rel = path.relative_to(PROJECT_DIR).as_posix()
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "config":
-                names = {a.name for a in node.names} & platform_types
-                if names and rel not in _WIRING:
-                    offenders.append(f"{rel}: {sorted(names)}")
-    assert offenders == []
