@@ -2,8 +2,11 @@
 no cloud and no cluster.
 
 Writes:
-  DIR/plan.json               one entry per resource: type, name, parent, dependencies, inputs
-                              (every secret replaced by "[secret]")
+  DIR/plan.json               one entry per resource: type, name, urn, parent, dependencies, inputs
+                              (every secret replaced by "[secret]"), custom, provider,
+                              propertyDependencies (input -> the resources its value came from) and
+                              options (protect, deleteBeforeReplace, ignoreChanges, replaceOnChanges,
+                              retainOnDelete, ...; updateCommand for commands)
   DIR/kubernetes/*.yaml       every Kubernetes object as it would be applied
   DIR/helm/<release>.yaml     every Helm release: chart, version, repository, values
   DIR/prometheus/rules.yaml   the alert rules of every PrometheusRule, as a plain rule file
@@ -133,17 +136,7 @@ def write(plan: program.Plan, out: Path, verdict: str = "") -> None:
         shutil.rmtree(out)
     out.mkdir(parents=True)
     put = _Writer(out)  # every file below is checked to land inside `out`
-    entries = [
-        {
-            "type": r.type,
-            "name": r.name,
-            "urn": r.urn,
-            "parent": r.parent,
-            "dependencies": r.dependencies,
-            "inputs": r.inputs,
-        }
-        for r in plan.resources
-    ]
+    entries = [r.entry() for r in plan.resources]
     put(out / "plan.json", json.dumps({"stack": plan.stack, "resources": entries,
                                          "outputs": plan.outputs}, indent=2, sort_keys=True))
     objects = kubernetes_objects(plan)

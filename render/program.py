@@ -62,6 +62,26 @@ class Registration:
     inputs: dict[str, Any]  # secrets replaced by SECRET_MARKER
     delete_before_replace: bool = False  # the deleteBeforeReplace resource option
     transforms: int = 0  # `transforms` callbacks: they change children the plan does not hold
+    # The resource options a preview of an update reads (recorded_options); render/update.py.
+    options: dict[str, Any] = field(default_factory=dict)
+    # input property -> the resources its value came from (an Output of theirs): when one of them is
+    # replaced or created, that input is unknown at preview.
+    property_dependencies: dict[str, list[str]] = field(default_factory=dict)
+
+    def entry(self) -> dict[str, Any]:
+        """This registration as one plan.json entry."""
+        return {
+            "type": self.type,
+            "name": self.name,
+            "urn": self.urn,
+            "parent": self.parent,
+            "dependencies": self.dependencies,
+            "inputs": self.inputs,
+            "custom": self.custom,
+            "provider": self.provider,
+            "propertyDependencies": self.property_dependencies,
+            "options": self.options,
+        }
 
 
 @dataclass
@@ -126,6 +146,39 @@ def _deserialize_keeping_secrets(struct: Any, type_: str = "") -> dict[str, Any]
     return _sorted_keys(mask_secrets(raw))
 
 
+def recorded_options(request: Any) -> dict[str, Any]:
+    """The resource options in a RegisterResourceRequest, as the engine would receive them.
+
+    MockResourceArgs carries none of them, so they are read from the request the real SDK built
+    (pulumi/runtime/resource.py): what a ResourceOptions inherits from its parent and what a
+    generated SDK adds (pulumi_command's Command adds replaceOnChanges ["triggers[*]"]) are in it.
+    deleteBeforeReplace is null when the program left it to the provider.
+    """
+    from google.protobuf import json_format
+
+    options: dict[str, Any] = {
+        "protect": bool(request.protect),
+        "deleteBeforeReplace": bool(request.deleteBeforeReplace) if request.deleteBeforeReplaceDefined else None,
+        "ignoreChanges": sorted(request.ignoreChanges),
+        "replaceOnChanges": sorted(request.replaceOnChanges),
+        "retainOnDelete": bool(request.retainOnDelete),
+        "additionalSecretOutputs": sorted(request.additionalSecretOutputs),
+        "deletedWith": request.deletedWith,
+        "replaceWith": sorted(request.replace_with),
+        "aliases": len(request.aliases) + len(request.aliasURNs),
+        "remote": bool(request.remote),
+    }
+    if request.HasField("replacement_trigger"):
+        options["replacementTrigger"] = mask_secrets(json_format.MessageToDict(request.replacement_trigger))
+    if request.HasField("customTimeouts"):
+        timeouts = request.customTimeouts
+        options["customTimeouts"] = {"create": timeouts.create, "update": timeouts.update, "delete": timeouts.delete}
+    if request.type.startswith("command:"):
+        # pulumi-command runs `update` on a change when there is one, else `create` again.
+        options["updateCommand"] = "update" in request.object.fields
+    return options
+
+
 class ProgramMocks(pulumi.runtime.Mocks):
     """Outputs = inputs plus what downstream resources read (ids, names, command stdout)."""
 
@@ -165,17 +218,32 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
                     inputs=_deserialize_keeping_secrets(request.object, request.type),
                     delete_before_replace=bool(request.deleteBeforeReplace),
                     transforms=len(request.transforms),
+                    options=recorded_options(request),
+                    property_dependencies={
+                        key: sorted(set(deps.urns))
+                        for key, deps in sorted(request.propertyDependencies.items())
+                        if deps.urns
+                    },
                 )
             )
         return response
 
 
-def stack_config(stack: str, project_dir: Path = PROJECT_DIR, secret_value: str = SECRET_MARKER) -> tuple[dict[str, str], list[str]]:
-    """The config map `pulumi up -s <stack>` would hand the program, and its secret keys."""
+def stack_config(
+    stack: str,
+    project_dir: Path = PROJECT_DIR,
+    secret_value: str = SECRET_MARKER,
+    stack_file: Path | None = None,
+) -> tuple[dict[str, str], list[str]]:
+    """The config map `pulumi up -s <stack>` would hand the program, and its secret keys.
+
+    `stack_file` reads the stack's values from another file (an older Pulumi.<stack>.yaml).
+    """
     project = yaml.safe_load((project_dir / "Pulumi.yaml").read_text())
-    stack_file = project_dir / f"Pulumi.{stack}.yaml"
+    stack_file = stack_file or project_dir / f"Pulumi.{stack}.yaml"
     if not stack_file.exists():
-        raise FileNotFoundError(f"no stack file {stack_file.name} in {project_dir}")
+        where = f"{stack_file.name} in {project_dir}" if stack_file.parent == project_dir else str(stack_file)
+        raise FileNotFoundError(f"no stack file {where}")
     values: dict[str, Any] = {}
     for key, decl in (project.get("config") or {}).items():
         full = key if ":" in key else f"{PROJECT}:{key}"
