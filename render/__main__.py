@@ -1,5 +1,5 @@
-"""`python -m render <stack> [--out DIR]`: the offline plan of a stack, with no Pulumi CLI,
-no cloud and no cluster.
+"""`python -m render <stack> [--out DIR] [--against OLD]`: the offline plan of a stack, with no
+Pulumi CLI, no cloud and no cluster.
 
 Writes:
   DIR/plan.json               one entry per resource: type, name, urn, parent, dependencies, inputs
@@ -17,9 +17,16 @@ Writes:
                               whole-cluster check (render/cluster/) of every object the cluster
                               would receive, Helm charts rendered, against Kubernetes' schemas,
                               CRDs, Pod Security and the scheduler, on the nodes the stack will have
-Exit status: 0 the plan would come up; 2 a bad stack config (the config error; nothing is
-written); 3 something would not come up (each workload, node and reason on stderr and in
-summary.md); 1 the check could not run (upstream charts missing: --no-check skips it).
+--against OLD (an older Pulumi.<stack>.yaml, rendered with today's program, or an older
+plan.json) prints what `pulumi up` from OLD would create, update, replace and delete
+(render/update.py), with a line starting `!!` for every step whose delete drains, resets or
+deletes a node and every protected resource it would replace or delete; summary.md gets it under
+"Update from".
+Exit status: 0 the plan would come up; 2 a bad stack config (the config error, of either side;
+nothing is written); 3 something would not come up (each workload, node and reason on stderr and
+in summary.md); 1 the check could not run (upstream charts missing: --no-check skips it); 4 with
+--against, the plan comes up but the update has `!!` lines (a node drained, reset or deleted, or
+a protected resource replaced or deleted), so a CI job can refuse it. 2, 1 and 3 come before 4.
 """
 
 from __future__ import annotations
@@ -36,7 +43,7 @@ from typing import Any
 import yaml
 
 from config import ConfigError
-from render import program
+from render import program, update
 
 # Releases and kustomize directories are bundles expanded by the provider, not objects themselves.
 NOT_OBJECTS = ("kubernetes:helm.sh/", "pulumi:providers:", "kubernetes:kustomize/")
@@ -131,7 +138,7 @@ def _summary(plan: program.Plan, steps: dict, objects: list, releases: list) -> 
     return "\n".join(out) + "\n"
 
 
-def write(plan: program.Plan, out: Path, verdict: str = "") -> None:
+def write(plan: program.Plan, out: Path, verdict: str = "", update_section: str = "") -> None:
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
@@ -161,7 +168,8 @@ def write(plan: program.Plan, out: Path, verdict: str = "") -> None:
             if inputs.get("stdin") and inputs["stdin"] != program.SECRET_MARKER:
                 put(base / f"{_safe(step)}.stdin", inputs["stdin"])
     put(out / "graph.dot", _dot(plan))
-    put(out / "summary.md", _summary(plan, steps, objects, releases) + (f"\n{verdict}" if verdict else ""))
+    sections = "".join(f"\n{section}" for section in (verdict, update_section) if section)
+    put(out / "summary.md", _summary(plan, steps, objects, releases) + sections)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -170,6 +178,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="output directory (default: out/<stack>)")
     parser.add_argument("--no-check", action="store_true",
                         help="skip the whole-cluster check (it needs the upstream charts and requirements-dev.txt)")
+    parser.add_argument("--against", type=Path, metavar="OLD",
+                        help="an older Pulumi.<stack>.yaml or plan.json: print what an update from it would do")
     args = parser.parse_args(argv)
     out = args.out or Path("out") / args.stack
     try:
@@ -180,6 +190,18 @@ def main(argv: list[str] | None = None) -> int:
     except FileNotFoundError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    changes = None
+    if args.against is not None:
+        try:
+            # After the new plan: rendering the older config replaces the program's root stack.
+            older = update.older_resources(args.against, args.stack)
+        except ConfigError as err:
+            print(f"error: the older config {args.against}: {err}", file=sys.stderr)
+            return 2
+        except (OSError, ValueError) as err:
+            print(f"error: --against {args.against}: {err}", file=sys.stderr)
+            return 2
+        changes = update.compare(older, update.Resource.from_plan(plan), args.stack, str(args.against))
     report = None
     if not args.no_check:
         from render import cluster
@@ -189,8 +211,10 @@ def main(argv: list[str] | None = None) -> int:
         except cluster.CheckSetupError as err:
             print(f"error: the whole-cluster check cannot run: {err}", file=sys.stderr)
             return 1
-    write(plan, out, report.markdown() if report else "")
+    write(plan, out, report.markdown() if report else "", changes.markdown() if changes else "")
     print(f"{len(plan.resources)} resources -> {out}/ (summary.md, plan.json, graph.dot)")
+    if changes is not None:
+        print(changes.text(), end="")
     if report is not None and not report.ok:
         print(f"would not come up ({len(report.problems)} problems; summary.md, 'Would it come up'):", file=sys.stderr)
         for problem in report.problems:
@@ -198,6 +222,10 @@ def main(argv: list[str] | None = None) -> int:
         return 3
     if report is not None:
         print(f"would come up: {report.objects} objects, {len(report.lines)} workloads placed")
+    if changes is not None and changes.destructive:
+        print(f"the update has {len(changes.loud)} '!!' lines (nodes drained, reset or deleted; protected "
+              "resources): exit 4", file=sys.stderr)
+        return 4
     return 0
 
 
