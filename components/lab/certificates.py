@@ -47,5 +47,6 @@ def certificate_check(name: str, connection: remote.ConnectionArgs, initialised:
         create=scripts.as_root(scripts.certificates_check_renew(period, RENEW_WITHIN_DAYS)),
         # Runs again for a rebuilt cluster; no delete: the certificates go with the cluster.
         triggers=[initialised.id],
-        opts=pulumi.ResourceOptions(parent=parent, depends_on=[initialised]),
+        # Delete-first like every lab step (there is no delete: nothing to order, one rule to read).
+        opts=pulumi.ResourceOptions(parent=parent, depends_on=[initialised], delete_before_replace=True),
     )
