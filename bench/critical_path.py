@@ -111,6 +111,9 @@ COSTS: tuple[Cost, ...] = (
          "kubeadm init: image pull ('This might take a minute or two', kubeadm's preflight message), certs, "
          "static pods; the control plane is healthy ~25 s in, the rest is addons and the upload phases",
          source="kubeadm init's own output: preflight 'This might take a minute or two, depending on the speed of your internet connection', then '[apiclient] All control plane components are healthy after N seconds' (kubernetes.io, Creating a cluster with kubeadm); the 25 s and 60 s are estimates"),
+    Cost("certificates", COMMAND, ("control-plane-certificates",), 2,
+         "openssl reads kubeadm's certificates' expiry (a renewal, once a year, adds ~1 min of static-pod restarts)",
+         source="estimate: one SSH round trip; the renewal path is not on a first `up` (certificates are new)"),
     Cost("kubeconfig", COMMAND, ("-kubeconfig",), 2, "one SSH session reading /etc/kubernetes/admin.conf",
          source="estimate: one SSH round trip on a LAN"),
     Cost("token", COMMAND, ("-token",), 2, "kubeadm token create: one SSH session, one API call",

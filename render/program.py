@@ -179,13 +179,22 @@ def recorded_options(request: Any) -> dict[str, Any]:
     return options
 
 
+# What the steps downstream resources read print, by the last part of their name: a kubeconfig,
+# the certificate check's JSON line (scripts.certificates_check_renew).
+_FAKE_STDOUT = {
+    "kubeconfig": _FAKE_KUBECONFIG,
+    "certificates": json.dumps({"expires": "2027-11-23T00:00:00Z", "certificate": "apiserver.crt",
+                                "caExpires": "2036-11-21T00:00:00Z", "renewed": False}),
+}
+
+
 class ProgramMocks(pulumi.runtime.Mocks):
     """Outputs = inputs plus what downstream resources read (ids, names, command stdout)."""
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str | None, dict]:
         outputs = dict(args.inputs)
         if args.typ == "command:remote:Command":
-            outputs["stdout"] = _FAKE_KUBECONFIG if args.name.endswith("-kubeconfig") else ""
+            outputs["stdout"] = _FAKE_STDOUT.get(args.name.rsplit("-", 1)[-1], "")
             outputs["stderr"] = ""
         if args.typ.startswith("kubernetes:") and isinstance(outputs.get("metadata"), dict):
             outputs["metadata"] = {"name": args.name, **outputs["metadata"]}

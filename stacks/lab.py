@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import datetime
+
 import pulumi
 
 from components.cni import Cni, CniArgs
 from components.gpu_stack import DriverSource
+from components.lab.certificates import check_period
 from components.lab.control_plane import ControlPlane, ControlPlaneArgs
 from components.lab.kubeadm import KubeadmSettings
 from components.lab.nfs_storage import NfsServerArgs, NfsSharedStorage, NfsSharedStorageArgs
@@ -51,7 +54,7 @@ def build(cfg: LabStack, secrets: StackSecrets) -> dict[str, object]:
     cp = ControlPlane(
         "control-plane",
         ControlPlaneArgs(host=first, cluster=cluster, private_key=key, prepared=prep[first.name].done,
-                         bastion=cfg.bastion),
+                         bastion=cfg.bastion, certificate_check_period=check_period(datetime.date.today())),
     )
     k8s_opts = pulumi.ResourceOptions(provider=cp.provider)
     cni = Cni("cni", CniArgs(kind=cfg.cni, pod_cidr=cfg.pod_cidr), opts=k8s_opts)
@@ -108,6 +111,7 @@ def build(cfg: LabStack, secrets: StackSecrets) -> dict[str, object]:
     return {
         **addons.deploy(cfg, contract),
         "kubeconfig": cp.kubeconfig,
+        "certificates": cp.certificates,
         "apiEndpoint": cfg.api_endpoint,
         "nodes": [h.name for h in cfg.hosts],
         "gpuNodes": {h.name: h.gpus for h in cfg.hosts if h.is_gpu},

@@ -7,12 +7,16 @@ every node re-joined; workloads and everything stored in etcd are lost. The init
 read (and NodeJoin's steps) are replaced delete-before-replace: the old cluster is reset before the
 new one is initialised, never after (which would wipe the cluster just created).
 
+Certificates: checked once per period and renewed within 30 days of expiry before the admin
+kubeconfig is read (components/lab/certificates.py).
+
 Does not manage: an external load balancer for controlPlaneEndpoint (bring your own when there
 is more than one control plane), etcd backups, or `kubeadm upgrade` between Kubernetes minors.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 import pulumi
@@ -20,6 +24,7 @@ import pulumi_kubernetes as k8s
 from pulumi_command import remote
 
 from components.lab import kubeadm, scripts, ssh
+from components.lab.certificates import certificate_check
 from config.lab import Bastion, Host
 
 
@@ -30,6 +35,8 @@ class ControlPlaneArgs:
     private_key: pulumi.Output[str]
     prepared: list[pulumi.Resource]  # NodePrep.done of that host
     bastion: Bastion | None = None
+    # The current certificate check period (certificates.check_period): the check runs once in each.
+    certificate_check_period: str = ""
 
 
 class ControlPlane(pulumi.ComponentResource):
@@ -55,15 +62,21 @@ class ControlPlane(pulumi.ComponentResource):
             # find admin.conf ("already initialised") and then the old delete would reset it.
             opts=pulumi.ResourceOptions(parent=self, depends_on=args.prepared, delete_before_replace=True),
         )
+        # Certificates: checked once per period and renewed within 30 days of their expiry.
+        self.certificates_check = certificate_check(
+            f"{name}-certificates", self.connection, self.init, args.certificate_check_period, self
+        )
+        self.certificates: pulumi.Output[dict[str, object]] = self.certificates_check.stdout.apply(json.loads)
         read = remote.Command(
             f"{name}-kubeconfig",
             connection=self.connection,
             create=scripts.as_root(scripts.read_admin_kubeconfig()),
             logging=remote.Logging.NONE,
-            triggers=[self.init.id],
+            # A renewal changes the check's output: admin.conf, renewed with the rest, is read again.
+            triggers=[self.init.id, self.certificates_check.stdout],
             opts=pulumi.ResourceOptions(
                 parent=self,
-                depends_on=[self.init],
+                depends_on=[self.init, self.certificates_check],
                 additional_secret_outputs=["stdout"],
                 delete_before_replace=True,
             ),
@@ -75,4 +88,5 @@ class ControlPlane(pulumi.ComponentResource):
             enable_server_side_apply=True,
             opts=pulumi.ResourceOptions(parent=self),
         )
-        self.register_outputs({"endpoint": args.cluster.api_endpoint, "kubeconfig": self.kubeconfig})
+        self.register_outputs({"endpoint": args.cluster.api_endpoint, "kubeconfig": self.kubeconfig,
+                               "certificates": self.certificates})

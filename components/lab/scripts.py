@@ -378,6 +378,94 @@ def read_admin_kubeconfig() -> str:
     )
 
 
+# Certificates kubeadm issues with one year's validity and `kubeadm certs renew all` renews (its
+# CAs, valid ten years, are neither renewed nor counted): leaf certificates under pki/, and the
+# client certificates embedded in the control plane's kubeconfig files.
+KUBEADM_LEAF_CERTS = (
+    "apiserver.crt", "apiserver-kubelet-client.crt", "apiserver-etcd-client.crt", "front-proxy-client.crt",
+    "etcd/server.crt", "etcd/peer.crt", "etcd/healthcheck-client.crt",
+)
+KUBEADM_KUBECONFIGS = ("admin.conf", "super-admin.conf", "controller-manager.conf", "scheduler.conf")
+CONTROL_PLANE_STATIC_PODS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "etcd")
+# kubelet's fileCheckFrequency (20 s by default): how long a removed static-pod manifest takes to
+# stop its pod, and a restored one to start it again.
+STATIC_POD_RESYNC_SECONDS = 25
+API_READY_TRIES = 60  # x 5 s
+
+
+def certificates_check_renew(period: str, within_days: int) -> str:
+    """On the first control plane: the earliest expiry of kubeadm's certificates; when it is less
+    than `within_days` away, `kubeadm certs renew all` and a restart of the control plane's static
+    pods (kubeadm's documented procedure: the components do not all reload certificates). Prints
+    one JSON line: expires (RFC 3339, UTC), certificate (which one expires first), caExpires,
+    renewed. `period` only makes the script text change, so `pulumi up` runs it again each period.
+    """
+    leafs = " ".join(KUBEADM_LEAF_CERTS)
+    confs = " ".join(KUBEADM_KUBECONFIGS)
+    pods = " ".join(CONTROL_PLANE_STATIC_PODS)
+    return _script(
+        rf"""
+        # check period {period}
+        k8s=/etc/kubernetes
+        # not_after FILE: when the (first) certificate in FILE expires, in seconds since the epoch
+        not_after() {{
+          date -d "$(openssl x509 -noout -enddate -in "$1" | cut -d= -f2)" +%s
+        }}
+        # earliest: "<epoch> <name>" of the certificate that expires first
+        earliest() {{
+          local min="" first="" f t pem
+          pem=$(mktemp)
+          for f in {leafs}; do
+            [ -f "$k8s/pki/$f" ] || continue
+            t=$(not_after "$k8s/pki/$f")
+            if [ -z "$min" ] || [ "$t" -lt "$min" ]; then min=$t first=$f; fi
+          done
+          for f in {confs}; do
+            [ -f "$k8s/$f" ] || continue
+            sed -n 's/^ *client-certificate-data: *//p' "$k8s/$f" | head -n 1 | base64 -d >"$pem"
+            [ -s "$pem" ] || continue
+            t=$(not_after "$pem")
+            if [ -z "$min" ] || [ "$t" -lt "$min" ]; then min=$t first=$f; fi
+          done
+          rm -f "$pem"
+          echo "$min $first"
+        }}
+        read -r expires first <<<"$(earliest)"
+        if [ -z "$expires" ]; then
+          echo "no kubeadm certificate under $k8s: is this the control plane?" >&2
+          exit 1
+        fi
+        renewed=false
+        if [ "$expires" -lt "$(( $(date +%s) + {within_days} * 86400 ))" ]; then
+          kubeadm certs renew all >/dev/null
+          # Restart the static pods so every component serves and presents the new certificates:
+          # move their manifests away until the kubelet stopped them, then back.
+          held=$(mktemp -d)
+          trap 'mv -f "$held"/*.yaml "$k8s/manifests/" 2>/dev/null || true' EXIT
+          for pod in {pods}; do
+            if [ -f "$k8s/manifests/$pod.yaml" ]; then mv "$k8s/manifests/$pod.yaml" "$held/"; fi
+          done
+          sleep {STATIC_POD_RESYNC_SECONDS}
+          mv -f "$held"/*.yaml "$k8s/manifests/" 2>/dev/null || true
+          ready=
+          for _ in $(seq 1 {API_READY_TRIES}); do
+            if {_KUBECTL} get --raw /readyz >/dev/null 2>&1; then ready=1; break; fi
+            sleep 5
+          done
+          if [ -z "$ready" ]; then
+            echo "the API server did not come back after the certificate renewal" >&2
+            exit 1
+          fi
+          renewed=true
+          read -r expires first <<<"$(earliest)"
+        fi
+        ca=$(not_after "$k8s/pki/ca.crt")
+        printf '{{"expires": "%s", "certificate": "%s", "caExpires": "%s", "renewed": %s}}\n' \
+          "$(date -u -d "@$expires" +%Y-%m-%dT%H:%M:%SZ)" "$first" "$(date -u -d "@$ca" +%Y-%m-%dT%H:%M:%SZ)" "$renewed"
+        """
+    )
+
+
 def mint_join_token(node: str, control_plane: bool) -> str:
     """On the control plane: a fresh 15-minute token for one joining node, printed on stdout.
 

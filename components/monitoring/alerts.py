@@ -1,4 +1,4 @@
-"""GPU alert rules, as the `spec` of one PrometheusRule (plain Prometheus rule-file format).
+"""GPU (and cluster certificate) alert rules, as the `spec` of one PrometheusRule (plain Prometheus rule-file format).
 
 Every DCGM metric used here is in the exporter's default counter list
 (../shared/upstream/dcgm-exporter/default-counters.csv); the Kubernetes ones come from
@@ -164,6 +164,36 @@ def gpu_rules(thresholds: MonitoringAlerts) -> list[dict[str, Any]]:
     ]
 
 
+CLUSTER_GROUP = "gpu-cluster.cluster"
+# Days ahead the certificate alert fires: lab's `up` renews kubeadm's certificates within the same
+# window (components/lab/certificates.py RENEW_WITHIN_DAYS; a test keeps the two equal).
+CERTIFICATE_WARNING_DAYS = 30
+
+
+def cluster_rules() -> list[dict[str, Any]]:
+    """The cluster's own health that GPU work depends on."""
+    seconds = CERTIFICATE_WARNING_DAYS * 86400
+    return [
+        _alert(
+            "ClusterCertificatesExpiringSoon",
+            # kube-prometheus-stack's KubeClientCertificateExpiration (7 days, 1 day) on the same
+            # histogram: the client certificates the API server sees, kubeadm's controller-manager
+            # and scheduler ones (issued with its serving certificates) among them. 2592000 s is one
+            # of the histogram's bucket bounds, so 30 days is measured, not interpolated past.
+            "histogram_quantile(0.01, sum without (namespace, service, endpoint) "
+            f'(rate(apiserver_client_certificate_expiration_seconds_bucket{{job="apiserver"}}[5m]))) < {seconds} '
+            'and on (job, instance) apiserver_client_certificate_expiration_seconds_count{job="apiserver"} > 0',
+            "5m", "warning",
+            f"A client certificate of the cluster expires within {CERTIFICATE_WARNING_DAYS} days",
+            "A client of the API server {{ $labels.instance }} presents a certificate that expires in less than "
+            f"{CERTIFICATE_WARNING_DAYS} days (kubeadm issues them for one year).",
+            "lab: run `pulumi up` (it renews kubeadm's certificates within 30 days of expiry and refreshes the "
+            "kubeconfig output; the stack output `certificates` says when they expire); further control-plane "
+            "hosts: `sudo kubeadm certs renew all` there. gke and managed clusters rotate their own.",
+        ),
+    ]
+
+
 def rule_groups(thresholds: MonitoringAlerts) -> list[dict[str, Any]]:
     """The `spec.groups` of the PrometheusRule (and the `groups:` of a plain rule file)."""
-    return [{"name": GROUP, "rules": gpu_rules(thresholds)}]
+    return [{"name": GROUP, "rules": gpu_rules(thresholds)}, {"name": CLUSTER_GROUP, "rules": cluster_rules()}]

@@ -72,6 +72,7 @@ def _script_cases() -> dict[str, str]:
         "kubeadm_init": scripts.kubeadm_init(),
         "kubeadm_reset": scripts.kubeadm_reset(),
         "read_admin_kubeconfig": scripts.read_admin_kubeconfig(),
+        "certificates_check_renew": scripts.certificates_check_renew("2026-W48", 30),
         "mint_join_token-worker": scripts.mint_join_token("gpu-1", control_plane=False),
         "mint_join_token-control-plane": scripts.mint_join_token("cp-2", control_plane=True),
         "kubeadm_join": scripts.kubeadm_join(),

@@ -28,6 +28,10 @@ OTHER_METRICS = {
     "kube_node_status_allocatable": "kube-state-metrics: nvidia.com/gpu appears as resource=nvidia_com_gpu",
     "kube_node_status_capacity": "kube-state-metrics: nvidia.com/gpu appears as resource=nvidia_com_gpu",
     "up": "Prometheus' own series for every scrape target",
+    # kube-apiserver (the chart's apiserver ServiceMonitor, kubeApiServer.enabled by default); the
+    # chart's own KubeClientCertificateExpiration rule reads the same histogram.
+    "apiserver_client_certificate_expiration_seconds_bucket": "kube-apiserver, k8s.io/apiserver x509 authenticator",
+    "apiserver_client_certificate_expiration_seconds_count": "kube-apiserver, k8s.io/apiserver x509 authenticator",
 }
 _KEYWORDS = {"and", "or", "unless", "bool", "offset", "by", "on", "without", "ignoring", "group_left", "group_right"}
 _IDENT = re.compile(r"[A-Za-z_:][A-Za-z0-9_:]*")

@@ -140,6 +140,31 @@ CASES: dict[str, tuple[str, list[dict[str, str]], dict[str, str], str, list[dict
     ),
 }
 
+# kube-apiserver's client-certificate histogram as scraped by the chart's apiserver ServiceMonitor.
+APISERVER = {"job": "apiserver", "instance": "192.0.2.10:6443", "namespace": "default", "service": "kubernetes",
+             "endpoint": "https"}
+# Its bucket bounds (k8s.io/apiserver/pkg/authentication/request/x509/x509.go).
+CERT_BUCKETS = ("0", "1800", "3600", "7200", "21600", "43200", "86400", "172800", "345600", "604800", "2592000",
+                "7776000", "15552000", "31104000", "+Inf")
+
+
+def _client_certs(labels: dict[str, str], days_left: int, minutes: int = 20) -> list[dict[str, str]]:
+    """10 requests a minute, each presenting a client certificate that expires in `days_left` days."""
+    left = days_left * 86400
+    out = [_series("apiserver_client_certificate_expiration_seconds_bucket", {**labels, "le": le},
+                   f"0+10x{minutes}" if le == "+Inf" or float(le) >= left else f"0x{minutes}")
+           for le in CERT_BUCKETS]
+    return out + [_series("apiserver_client_certificate_expiration_seconds_count", labels, f"0+10x{minutes}")]
+
+
+CASES["ClusterCertificatesExpiringSoon"] = (
+    "12m", _client_certs(APISERVER, 20), {"job": "apiserver", "instance": APISERVER["instance"]}, "",
+    [
+        *_client_certs(APISERVER, 300),  # renewed: a year's validity
+        *_client_certs({**APISERVER, "instance": "192.0.2.11:6443"}, 45),  # outside the 30-day window
+    ],
+)
+
 _TEMPLATE = re.compile(r"\{\{\s*(.*?)\s*\}\}")
 
 
@@ -179,6 +204,13 @@ def _promtool(*args: str) -> subprocess.CompletedProcess[str]:
 
 def test_render_writes_every_rule(rules_file: Path) -> None:
     assert yaml.safe_load(rules_file.read_text()) == {"groups": alerts.rule_groups(THRESHOLDS)}
+
+
+def test_certificate_alert_window_is_the_renewal_window() -> None:
+    """lab's `up` renews kubeadm's certificates within the window the alert fires in."""
+    from components.lab.certificates import RENEW_WITHIN_DAYS
+
+    assert alerts.CERTIFICATE_WARNING_DAYS == RENEW_WITHIN_DAYS
 
 
 def test_every_alert_has_a_fire_and_no_fire_case() -> None:
