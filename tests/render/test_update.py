@@ -65,7 +65,7 @@ class Scenario:
 _MONITORING = {"enabled": True, "retention": "15d", "storageSize": "50Gi", "storageClass": "",
                "alerts": {"gpuTempCelsius": 85, "idleMinutes": 30}}
 _REBUILD_STEPS = {
-    INIT: DBR, KUBECONFIG: DBR, K8S: DBR,
+    INIT: DBR, KUBECONFIG: DBR, K8S: DBR, "control-plane-certificates": DBR,
     **{f"gpu-{i}-{s}": DBR for i in (1, 2) for s in ("token", "join", "ready")},
 }
 _REBUILD_LOUD = (INIT, "gpu-1-join", "gpu-1-ready", "gpu-2-join", "gpu-2-ready")
