@@ -18,9 +18,9 @@ NodeJoin (per host):
 Why: the control plane's sshd accepts at most 10 unauthenticated connections at once and refuses
 more at random (sshd_config(5), MaxStartups 10:30:100); workers finish their preparation together,
 so a step per worker on the control plane (as the token and Ready steps used to be) opened N
-sessions there at the same moment. Now the control plane sees a fixed number of sessions (init,
-kubeconfig, ca-hash, drain, and a certs step per extra control plane) whatever N is; every worker
-step runs on the worker's own sshd or goes through the Kubernetes API.
+sessions there at the same moment. Now the control plane sees the same sessions whatever N is (its
+own prep, init, kubeconfig and NFS steps, ca-hash, drain, and a certs step per extra control
+plane); every worker step runs on the worker's own sshd or goes through the Kubernetes API.
 
 The token. Its id is derived from the project and stack (public by design: it names the Secret),
 its secret half is random and stable, so the JoinConfiguration each host receives does not change
