@@ -1,7 +1,10 @@
-"""Critical path of `pulumi up` for the lab stack: how long the longest chain of dependent steps takes.
+"""Critical path of `pulumi up` for the lab stack: how long the longest chain of dependent steps takes,
+and how long until every worker is Ready once the control plane's sshd and a shared package mirror
+are in the picture.
 
     .venv/bin/python bench/critical_path.py                      # N = 2, 8, 32, 128 GPU workers
-    .venv/bin/python bench/critical_path.py --points 2,64 --cost nvidia-driver=300
+    .venv/bin/python bench/critical_path.py --compare HEAD~1     # also the program at a git ref: before/after
+    .venv/bin/python bench/critical_path.py --points 2,64 --cost nvidia-driver=300 --trials 50
     .venv/bin/python bench/critical_path.py --launcher pytorchjob   # the training operator path
     make bench                                                   # this and plan_scale.py
 
@@ -26,7 +29,7 @@ Kubernetes objects Pulumi does not await, including any annotated pulumi.com/ski
 DaemonSet, Job, Helm release, ...) the table does not know stops the script (exit 2) rather than
 counting as free.
 
-Columns:
+Columns of the structure table:
   resources      registrations in the plan
   costed steps   resources with a nonzero cost (real work on a host or in the cluster)
   depth          the largest number of costed steps on any chain of the graph (zero-cost components
@@ -37,33 +40,66 @@ Columns:
   sum of steps   every step's cost added up: the time of doing it one step, one server after another
   speedup        sum of steps / critical path
 
-Also printed: the chain behind the critical path and the deepest chain, and how old the oldest join
-token is when its join runs (tokens live 15 minutes; a token minted long before its host is
-prepared could expire).
+Contention (the second table): the same graph run as a discrete-event simulation with two shared
+resources the longest-path model leaves out (SshdModel, MirrorModel below, every parameter with its
+source):
+  - the control plane's sshd. Every remote command opens its own SSH connection. sshd_config(5),
+    MaxStartups (default 10:30:100): with 10 unauthenticated connections open, sshd refuses a new
+    one with probability 30%, rising linearly to 100% at 100. A connection stays unauthenticated
+    for its handshake (--ssh-handshake seconds, part of the step's cost). pulumi-command redials a
+    refused connection after 0.1 s, x1.5 each time, at most 5 s (pulumi sdk retry.Until defaults)
+    and fails the step after more than dialErrorLimit = 10 refused dials (its default). Only the
+    steps whose connection is the control plane's contend; each worker's own steps run one at a
+    time on its own sshd. Random early drop is random: each point is run --trials times with seeded
+    draws; the tables give the median and count the steps that would have failed.
+  - a shared package mirror. The apt steps' downloads (DOWNLOADS_MB, sizes with their basis) share
+    one bottleneck fairly (processor sharing), each download also capped at the rate one host gets
+    alone. The cost table's durations are for one host alone at BASELINE_MBIT; under sharing a step
+    takes its cost minus that alone-time of its download, plus its download under sharing.
+    Two settings: the hosts reach the mirrors through a 1 Gbit/s uplink; or a LAN apt cache with a
+    25 Gbit/s NIC, cold (each package crosses the uplink once and is streamed to every host that
+    asked for it, so one download still gets at most the uplink's rate).
+"Ready" = every worker's `-ready` step done (what the GPU-ready gate waits for); "up" = the last step.
+
+--compare REF evaluates the program at git ref REF too (extracted with `git archive` into a
+temporary directory and run with this script, so the cost table and the models are the same) and
+prints both, before (REF) and after (this tree).
+
+Also printed: the chain behind the critical path and the deepest chain, and how old the join token
+is when the last join uses it: a per-join `kubeadm token create --ttl 15m` step (the earlier
+layout), or the cluster's token Secret, valid JOIN_TOKEN_TTL after the program ran.
 
 Exits 1 (and says which chain) if depth or the critical path grows with N: that means the program
 serializes work that could run in parallel, a bug to fix in the program. Exits 2 on a step with no
-cost. What the model leaves out: contention (every host downloading the driver from one mirror at
-once; every token and readiness check opening an SSH session on the control plane, where sshd's
-default MaxStartups 10:30:100 starts refusing concurrent unauthenticated connections), retries and
-failures. It is an estimate of the structure, not a promise of minutes.
+cost. Not modelled: image pulls from registries (the DCGM exporter's ~1 GB image on every GPU node
+is the largest), a bastion (every host's sessions would then go through the bastion's sshd),
+retries after failures, and the control plane's CPU and memory. It is an estimate of the
+structure and of the shared bottlenecks, not a promise of minutes.
 """
 
 from __future__ import annotations
 
 import argparse
+import heapq
+import itertools
+import json
+import math
 import os
+import random
+import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(os.path.abspath(__file__)).parent.parent))
 from bench import _configs  # noqa: E402
 
 DEFAULT_POINTS = (2, 8, 32, 128)
-TOKEN_TTL = 15 * 60  # scripts.mint_join_token: kubeadm token create --ttl 15m
+TOKEN_TTL = 15 * 60  # the earlier layout's per-join `kubeadm token create --ttl 15m`
 COMMAND = "command:remote:Command"
 HELM = "kubernetes:helm.sh/v3:Release"
 SKIP_AWAIT = "pulumi.com/skipAwait"
@@ -116,13 +152,24 @@ COSTS: tuple[Cost, ...] = (
          source="estimate: one SSH round trip; the renewal path is not on a first `up` (certificates are new)"),
     Cost("kubeconfig", COMMAND, ("-kubeconfig",), 2, "one SSH session reading /etc/kubernetes/admin.conf",
          source="estimate: one SSH round trip on a LAN"),
-    Cost("token", COMMAND, ("-token",), 2, "kubeadm token create: one SSH session, one API call",
+    Cost("token", COMMAND, ("-token",), 2,
+         "(earlier layout) kubeadm token create on the control plane: one SSH session, one API call",
          source="estimate: one SSH round trip and one API call (kubernetes.io, kubeadm token reference)"),
+    Cost("ca-hash", COMMAND, ("-ca-hash",), 2,
+         "control plane, once: openssl hashes the CA's public key",
+         source="estimate: one SSH round trip and three openssl invocations on a 1 KB certificate"),
+    Cost("drain-removed", COMMAND, ("-drain",), 2,
+         "control plane, once: compares the host list with the last one; drains only hosts that left",
+         source="estimate: one SSH round trip and a file comparison (no host leaves in this benchmark)"),
+    Cost("certs", COMMAND, ("-certs",), 10,
+         "control plane, per extra control plane: kubeadm init phase upload-certs",
+         source="estimate: one SSH session, kubeadm encrypts and uploads a few certificates (kubeadm init phase upload-certs reference)"),
     Cost("join", COMMAND, ("-join",), 30,
          "kubeadm join: discovery, TLS bootstrap, kubelet start (kube-proxy/pause images pulled after)",
          source="estimate: kubeadm join's phases: preflight, kubelet-start, TLS bootstrap (kubernetes.io, kubeadm join reference)"),
     Cost("ready", COMMAND, ("-ready",), 30,
-         "kubectl wait node Ready: ~30 s once the CNI pod runs on the node (kube-proxy + CNI image pull)",
+         "kubectl wait node Ready (on the host since issue 13, on the control plane before): ~30 s once "
+         "the CNI pod runs on the node (kube-proxy + CNI image pull)",
          source="estimate: a node turns Ready once its CNI pod runs (kubernetes.io, Creating a cluster with kubeadm: install a Pod network add-on before CoreDNS starts)"),
     Cost("cni-release", HELM, ("cni-flannel", "cni-calico"), 60,
          "CNI chart (flannel/calico) installed with wait: image pull and DaemonSet rollout, ~1 min",
@@ -191,6 +238,96 @@ IMPLICIT_WAITS: tuple[tuple[str, str, str], ...] = (
 )
 
 
+# What each apt step downloads, by cost key: (MB, basis). The durations in COSTS include these
+# downloads at BASELINE_MBIT (one host alone).
+DOWNLOADS_MB: dict[str, tuple[float, str]] = {
+    "nvidia-driver": (400, "estimate: nvidia-driver-<branch>-server and its dependencies (libnvidia-gl, "
+                           "-compute, -extra, firmware, kernel source for DKMS, utils): ~400 MB of .debs, "
+                           "as the cost table's rationale says"),
+    "nvidia-toolkit": (10, "estimate: nvidia-container-toolkit, -base, libnvidia-container-tools, "
+                           "libnvidia-container1: a few MB each"),
+    "containerd": (35, "estimate: containerd.io from Docker's repository (~30 MB) and the repository key"),
+    "kube-packages": (90, "estimate: kubelet, kubeadm, kubectl, cri-tools and kubernetes-cni from pkgs.k8s.io "
+                          "(~90 MB, as the cost table's rationale says)"),
+    "nfs-server": (2, "estimate: nfs-kernel-server and its few small dependencies"),
+}
+BASELINE_MBIT = 1000.0  # the rate at which COSTS assume one host alone downloads (1 Gbit/s)
+
+
+@dataclass(frozen=True)
+class SshdModel:
+    """The control plane's sshd and pulumi-command's dialing."""
+
+    # sshd_config(5), MaxStartups, default "10:30:100" (start:rate:full): refuse a new connection with
+    # probability rate/100 once `start` connections are unauthenticated, rising linearly to 100% at
+    # `full`.
+    start: int = 10
+    rate: int = 30
+    full: int = 100
+    # How long a connection stays unauthenticated: TCP, version exchange, key exchange, host key,
+    # public-key authentication, sshd's privilege-separated child. Estimate for a LAN; part of the
+    # step's cost, not added to it.
+    handshake_s: float = 0.5
+    # pulumi-command (provider/pkg/provider/remote/connection.go): a refused dial is retried through
+    # the pulumi SDK's retry.Until (100 ms, x1.5 per retry, at most 5 s); the step fails after more
+    # than dialErrorLimit refused dials (default 10).
+    dial_limit: int = 10
+    first_delay_s: float = 0.1
+    backoff: float = 1.5
+    max_delay_s: float = 5.0
+
+    def refusal(self, unauthenticated: int) -> float:
+        if unauthenticated < self.start:
+            return 0.0
+        if unauthenticated >= self.full:
+            return 1.0
+        return (self.rate + (100 - self.rate) * (unauthenticated - self.start) / (self.full - self.start)) / 100
+
+    def retry_delay(self, refused: int) -> float:
+        return min(self.first_delay_s * self.backoff ** (refused - 1), self.max_delay_s)
+
+
+@dataclass(frozen=True)
+class Pool:
+    """A bottleneck downloads share fairly (processor sharing)."""
+
+    name: str
+    shared_mbit: float  # what every download through it shares
+    per_flow_mbit: float  # the most one download gets
+
+
+@dataclass(frozen=True)
+class MirrorModel:
+    """Where the hosts' apt downloads come from: a pool, or another pool for some steps."""
+
+    name: str
+    what: str
+    default: Pool
+    by_key: tuple[tuple[str, Pool], ...] = ()  # (cost key, pool) for the steps served elsewhere
+
+    def pool(self, key: str) -> Pool:
+        return dict(self.by_key).get(key, self.default)
+
+
+# The hosts fetch packages from the Internet mirrors (archive.ubuntu.com, pkgs.k8s.io,
+# download.docker.com, nvidia.github.io) through the lab's uplink. Assumption: 1 Gbit/s.
+_UPLINK = Pool("uplink", shared_mbit=1000, per_flow_mbit=1000)
+# An apt caching proxy on the lab's network (e.g. apt-cacher-ng) with a 25 Gbit/s NIC, cold: each
+# package crosses the uplink once and is streamed to every host that asked for it, so one host's
+# download still gets at most the uplink's rate. Assumption: a server-class 25 GbE NIC, as a lab
+# with 128 GPU servers has on its management network.
+_CACHE = Pool("lan-cache", shared_mbit=25000, per_flow_mbit=1000)
+UPLINK = MirrorModel("uplink", "Internet mirrors through a shared 1 Gbit/s uplink", _UPLINK)
+LAN_CACHE = MirrorModel("lan-cache", "a cold LAN apt cache with a 25 Gbit/s NIC for every repository, "
+                                     "fed by the uplink", _CACHE)
+# What an apt proxy set in the hosts' own apt configuration caches today: the Ubuntu archive (plain
+# HTTP: the driver, nfs-kernel-server). The other repositories are HTTPS (pkgs.k8s.io,
+# download.docker.com, nvidia.github.io): apt tunnels them through a proxy with CONNECT, uncached.
+ARCHIVE_CACHE = MirrorModel("archive-cache", "the same cache for the Ubuntu archive only (HTTPS repositories "
+                                             "through the uplink)", _UPLINK,
+                            by_key=(("nvidia-driver", _CACHE), ("nfs-server", _CACHE)))
+
+
 class UnknownStep(Exception):
     pass
 
@@ -228,6 +365,8 @@ class Node:
     key: str
     preds: dict[str, str]  # predecessor urn -> why r waits for it
     parent: str = ""
+    ssh_host: str | None = None  # a remote command: the host its SSH connection goes to
+    download_mb: float = 0.0  # what the step downloads from the package mirrors
 
 
 def build_graph(plan, costs: tuple[Cost, ...]) -> dict[str, Node]:
@@ -275,7 +414,9 @@ def build_graph(plan, costs: tuple[Cost, ...]) -> dict[str, Node]:
                     preds.setdefault(u, f"its ancestor {a.name} depends on {by_urn[d].name}")
             ancestor = a.parent
         preds.pop(r.urn, None)
-        graph[r.urn] = Node(r.urn, r.name, seconds, key, preds, r.parent)
+        ssh_host = (r.inputs.get("connection") or {}).get("host") if r.type == COMMAND else None
+        download = DOWNLOADS_MB[key][0] if key in DOWNLOADS_MB else 0.0
+        graph[r.urn] = Node(r.urn, r.name, seconds, key, preds, r.parent, ssh_host, download)
     if unknown:
         raise UnknownStep("no cost for: " + ", ".join(sorted(unknown)))
     for waiter, target, why in IMPLICIT_WAITS:
@@ -356,15 +497,198 @@ def analyse(workers: int, graph: dict[str, Node]) -> Result:
     )
 
 
-def _token_ages(graph: dict[str, Node], finish: dict[str, float]) -> list[tuple[float, float, float]]:
-    """A join token lives TOKEN_TTL from when its step runs; the join step must start before that."""
+def _join_token_ttl() -> float:
+    """The cluster token's lifetime after the program ran (components/lab/node_join.py)."""
+    try:
+        from components.lab import node_join
+    except ImportError:
+        return math.nan
+    ttl = getattr(node_join, "JOIN_TOKEN_TTL", None)
+    return ttl.total_seconds() if ttl is not None else math.nan
+
+
+def _token_ages(graph: dict[str, Node], finish: dict[str, float]) -> list[tuple[float, float, float, float]]:
+    """Per join: (token age when the join starts, issued at, join starts at, token lifetime).
+
+    Earlier layout: each join's token step mints a token that lives TOKEN_TTL from then. Now: one
+    token Secret whose expiry is set when the program runs (t = 0), JOIN_TOKEN_TTL later."""
     tokens = {n.parent: u for u, n in graph.items() if n.key == "token"}
+    cluster_token = any(n.name.endswith("-token") and n.key == "k8s-object" for n in graph.values())
     ages = []
     for u, n in graph.items():
-        if n.key == "join" and n.parent in tokens:
-            minted, used = finish[tokens[n.parent]], finish[u] - n.cost
-            ages.append((used - minted, minted, used))
+        if n.key != "join":
+            continue
+        used = finish[u] - n.cost
+        if n.parent in tokens:
+            minted = finish[tokens[n.parent]]
+            ages.append((used - minted, minted, used, float(TOKEN_TTL)))
+        elif cluster_token:
+            ages.append((used, 0.0, used, _join_token_ttl()))
     return ages
+
+
+# --------------------------------------------------------------------------------------------
+# contention: the graph as a discrete-event simulation
+
+
+@dataclass
+class Sim:
+    finish: dict[str, float]
+    refused_dials: int = 0
+    failed_steps: int = 0  # steps refused more than dialErrorLimit times: `up` would fail
+    peak_unauthenticated: int = 0
+    peak_downloads: int = 0
+
+
+def simulate(graph: dict[str, Node], cp_host: str | None, sshd: SshdModel | None, mirror: MirrorModel | None,
+             rng: random.Random) -> Sim:
+    """Each step starts once its predecessors are done, as in analyse(), but a step on the control
+    plane's connection first gets a connection past sshd's MaxStartups, and an apt step's download
+    shares the mirror with every other download in flight. With neither model it reproduces
+    analyse()'s finish times exactly."""
+    dependents: dict[str, list[str]] = defaultdict(list)
+    waiting = {}
+    for u, n in graph.items():
+        waiting[u] = len(n.preds)
+        for p in n.preds:
+            dependents[p].append(u)
+    events: list[tuple[float, int, str, str]] = []
+    order = itertools.count()
+
+    def push(t: float, kind: str, u: str) -> None:
+        heapq.heappush(events, (t, next(order), kind, u))
+
+    for u in sorted(graph):
+        if not waiting[u]:
+            push(0.0, "ready", u)
+    sim = Sim(finish={})
+    flows: dict[Pool, dict[str, float]] = defaultdict(dict)  # pool -> step -> MB still to download
+    local: dict[str, float] = {}  # step -> seconds of work after its download
+    refused: dict[str, int] = defaultdict(int)
+    unauthenticated = 0
+    now = 0.0
+
+    def rate(pool: Pool) -> float:  # MB/s each download in the pool gets
+        return min(pool.per_flow_mbit, pool.shared_mbit / len(flows[pool])) / 8
+
+    def next_download() -> float:
+        return min((now + min(f.values()) / rate(pool) for pool, f in flows.items() if f), default=math.inf)
+
+    def advance(to: float) -> None:
+        for pool, f in flows.items():
+            if f:
+                moved = (to - now) * rate(pool)
+                for k in f:
+                    f[k] -= moved
+
+    def work(u: str, t: float) -> None:
+        node = graph[u]
+        if mirror is not None and node.download_mb > 0:
+            flows[mirror.pool(node.key)][u] = node.download_mb
+            local[u] = max(node.cost - node.download_mb * 8 / BASELINE_MBIT, 0.0)
+            sim.peak_downloads = max(sim.peak_downloads, sum(len(f) for f in flows.values()))
+        else:
+            push(t + node.cost, "finish", u)
+
+    while events or any(flows.values()):
+        next_event = events[0][0] if events else math.inf
+        next_flow = next_download()
+        if next_flow < next_event:
+            advance(next_flow)
+            now = next_flow
+            for f in flows.values():
+                for k in [k for k, left in f.items() if left <= 1e-9]:
+                    del f[k]
+                    push(now + local.pop(k), "finish", k)
+            continue
+        t, _, kind, u = heapq.heappop(events)
+        advance(t)
+        now = t
+        node = graph[u]
+        if kind == "ready":
+            if sshd is not None and node.ssh_host is not None and node.ssh_host == cp_host:
+                push(now, "dial", u)
+            else:
+                work(u, now)
+        elif kind == "dial":
+            assert sshd is not None
+            if rng.random() < sshd.refusal(unauthenticated):
+                sim.refused_dials += 1
+                refused[u] += 1
+                if refused[u] == sshd.dial_limit + 1:
+                    sim.failed_steps += 1  # pulumi-command gives up here; counted, then retried on
+                push(now + sshd.retry_delay(refused[u]), "dial", u)
+            else:
+                unauthenticated += 1
+                sim.peak_unauthenticated = max(sim.peak_unauthenticated, unauthenticated)
+                push(now + min(sshd.handshake_s, node.cost), "authenticated", u)
+                work(u, now)
+        elif kind == "authenticated":
+            unauthenticated -= 1
+        elif kind == "finish":
+            sim.finish[u] = now
+            for d in dependents[u]:
+                waiting[d] -= 1
+                if not waiting[d]:
+                    push(now, "ready", d)
+    if len(sim.finish) != len(graph):
+        raise SystemExit("critical_path: the simulation did not finish every step (a cycle?)")
+    return sim
+
+
+@dataclass
+class Scenario:
+    name: str
+    title: str
+    sshd: bool
+    mirror: MirrorModel | None
+
+
+SCENARIOS = (
+    Scenario("none", "no contention", sshd=False, mirror=None),
+    Scenario("sshd", "control-plane sshd", sshd=True, mirror=None),
+    Scenario("uplink", "sshd + mirrors over a 1 Gbit/s uplink", sshd=True, mirror=UPLINK),
+    Scenario("archive-cache", "sshd + LAN cache of the Ubuntu archive only", sshd=True, mirror=ARCHIVE_CACHE),
+    Scenario("lan-cache", "sshd + LAN cache of every repository (25 Gbit/s)", sshd=True, mirror=LAN_CACHE),
+)
+
+
+@dataclass
+class Contention:
+    """One scenario at one N, over the trials."""
+
+    ready: float  # median time until every worker's Ready step is done
+    ready_max: float
+    done: float  # median time until the last step is done
+    refused_dials: float  # mean per trial
+    failed_steps: float  # mean per trial
+    failing_trials: int  # trials in which at least one step would have failed
+    peak_unauthenticated: int
+    peak_downloads: int
+    token_slack: float  # the least time left on a join's token when the join starts (median trial)
+
+
+def contention(graph: dict[str, Node], scenario: Scenario, sshd: SshdModel, trials: int, seed: int) -> Contention:
+    cp_host = next((n.ssh_host for n in graph.values() if n.key == "init"), None)
+    ready_steps = [u for u, n in graph.items() if n.key == "ready"]
+    runs = []
+    for trial in range(trials if scenario.sshd else 1):
+        rng = random.Random(seed * 1_000_003 + trial)
+        runs.append(simulate(graph, cp_host, sshd if scenario.sshd else None, scenario.mirror, rng))
+    readies = [max((r.finish[u] for u in ready_steps), default=0.0) for r in runs]
+    median_run = runs[sorted(range(len(runs)), key=lambda i: readies[i])[len(runs) // 2]]
+    slack = [ttl - age for age, _, _, ttl in _token_ages(graph, median_run.finish)]
+    return Contention(
+        ready=statistics.median(readies),
+        ready_max=max(readies),
+        done=statistics.median(max(r.finish.values()) for r in runs),
+        refused_dials=statistics.mean(r.refused_dials for r in runs),
+        failed_steps=statistics.mean(r.failed_steps for r in runs),
+        failing_trials=sum(1 for r in runs if r.failed_steps),
+        peak_unauthenticated=max(r.peak_unauthenticated for r in runs),
+        peak_downloads=max(r.peak_downloads for r in runs),
+        token_slack=min(slack, default=math.nan),
+    )
 
 
 def _duration(seconds: float) -> str:
@@ -395,6 +719,96 @@ def _overrides(items: list[str]) -> tuple[Cost, ...]:
     return tuple(table.values())
 
 
+@dataclass
+class Point:
+    """What one N gives, in a form the --compare child hands back as JSON."""
+
+    workers: int
+    resources: int
+    costed: int
+    depth: int
+    critical: float
+    total: float
+    cp_sessions: int  # remote commands on the control plane's connection
+    token_ages: list[tuple[float, float, float, float]]
+    scenarios: dict[str, Contention] = field(default_factory=dict)
+
+    @classmethod
+    def from_json(cls, raw: dict) -> Point:
+        scenarios = {k: Contention(**v) for k, v in raw.pop("scenarios").items()}
+        return cls(**raw, scenarios=scenarios)
+
+
+def evaluate(points: list[int], launcher: str, costs: tuple[Cost, ...], sshd: SshdModel, trials: int,
+             seed: int) -> tuple[list[Result], list[Point]]:
+    from render import program
+
+    results, summaries = [], []
+    for n in points:
+        plan = program.run("lab", config=_configs.lab_config(n, **_configs.lab_layers(launcher)))
+        graph = build_graph(plan, costs)
+        result = analyse(n, graph)
+        cp_host = next((g.ssh_host for g in graph.values() if g.key == "init"), None)
+        point = Point(n, result.resources, result.costed, result.depth, result.critical, result.total,
+                      cp_sessions=sum(1 for g in graph.values() if g.ssh_host is not None and g.ssh_host == cp_host),
+                      token_ages=result.token_ages)
+        for scenario in SCENARIOS:
+            point.scenarios[scenario.name] = contention(graph, scenario, sshd, trials, seed)
+        # The simulation without contention is the longest-path model, step for step.
+        assert abs(point.scenarios["none"].done - result.critical) < 1e-6, (point.scenarios["none"].done, result.critical)
+        results.append(result)
+        summaries.append(point)
+    return results, summaries
+
+
+def evaluate_at(ref: str, args: argparse.Namespace) -> list[Point]:
+    """The same evaluation for the program at git `ref`, in a child process (its modules would
+    clash with this tree's in one process)."""
+    root = Path(os.path.abspath(__file__)).parent.parent
+    with tempfile.TemporaryDirectory(prefix="critical-path-") as tmp:
+        archive = subprocess.run(["git", "-C", str(root), "archive", ref], capture_output=True, check=True).stdout
+        subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
+        command = [sys.executable, os.path.abspath(__file__), "--project", tmp, "--json",
+                   "--points", ",".join(map(str, args.points)), "--launcher", args.launcher,
+                   "--trials", str(args.trials), "--seed", str(args.seed), "--ssh-handshake", str(args.ssh_handshake),
+                   *(f"--cost={c}" for c in args.cost)]
+        child = subprocess.run(command, capture_output=True, text=True, check=False)
+        if child.returncode not in (0, 1):
+            raise SystemExit(f"critical_path: evaluating {ref} failed:\n{child.stderr}")
+        return [Point.from_json(p) for p in json.loads(child.stdout)]
+
+
+def _pct(value: float, base: float) -> str:
+    return f"{(value / base - 1) * 100:+.1f}%"
+
+
+def print_contention(title: str, points: list[Point], trials: int) -> None:
+    print(title)
+    print("| GPU workers | " + " | ".join(s.title for s in SCENARIOS) + " |")
+    print("|---:|" + "---:|" * len(SCENARIOS))
+    for p in points:
+        cells = []
+        for s in SCENARIOS:
+            c = p.scenarios[s.name]
+            spread = f", slowest {c.ready_max:.0f}" if c.ready_max - c.ready >= 0.5 else ""
+            cells.append(f"{c.ready:.0f} s ({c.done:.0f} s{spread})")
+        print(f"| {p.workers} | " + " | ".join(cells) + " |")
+    first, last = points[0], points[-1]
+    if last is not first:
+        print(f"| {last.workers} vs {first.workers} | " + " | ".join(
+            _pct(last.scenarios[s.name].ready, first.scenarios[s.name].ready) for s in SCENARIOS) + " |")
+    print()
+    print(f"Control-plane sshd (MaxStartups 10:30:100), {trials} trials per point:")
+    print("| GPU workers | SSH sessions on the control plane | most unauthenticated at once | refused dials per `up` "
+          "| steps over dialErrorLimit per `up` | trials in which `up` fails | downloads at once |")
+    print("|---:|---:|---:|---:|---:|---:|---:|")
+    for p in points:
+        c, u = p.scenarios["sshd"], p.scenarios["uplink"]
+        print(f"| {p.workers} | {p.cp_sessions} | {c.peak_unauthenticated} | {c.refused_dials:.1f} "
+              f"| {c.failed_steps:.2f} | {c.failing_trials}/{trials} | {u.peak_downloads} |")
+    print()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--points", type=_configs.parse_points, default=list(DEFAULT_POINTS),
@@ -403,10 +817,30 @@ def main(argv: list[str] | None = None) -> int:
                         help="override one step's cost (keys: " + ", ".join(c.key for c in COSTS) + ")")
     parser.add_argument("--launcher", choices=("indexed-job", "pytorchjob"), default="indexed-job",
                         help="training.launcher of the evaluated stack (default: %(default)s)")
+    parser.add_argument("--trials", type=int, default=20,
+                        help="seeded runs per point where sshd's random early drop plays (default: %(default)s)")
+    parser.add_argument("--seed", type=int, default=1, help="seed of the first trial (default: %(default)s)")
+    parser.add_argument("--ssh-handshake", type=float, default=SshdModel.handshake_s,
+                        help="seconds a connection stays unauthenticated (default: %(default)s)")
+    parser.add_argument("--compare", metavar="REF", help="also evaluate the program at this git ref (before/after)")
+    parser.add_argument("--project", help=argparse.SUPPRESS)  # --compare's child: the program to evaluate
+    parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)  # --compare's child: JSON out
     args = parser.parse_args(argv)
+    if args.project:
+        sys.path.insert(0, args.project)
     costs = _overrides(args.cost)
+    sshd = SshdModel(handshake_s=args.ssh_handshake)
 
-    from render import program
+    started = time.perf_counter()
+    try:
+        results, points = evaluate(args.points, args.launcher, costs, sshd, args.trials, args.seed)
+    except UnknownStep as e:
+        print(f"critical_path: {e}; add it to COSTS in bench/critical_path.py", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps([asdict(p) for p in points]))
+        return 0
+    before = evaluate_at(args.compare, args) if args.compare else None
 
     print("Cost table (seconds per step; components and providers 0):")
     print("| key | matches | s | rationale | source |")
@@ -415,17 +849,13 @@ def main(argv: list[str] | None = None) -> int:
         match = f"{c.type} " + " or ".join(f"*{x}" for x in c.suffixes) if c.suffixes else c.type
         print(f"| {c.key} | `{match}` | {c.seconds:.0f} | {c.why} | {c.source} |")
     print()
-
-    results: list[Result] = []
-    started = time.perf_counter()
-    for n in args.points:
-        plan = program.run("lab", config=_configs.lab_config(n, **_configs.lab_layers(args.launcher)))
-        try:
-            graph = build_graph(plan, costs)
-        except UnknownStep as e:
-            print(f"critical_path: {e}; add it to COSTS in bench/critical_path.py", file=sys.stderr)
-            return 2
-        results.append(analyse(n, graph))
+    print("Downloads of the apt steps (MB; included in the costs above at "
+          f"{BASELINE_MBIT / 1000:.0f} Gbit/s for one host alone):")
+    print("| key | MB | basis |")
+    print("|---|---:|---|")
+    for key, (mb, basis) in DOWNLOADS_MB.items():
+        print(f"| {key} | {mb:.0f} | {basis} |")
+    print()
 
     print("Lab stack, 1 control plane + N GPU workers (8 GPUs each) with Pulumi.lab.yaml's layers (monitoring, "
           f"NFS storage, NCCL acceptance, training via {args.launcher}), unbounded engine parallelism:")
@@ -441,12 +871,31 @@ def main(argv: list[str] | None = None) -> int:
         print_chain(f"Critical path at N={last.workers}:", last.critical_chain)
     print_chain(f"Deepest chain (the depth) at N={last.workers}:", last.depth_chain)
 
+    heading = ("Time until every worker is Ready, median of the trials (in brackets: until `up` is done, and the "
+               "slowest trial where sshd's random drops make them differ); SSH handshake "
+               f"{sshd.handshake_s:g} s; mirrors: {UPLINK.what}; {ARCHIVE_CACHE.what}; {LAN_CACHE.what}")
+    if before is not None:
+        print_contention(f"Before ({args.compare}): {heading}:", before, args.trials)
+        print_contention(f"After (this tree): {heading}:", points, args.trials)
+    else:
+        print_contention(f"{heading}:", points, args.trials)
+
     ages = [a for r in results for a in r.token_ages]
     if ages:
-        oldest, minted, used = max(ages)
-        print(f"Join tokens: the oldest is minted at {minted:.0f} s and used by its join at {used:.0f} s: "
-              f"{oldest:.0f} s of its {TOKEN_TTL} s TTL (slack {TOKEN_TTL - oldest:.0f} s)"
-              + (" -- WARNING: that join would fail with an expired token." if oldest > TOKEN_TTL else "."))
+        oldest, minted, used, ttl = max(ages)
+        worst_slack = min(p.scenarios["uplink"].token_slack for p in points)
+        print(f"Join token: the oldest one a join uses was issued at {minted:.0f} s and is used at {used:.0f} s: "
+              f"{oldest:.0f} s of its {ttl:.0f} s lifetime (slack {ttl - oldest:.0f} s without contention, "
+              f"{worst_slack:.0f} s at the slowest point through the 1 Gbit/s uplink)"
+              + (" -- WARNING: that join would fail with an expired token." if min(ttl - oldest, worst_slack) < 0 else "."))
+    if len(points) > 1:
+        p0, pn = points[0], points[-1]
+        for name in ("sshd", "uplink", "archive-cache", "lan-cache"):
+            a, b = p0.scenarios[name].ready, pn.scenarios[name].ready
+            title = next(s.title for s in SCENARIOS if s.name == name)
+            verdict = "within 5%" if b <= a * 1.05 else "NOT within 5%"
+            print(f"{pn.workers} workers all Ready at {b:.0f} s against {a:.0f} s for {p0.workers} "
+                  f"({_pct(b, a)}), {title}: {verdict}.")
     bad = [r for r in results if r.depth > first.depth or r.critical > first.critical + 1e-6]
     print(f"Evaluated {len(results)} plans in {time.perf_counter() - started:.0f} s.")
     if bad:

@@ -12,7 +12,7 @@ from components.lab.certificates import check_period
 from components.lab.control_plane import ControlPlane, ControlPlaneArgs
 from components.lab.kubeadm import KubeadmSettings
 from components.lab.nfs_storage import NfsServerArgs, NfsSharedStorage, NfsSharedStorageArgs
-from components.lab.node_join import NodeJoin, NodeJoinArgs
+from components.lab.node_join import Membership, MembershipArgs, NodeJoin, NodeJoinArgs, join_token_id
 from components.lab.node_prep import HostSoftware, NodePrep, NodePrepArgs
 from components.training_namespace import training_namespace
 from config import LabStack, StackSecrets
@@ -58,6 +58,13 @@ def build(cfg: LabStack, secrets: StackSecrets) -> dict[str, object]:
     )
     k8s_opts = pulumi.ResourceOptions(provider=cp.provider)
     cni = Cni("cni", CniArgs(kind=cfg.cni, pod_cidr=cfg.pod_cidr), opts=k8s_opts)
+    # The cluster's side of every join: one token (through the API), one CA hash, one drain step.
+    members = tuple(h for h in cfg.hosts if h is not first)
+    membership = Membership(
+        "membership",
+        MembershipArgs(control_plane=cp, members=members,
+                       token_id=join_token_id(pulumi.get_project(), pulumi.get_stack())),
+    )
     joins = [
         NodeJoin(
             h.name,
@@ -65,14 +72,14 @@ def build(cfg: LabStack, secrets: StackSecrets) -> dict[str, object]:
                 cluster=cluster,
                 host=h,
                 control_plane=cp,
+                membership=membership,
                 private_key=key,
                 prepared=prep[h.name].done,
                 network=[cni],
                 bastion=cfg.bastion,
             ),
         )
-        for h in cfg.hosts
-        if h is not first
+        for h in members
     ]
 
     namespace, claim = None, None

@@ -2,13 +2,17 @@
 
 kubeadm reads a config file rather than flags so every setting (version, CIDRs, endpoint, node
 name and IP, labels, taints, cgroup driver) is in one reviewable document. The init file goes to
-the control plane on stdin; the join file is a template whose secret fields (@TOKEN@, @CA_HASH@,
-@CERT_KEY@) the node fills from the freshly minted token it receives on stdin.
+the control plane on stdin; the join file goes to the joining host on stdin, complete: the
+cluster's bootstrap token, the CA's public-key hash to pin and, for a control plane, the key of the
+uploaded certificates (components/lab/node_join.py). It holds the token, so the program keeps it a
+Pulumi secret end to end. `join_config_template` is the same document with placeholders where
+those secrets go: what the offline checks read (render/cluster/nodes.py models each node from it).
 """
 
 from __future__ import annotations
 
 import ipaddress
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,8 +64,9 @@ def init_config(cluster: KubeadmSettings, first: Host) -> str:
     init = {
         "apiVersion": API_VERSION,
         "kind": "InitConfiguration",
-        # The init token is only what kubeadm's bootstrap-token phase needs; every join mints
-        # its own 15-minute token, so this one expires quickly.
+        # The init token is only what kubeadm's bootstrap-token phase needs; joins use the
+        # cluster's join token (node_join.Membership, a Secret through the API), so this one
+        # expires quickly.
         "bootstrapTokens": [{"ttl": "15m0s", "usages": ["signing", "authentication"],
                              "groups": ["system:bootstrappers:kubeadm:default-node-token"]}],
         "localAPIEndpoint": {"advertiseAddress": str(first.address), "bindPort": 6443},
@@ -86,7 +91,16 @@ def init_config(cluster: KubeadmSettings, first: Host) -> str:
     return _dump([init, cluster_doc, kubelet])
 
 
-def join_config_template(cluster: KubeadmSettings, host: Host) -> str:
+# A bootstrap token "<id>.<secret>" (kubernetes.io, Authenticating with Bootstrap Tokens) and a
+# CA pin "sha256:<hex of the SHA-256 of the CA's DER SubjectPublicKeyInfo>" (kubeadm join, discovery).
+TOKEN_PATTERN = re.compile(r"[a-z0-9]{6}\.[a-z0-9]{16}")
+CA_HASH_PATTERN = re.compile(r"sha256:[0-9a-f]{64}")
+CERTIFICATE_KEY_PATTERN = re.compile(r"[0-9a-f]{64}")  # 32 bytes (AES-256), hex
+# The placeholders of join_config_template.
+TOKEN_PLACEHOLDER, CA_HASH_PLACEHOLDER, CERT_KEY_PLACEHOLDER = "@TOKEN@", "@CA_HASH@", "@CERT_KEY@"
+
+
+def _join_document(cluster: KubeadmSettings, host: Host, token: str, ca_hash: str, certificate_key: str) -> dict[str, Any]:
     control_plane = host.role is Role.CONTROL_PLANE
     doc: dict[str, Any] = {
         "apiVersion": API_VERSION,
@@ -94,8 +108,8 @@ def join_config_template(cluster: KubeadmSettings, host: Host) -> str:
         "discovery": {
             "bootstrapToken": {
                 "apiServerEndpoint": cluster.api_endpoint,
-                "token": "@TOKEN@",
-                "caCertHashes": ["@CA_HASH@"],
+                "token": token,
+                "caCertHashes": [ca_hash],
             }
         },
         "nodeRegistration": _node_registration(cluster, host, control_plane=control_plane),
@@ -103,6 +117,19 @@ def join_config_template(cluster: KubeadmSettings, host: Host) -> str:
     if control_plane:
         doc["controlPlane"] = {
             "localAPIEndpoint": {"advertiseAddress": str(host.address), "bindPort": 6443},
-            "certificateKey": "@CERT_KEY@",
+            "certificateKey": certificate_key,
         }
-    return _dump([doc])
+    return doc
+
+
+def join_config(
+    cluster: KubeadmSettings, host: Host, token: str, ca_hash: str, certificate_key: str | None = None
+) -> str:
+    """The join file `host` receives. It holds the token: callers keep it a Pulumi secret. The host
+    checks the token's and the hash's form before kubeadm sees them (scripts.kubeadm_join)."""
+    return _dump([_join_document(cluster, host, token, ca_hash, certificate_key or "")])
+
+
+def join_config_template(cluster: KubeadmSettings, host: Host) -> str:
+    """join_config with placeholders for the token, the CA hash and the certificate key."""
+    return _dump([_join_document(cluster, host, TOKEN_PLACEHOLDER, CA_HASH_PLACEHOLDER, CERT_KEY_PLACEHOLDER)])

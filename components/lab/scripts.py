@@ -12,6 +12,7 @@ script in a quoted here-document, so stdin still reaches the script.
 
 from __future__ import annotations
 
+import re
 import shlex
 import textwrap
 
@@ -466,53 +467,81 @@ def certificates_check_renew(period: str, within_days: int) -> str:
     )
 
 
-def mint_join_token(node: str, control_plane: bool) -> str:
-    """On the control plane: a fresh 15-minute token for one joining node, printed on stdout.
+def ca_cert_hash() -> str:
+    """On the control plane, once per cluster: the pin every join checks the cluster's CA against.
 
-    For a control-plane joiner also re-uploads the control-plane certificates under a new key
-    (kubeadm deletes them after 2 hours), so a control plane added months later still joins.
-    """
-    head = textwrap.dedent(
-        rf"""
-        token=$(kubeadm token create --ttl 15m --description {shlex.quote("gpu-cluster join of " + node)})
-        hash=$(openssl x509 -pubkey -in /etc/kubernetes/pki/ca.crt \
-          | openssl pkey -pubin -outform der | openssl dgst -sha256 -hex | sed 's/^.* //')
+    kubeadm's caCertHashes entry is "sha256:" and the hex SHA-256 of the CA's DER-encoded
+    SubjectPublicKeyInfo (kubeadm join reference, discovery). `openssl pkey -pubin` reads any key
+    type (kubeadm's CA is RSA, or ECDSA with encryptionAlgorithm ECDSA-P256). Printed on stdout;
+    the hash is public (it pins, it does not authenticate)."""
+    return _script(
+        r"""
+        ca=/etc/kubernetes/pki/ca.crt
+        if [ ! -s "$ca" ]; then
+          echo "no cluster CA at $ca: is the control plane initialised?" >&2
+          exit 1
+        fi
+        der=$(mktemp)
+        trap 'rm -f "$der"' EXIT
+        openssl x509 -in "$ca" -noout -pubkey | openssl pkey -pubin -outform der >"$der"
+        if [ ! -s "$der" ]; then
+          echo "could not read the public key of $ca" >&2
+          exit 1
+        fi
+        hash=$(sha256sum "$der")
+        hash=${hash%% *}
+        if [[ ! $hash =~ ^[0-9a-f]{64}$ ]]; then
+          echo "unexpected digest of $ca's public key" >&2
+          exit 1
+        fi
+        printf 'sha256:%s\n' "$hash"
         """
     )
-    if control_plane:
-        tail = textwrap.dedent(
-            r"""
-            key=$(kubeadm certs certificate-key)
-            kubeadm init phase upload-certs --upload-certs --certificate-key "$key" >/dev/null 2>&1
-            printf '%s %s %s\n' "$token" "sha256:$hash" "$key"
-            """
-        )
-    else:
-        tail = """printf '%s %s\\n' "$token" "sha256:$hash"\n"""
-    return _script(head + tail)
+
+
+def upload_control_plane_certs() -> str:
+    """On the control plane, for one joining control plane: upload the shared certificates under a
+    fresh key (kubeadm deletes them after 2 hours, so a control plane added months later still
+    finds them) and print that key on stdout (a secret: it decrypts the uploaded certificates)."""
+    return _script(
+        r"""
+        key=$(kubeadm certs certificate-key)
+        if ! kubeadm init phase upload-certs --upload-certs --certificate-key "$key" >/dev/null 2>&1; then
+          echo "kubeadm could not upload the control-plane certificates" >&2
+          exit 1
+        fi
+        printf '%s\n' "$key"
+        """
+    )
 
 
 def kubeadm_join() -> str:
-    """stdin: line 1 'token sha256:hash [certificate-key]'; the rest: the JoinConfiguration
-    template with @TOKEN@, @CA_HASH@ and @CERT_KEY@ where those go."""
+    """stdin: the complete JoinConfiguration (kubeadm.join_config): endpoint, bootstrap token, CA
+    hash and, for a control plane, the certificate key. It is checked before kubeadm reads it, so a
+    missing token or CA pin fails here, without the token reaching a log."""
     return _script(
         r"""
         install -d -m 0700 /etc/gpu-cluster /var/log/gpu-cluster
-        read -r token ca_hash cert_key || true
-        template=$(cat)
+        config_text=$(cat)
         if [ -f /etc/kubernetes/kubelet.conf ]; then
           echo "node already joined"
           exit 0
         fi
-        if [ -z "${token:-}" ] || [ -z "${ca_hash:-}" ]; then
-          echo "no join token on stdin" >&2
+        # Never join without a bootstrap token and a pinned CA (kubeadm would refuse the unpinned
+        # file anyway; this says why without echoing it).
+        if ! grep -Eq '^ +token: [a-z0-9]{6}\.[a-z0-9]{16}$' <<<"$config_text" \
+           || ! grep -Eq '^ *- sha256:[0-9a-f]{64}$' <<<"$config_text"; then
+          echo "no join token or CA hash on stdin" >&2
+          exit 1
+        fi
+        if grep -q '^controlPlane:' <<<"$config_text" \
+           && ! grep -Eq '^ +certificateKey: [0-9a-f]{64}$' <<<"$config_text"; then
+          echo "no certificate key on stdin for a control-plane join" >&2
           exit 1
         fi
         umask 077
         config=/etc/gpu-cluster/kubeadm-join.yaml
-        template=${template//@TOKEN@/$token}
-        template=${template//@CA_HASH@/$ca_hash}
-        printf '%s\n' "${template//@CERT_KEY@/${cert_key:-}}" >"$config"
+        printf '%s\n' "$config_text" >"$config"
         status=0
         kubeadm join --config "$config" >/var/log/gpu-cluster/kubeadm-join.log 2>&1 || status=$?
         rm -f "$config"  # it holds the token
@@ -525,16 +554,26 @@ def kubeadm_join() -> str:
     )
 
 
-def node_ready(node: str) -> str:
-    """On the control plane: wait until the joined node is Ready (needs the CNI).
+# node_ready: the joined host's own credentials (system:node:<name>, written by the TLS bootstrap);
+# the Node authorizer lets a node get, list and watch Node objects.
+_KUBELET_KUBECTL = "kubectl --kubeconfig /etc/kubernetes/kubelet.conf"
 
-    `kubectl wait` fails at once with NotFound while the kubelet has not registered the Node
-    object yet, so first wait (up to 5 minutes) for it to exist."""
+
+def node_ready(node: str) -> str:
+    """On the joined host itself: wait until its Node is Ready (needs the CNI).
+
+    It runs on the host, not the control plane, so N hosts open N sessions on N sshds rather than
+    N sessions on the control plane's. `kubectl wait` fails at once with NotFound while the kubelet
+    has not registered the Node object yet, so first wait (up to 5 minutes) for it to exist."""
     return _script(
         rf"""
+        if [ ! -f /etc/kubernetes/kubelet.conf ]; then
+          echo "{node} has not joined: no /etc/kubernetes/kubelet.conf" >&2
+          exit 1
+        fi
         registered=
         for _ in $(seq 1 {NODE_REGISTER_TRIES}); do
-          if {_KUBECTL} get node {node} >/dev/null 2>&1; then
+          if {_KUBELET_KUBECTL} get node {node} >/dev/null 2>&1; then
             registered=1
             break
           fi
@@ -544,19 +583,56 @@ def node_ready(node: str) -> str:
           echo "node {node} did not register with the API server" >&2
           exit 1
         fi
-        {_KUBECTL} wait --for=condition=Ready node/{node} --timeout=10m
+        {_KUBELET_KUBECTL} wait --for=condition=Ready node/{node} --timeout=10m
         """
     )
 
 
-def node_drain(node: str) -> str:
-    """On the control plane, before the node is reset: move its pods away and forget it."""
+MEMBERS_FILE = "$STATE_DIR/cluster-members"  # on the control plane: "name address" per joined host
+
+
+def drain_removed_nodes(members: list[tuple[str, str]]) -> str:
+    """On the control plane, before any host joins or is reset: drain and delete from the cluster
+    every node this program joined that is no longer in `members` (name, address), or whose address
+    changed, then remember `members`. One SSH session whatever the number of hosts; removed nodes
+    are drained in parallel. Runs again whenever the list changes."""
+    for name, address in members:
+        if not re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", name) or not re.fullmatch(r"[0-9.]+", address):
+            raise ValueError(f"not a node name and IPv4 address: {name!r} {address!r}")
+    wanted = " ".join(f"'{name} {address}'" for name, address in sorted(members))
     return _script(
         rf"""
-        if {_KUBECTL} get node {node} >/dev/null 2>&1; then
-          {_KUBECTL} drain {node} --ignore-daemonsets --delete-emptydir-data --force --timeout=5m || true
-          {_KUBECTL} delete node {node} --ignore-not-found
+        want=({wanted})
+        members={MEMBERS_FILE}
+        drain_node() {{
+          local node=$1
+          if {_KUBECTL} get node "$node" >/dev/null 2>&1; then
+            {_KUBECTL} drain "$node" --ignore-daemonsets --delete-emptydir-data --force --timeout=5m || true
+            {_KUBECTL} delete node "$node" --ignore-not-found
+          fi
+        }}
+        removed=()
+        if [ -f "$members" ]; then
+          while IFS= read -r member; do
+            [ -n "$member" ] || continue
+            keep=
+            for w in "${{want[@]}}"; do
+              if [ "$w" = "$member" ]; then
+                keep=1
+                break
+              fi
+            done
+            if [ -z "$keep" ]; then
+              removed+=("${{member%% *}}")
+            fi
+          done <"$members"
         fi
+        for node in "${{removed[@]}}"; do
+          echo "draining $node: it left the config or changed address"
+          drain_node "$node" &
+        done
+        wait
+        put_file "$members" 0644 <<<"$(printf '%s\n' "${{want[@]}}")" || true
         """
     )
 

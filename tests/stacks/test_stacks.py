@@ -164,7 +164,7 @@ def test_lab_stack_registrations():
     assert sorted(r.name for r in plan.of_type(NODE_JOIN)) == sorted(names[1:])
     for join in plan.of_type(NODE_JOIN):
         assert sorted(r.name for r in children(plan, join)) == sorted(
-            f"{join.name}-{s}" for s in ("token", "join", "ready")
+            f"{join.name}-{s}" for s in ("join", "ready")
         )
     for prep in plan.of_type(NODE_PREP):
         assert {f"{prep.name}-kernel", f"{prep.name}-containerd"} <= {r.name for r in children(plan, prep)}
@@ -290,7 +290,7 @@ def test_workers_are_independent_and_chain_length_does_not_grow():
         w: owned_commands(plan8, NODE_PREP, w) | owned_commands(plan8, NODE_JOIN, w) for w in workers
     }
     for w in workers:
-        assert len(owned[w]) == 6 + 3, w
+        assert len(owned[w]) == 6 + 2, w
     for a in workers:
         reach = set().union(*(transitive(graph8, c) for c in owned[a]))
         for b in workers:
@@ -308,6 +308,34 @@ def test_workers_are_independent_and_chain_length_does_not_grow():
     assert longest_chain(graph8) >= 7
 
 
+def test_the_control_plane_opens_as_many_ssh_sessions_for_32_workers_as_for_2():
+    """sshd refuses concurrent unauthenticated connections beyond MaxStartups (10 by default): no
+    step may run on the control plane's connection once per worker. Workers' steps connect to the
+    worker; the join token is a Secret through the Kubernetes API."""
+
+    def on_control_plane(plan: Plan) -> list[str]:
+        return sorted(r.name for r in plan.of_type(COMMAND) if r.inputs["connection"]["host"] == "192.0.2.10")
+
+    two, many = program.run("lab", config=gpu_lab(2)), program.run("lab", config=gpu_lab(32))
+    assert on_control_plane(two) == on_control_plane(many) == sorted([
+        "control-plane-init", "control-plane-kubeconfig", "membership-ca-hash", "membership-drain",
+        *(f"cp-1-{s}" for s in ("kernel", "containerd", "kube-packages")),
+    ])
+    addresses = {h["name"]: h["address"] for h in json.loads(gpu_lab(32)[0]["gpu-cluster:hosts"])}
+    joins = many.of_type(NODE_JOIN)
+    assert len(joins) == 32
+    for join in joins:
+        steps = [r for r in children(many, join) if r.type == COMMAND]
+        assert sorted(r.name for r in steps) == [f"{join.name}-join", f"{join.name}-ready"]
+        for step in steps:
+            assert step.inputs["connection"]["host"] == addresses[join.name], step.name
+    # One token for every host, and it stays a secret in the plan, as does every join's stdin.
+    (token,) = [r for r in many.of_type("kubernetes:core/v1:Secret") if r.inputs.get("type") == "bootstrap.kubernetes.io/token"]
+    assert token.name == "membership-token"
+    assert token.inputs["stringData"] == SECRET_MARKER
+    assert all(r.inputs["stdin"] == SECRET_MARKER for r in many.of_type(COMMAND) if r.name.endswith("-join"))
+
+
 def test_changing_one_address_changes_only_that_hosts_triggers():
     before = program.run("lab", config=gpu_lab(3))
     after = program.run("lab", config=gpu_lab(3, gpu_2="192.0.2.42"))
@@ -318,9 +346,14 @@ def test_changing_one_address_changes_only_that_hosts_triggers():
     old, new = commands(before), commands(after)
     assert old.keys() == new.keys()
     gpu2 = {short(u) for u in owned_commands(before, NODE_PREP, "gpu-2") | owned_commands(before, NODE_JOIN, "gpu-2")}
-    assert len(gpu2) == 9
+    assert len(gpu2) == 8
     for name in old:
-        if name in gpu2:
+        if name == "membership-drain":
+            # The moved host is drained (and so re-joined cleanly): its entry in the member list changes.
+            assert "'gpu-2 192.0.2.12'" in old[name].inputs["create"]
+            assert "'gpu-2 192.0.2.42'" in new[name].inputs["create"]
+            assert old[name].inputs["triggers"] == new[name].inputs["triggers"]
+        elif name in gpu2:
             assert old[name].inputs["triggers"] != new[name].inputs["triggers"], name
             assert "192.0.2.12" in old[name].inputs["triggers"]
             assert "192.0.2.42" in new[name].inputs["triggers"]
@@ -371,7 +404,7 @@ def test_nfs_server_waits_for_the_control_planes_prep():
 def test_cluster_membership_and_prep_commands_delete_before_replace():
     plan = committed("lab")
     commands = plan.of_type(COMMAND)
-    suffixes = ("-init", "-kubeconfig", "-token", "-join", "-ready")
+    suffixes = ("-init", "-kubeconfig", "-ca-hash", "-drain", "-certs", "-join", "-ready")
     membership = [r for r in commands if r.name.endswith(suffixes)]
     assert {r.name for r in membership} >= {"control-plane-init", "control-plane-kubeconfig"}
     assert len([r for r in membership if r.name.endswith("-join")]) == len(plan.of_type(NODE_JOIN))

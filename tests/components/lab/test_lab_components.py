@@ -3,20 +3,25 @@ each child hangs, what it depends on and which inputs stay secret."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+
 import pulumi
 import pytest
 import yaml
 from pulumi.runtime import rpc
+from pulumi.runtime.settings import set_root_resource
 
 from components import versions
 from components.cni import Cni, CniArgs
 from components.dev.existing_cluster import ExistingCluster, ExistingClusterArgs
 from components.device_plugin import NvidiaDevicePlugin
+from components.lab import kubeadm
 from components.lab.control_plane import ControlPlane, ControlPlaneArgs
-from components.lab.node_join import NodeJoin, NodeJoinArgs
+from components.lab.node_join import Membership, MembershipArgs, NodeJoin, NodeJoinArgs
 from components.lab.node_prep import NodePrep, NodePrepArgs
 from components.scheduling_contract import GPU_NODE_LABEL
 from config.lab import Cni as CniKind
+from render import program
 from render.program import SECRET_MARKER, Plan, Registration
 from stacks.lab import host_software, kubeadm_settings
 from tests.conftest import ED25519, host, lab_config
@@ -333,82 +338,209 @@ def test_control_plane_kubeconfig_read_not_logged_and_provider_secret(mocks):
 
 
 # ---------------------------------------------------------------------------------------------
-# NodeJoin
+# Membership and NodeJoin
+
+ISSUED = datetime(2026, 11, 22, 10, 0, 0, tzinfo=UTC)
+TOKEN_ID = "q78jfy"
+TOKEN_SECRET = "0123456789abcdef"  # what the mocked RandomPassword returns
+CA_HASH = "sha256:" + "ab" * 32  # what the mocked ca-hash step prints
+CERT_KEY = "cd" * 32  # what the mocked certs step prints
+SECRET_TYPE = "kubernetes:core/v1:Secret"
 
 
-def join_all(cfg, joiner: str) -> dict[str, object]:
-    """The pieces a NodeJoin needs (both hosts prepared, control plane, CNI), then the join."""
+class OptionsMonitor(program.RecordingMonitor):
+    """Also keeps each registration's replaceOnChanges (RecordingMonitor records inputs only)."""
+
+    def __init__(self, mocks, plan):
+        super().__init__(mocks, plan)
+        self.replace_on_changes: dict[str, list[str]] = {}
+
+    def RegisterResource(self, request):  # noqa: N802 (gRPC method name)
+        self.replace_on_changes[request.name] = list(request.replaceOnChanges)
+        return super().RegisterResource(request)
+
+
+@pytest.fixture
+def join_mocks() -> program.ProgramMocks:
+    """The recording mocks, with what the join needs from its providers: the random token secret,
+    the CA hash and the certificate key the control plane prints. `monitor.replace_on_changes` too."""
+    plan = program.Plan(stack="test")
+    m = program.ProgramMocks()
+    new_resource = m.new_resource
+
+    def with_outputs(args):
+        urn_id, outputs = new_resource(args)
+        if args.typ == "random:index/randomPassword:RandomPassword":
+            outputs["result"] = TOKEN_SECRET
+        elif args.name.endswith("-ca-hash"):
+            outputs["stdout"] = CA_HASH + "\n"
+        elif args.name.endswith("-certs"):
+            outputs["stdout"] = CERT_KEY + "\n"
+        return urn_id, outputs
+
+    m.new_resource = with_outputs  # type: ignore[method-assign]
+    monitor = OptionsMonitor(m, plan)
+    set_root_resource(None)
+    pulumi.runtime.set_mocks(m, project="gpu-cluster", stack="test", preview=False, monitor=monitor)
+    m.plan = plan  # type: ignore[attr-defined]
+    m.monitor = monitor  # type: ignore[attr-defined]
+    return m
+
+
+def join_all(cfg, joiners: list[str], issued_at: datetime = ISSUED) -> dict[str, object]:
+    """The pieces the joins need (hosts prepared, control plane, CNI, membership), then the joins."""
     first = cfg.control_planes[0].name
-    preps = {first: prep(cfg, first), joiner: prep(cfg, joiner)}
+    preps = {n: prep(cfg, n) for n in [first, *joiners]}
     cp = control_plane(cfg, preps)
     cni = Cni("cni", CniArgs(kind=cfg.cni, pod_cidr=cfg.pod_cidr),
               opts=pulumi.ResourceOptions(provider=cp.provider))
-    h = next(h for h in cfg.hosts if h.name == joiner)
-    join = NodeJoin(joiner, NodeJoinArgs(cluster=kubeadm_settings(cfg), host=h, control_plane=cp, private_key=key(),
-                                         prepared=preps[joiner].done, network=[cni], bastion=cfg.bastion))
-    return {"cp": cp, "cni": cni, "join": join}
+    hosts = {h.name: h for h in cfg.hosts}
+    membership = Membership("membership", MembershipArgs(
+        control_plane=cp, members=tuple(hosts[n] for n in joiners), token_id=TOKEN_ID, issued_at=issued_at))
+    joins = [
+        NodeJoin(n, NodeJoinArgs(cluster=kubeadm_settings(cfg), host=hosts[n], control_plane=cp, membership=membership,
+                                 private_key=key(), prepared=preps[n].done, network=[cni], bastion=cfg.bastion))
+        for n in joiners
+    ]
+    return {"cp": cp, "cni": cni, "membership": membership, "joins": joins}
 
 
-def test_node_join_worker(mocks):
+def test_membership_token_secret_is_a_bootstrap_token_through_the_api(join_mocks):
     cfg = lab_config()
-    build(lambda: join_all(cfg, "gpu-1"))
-    plan = mocks.plan
+    seen = recording_inputs(join_mocks)
+    build(lambda: join_all(cfg, ["gpu-1", "cpu-1"]))
+    plan = join_mocks.plan
+
+    component = one(plan, "membership", "gpucluster:lab:Membership")
+    assert sorted(r.name for r in children(plan, component)) == [
+        "membership-ca-hash", "membership-drain", "membership-token", "membership-token-secret"]
+    (token,) = plan.of_type(SECRET_TYPE)
+    assert token.name == "membership-token" and token.parent == component.urn
+    # Through the control plane's provider (the Kubernetes API), not an SSH session.
+    provider = one(plan, "control-plane-k8s", "pulumi:providers:kubernetes")
+    assert token.provider.startswith(provider.urn)
+    assert token.inputs["metadata"] == {"name": f"bootstrap-token-{TOKEN_ID}", "namespace": "kube-system"}
+    assert token.inputs["type"] == "bootstrap.kubernetes.io/token"
+    # The secret half never shows in the plan: the whole data map is a secret.
+    assert token.inputs["stringData"] == SECRET_MARKER
+    assert TOKEN_SECRET not in repr([r.inputs for r in plan.resources])
+    secret = one(plan, "membership-token-secret", "random:index/randomPassword:RandomPassword")
+    assert secret.inputs["length"] == 16 and secret.inputs["upper"] is False and secret.inputs["special"] is False
+
+    data = revealed(seen["membership-token"]["stringData"])
+    assert data == {
+        "token-id": TOKEN_ID,
+        "token-secret": TOKEN_SECRET,
+        "expiration": "2026-11-22T12:00:00Z",  # issued_at + JOIN_TOKEN_TTL (2 h), RFC 3339 UTC
+        "usage-bootstrap-authentication": "true",
+        "usage-bootstrap-signing": "true",
+        "auth-extra-groups": "system:bootstrappers:kubeadm:default-node-token",
+        "description": data["description"],
+    }
+    # Every `up` replaces it (a fresh expiry; the token cleaner may have deleted the old one).
+    assert join_mocks.monitor.replace_on_changes["membership-token"] == ["stringData"]
+    assert token.delete_before_replace
+
+
+def test_membership_reads_the_ca_hash_once_and_drains_on_the_control_plane(join_mocks):
+    cfg = lab_config()
+    build(lambda: join_all(cfg, ["gpu-1", "cpu-1"]))
+    plan = join_mocks.plan
+
+    ca_hash, drain = one(plan, "membership-ca-hash"), one(plan, "membership-drain")
+    for step in (ca_hash, drain):
+        assert step.inputs["connection"]["host"] == "192.0.2.10"
+        assert deps(step) == {"control-plane-init"}
+        assert step.inputs["triggers"] == ["control-plane-init-id"]
+        assert step.delete_before_replace
+        assert not step.inputs.get("delete"), "nothing to undo (destroy resets the hosts)"
+    assert "openssl x509" in ca_hash.inputs["create"] and "/etc/kubernetes/pki/ca.crt" in ca_hash.inputs["create"]
+    assert "want=('cpu-1 192.0.2.12' 'gpu-1 192.0.2.11')" in drain.inputs["create"]
+    assert "drain" in drain.inputs["create"]
+
+
+def test_membership_of_a_single_host_cluster_leaves_no_join_token(join_mocks):
+    cfg = lab_config(hosts=[host("cp-1", "192.0.2.10", "control-plane")])
+    build(lambda: join_all(cfg, []))
+    plan = join_mocks.plan
+    component = one(plan, "membership", "gpucluster:lab:Membership")
+    # Only the drain step: it still drains what an earlier `up` joined.
+    assert [r.name for r in children(plan, component)] == ["membership-drain"]
+    assert "want=()" in one(plan, "membership-drain").inputs["create"]
+    assert not plan.of_type(SECRET_TYPE) and not plan.of_type("random:index/randomPassword:RandomPassword")
+
+
+def test_node_join_worker(join_mocks):
+    cfg = lab_config()
+    build(lambda: join_all(cfg, ["gpu-1"]))
+    plan = join_mocks.plan
 
     component = one(plan, "gpu-1", "gpucluster:lab:NodeJoin")
-    assert sorted(r.name for r in children(plan, component)) == ["gpu-1-join", "gpu-1-ready", "gpu-1-token"]
-
-    token = one(plan, "gpu-1-token")
-    assert token.inputs["connection"]["host"] == "192.0.2.10"
-    assert token.inputs["logging"] == "none"
-    assert "kubeadm token create --ttl 15m" in token.inputs["create"]
-    assert "upload-certs" not in token.inputs["create"]
-    assert "control-plane-init" in deps(token)
+    assert sorted(r.name for r in children(plan, component)) == ["gpu-1-join", "gpu-1-ready"]
 
     join = one(plan, "gpu-1-join")
     assert join.inputs["connection"]["host"] == "192.0.2.11"
     assert join.inputs["connection"]["privateKey"] == SECRET_MARKER
     assert join.inputs["stdin"] == SECRET_MARKER
-    assert {"gpu-1-token", "gpu-1-kube-packages"} <= deps(join)
+    assert {"membership-token", "membership-ca-hash", "membership-drain", "gpu-1-kube-packages"} <= deps(join)
     # ... and so, transitively, on every step of the host's NodePrep.
     prep_steps = {r.name for r in children(plan, one(plan, "gpu-1", "gpucluster:lab:NodePrep"))}
     assert prep_steps == {f"gpu-1-{s}" for s in GPU_STEPS}
     assert prep_steps <= closure(plan, join)
     assert "kubeadm reset -f" in join.inputs["delete"]
 
+    # Readiness is checked on the host itself, with the kubelet's credentials.
     ready = one(plan, "gpu-1-ready")
-    assert ready.inputs["connection"]["host"] == "192.0.2.10"
+    assert ready.inputs["connection"]["host"] == "192.0.2.11"
     assert {"gpu-1-join", "cni-flannel", "cni-ns"} <= deps(ready)
-    delete = ready.inputs["delete"]
-    assert "kubectl" in delete
-    assert "drain gpu-1" in delete
-    assert "delete node gpu-1" in delete
+    assert "--kubeconfig /etc/kubernetes/kubelet.conf" in ready.inputs["create"]
     assert "node/gpu-1" in ready.inputs["create"]
+    assert not ready.inputs.get("delete"), "removed hosts are drained by membership-drain"
 
-    for reg in (token, join, ready):
+    for reg in (join, ready):
         assert {"gpu-1", "192.0.2.11", "control-plane-init-id"} <= set(reg.inputs["triggers"]), reg.name
-        # A rebuilt cluster (new init id) drains and resets the node before it joins again.
+        # A rebuilt cluster (new init id) resets the node before it joins again.
         assert reg.delete_before_replace, reg.name
 
 
-def test_node_join_stdin_carries_token_and_join_template(mocks):
+def test_node_join_stdin_is_the_join_config_with_token_and_ca_hash(join_mocks):
     """The stdin is masked in the plan; the mocks themselves see the unmasked value."""
     cfg = lab_config()
-    seen = recording_inputs(mocks)
-    build(lambda: join_all(cfg, "gpu-1"))
+    seen = recording_inputs(join_mocks)
+    build(lambda: join_all(cfg, ["gpu-1"]))
 
     stdin = revealed(seen["gpu-1-join"]["stdin"])
-    first_line, template = stdin.split("\n", 1)
-    assert first_line == ""  # the mocked token command prints nothing
-    doc = yaml.safe_load(template)
-    assert doc["kind"] == "JoinConfiguration"
-    assert doc["discovery"]["bootstrapToken"]["token"] == "@TOKEN@"
-    assert doc["discovery"]["bootstrapToken"]["apiServerEndpoint"] == "192.0.2.10:6443"
+    gpu1 = next(h for h in cfg.hosts if h.name == "gpu-1")
+    assert stdin == kubeadm.join_config(kubeadm_settings(cfg), gpu1, f"{TOKEN_ID}.{TOKEN_SECRET}", CA_HASH)
+    doc = yaml.safe_load(stdin)
+    assert doc["discovery"]["bootstrapToken"] == {
+        "apiServerEndpoint": "192.0.2.10:6443", "token": f"{TOKEN_ID}.{TOKEN_SECRET}", "caCertHashes": [CA_HASH]}
     assert doc["nodeRegistration"]["name"] == "gpu-1"
     assert {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"} in doc["nodeRegistration"]["taints"]
     assert "controlPlane" not in doc
 
 
-def test_node_join_control_plane_joiner_uploads_certs(mocks):
+def test_a_new_token_expiry_does_not_touch_joined_hosts(join_mocks):
+    """Each `up` issues the token with a new expiry: the Secret changes, no join's stdin does."""
+    cfg = lab_config()
+    seen = recording_inputs(join_mocks)
+    build(lambda: join_all(cfg, ["gpu-1"], issued_at=ISSUED))
+    first_stdin = revealed(seen["gpu-1-join"]["stdin"])
+    first_data = revealed(seen["membership-token"]["stringData"])
+    first_plan = {r.name: r.inputs for r in join_mocks.plan.of_type(COMMAND)}
+
+    later = join_mocks.plan.__class__(stack="test")
+    join_mocks.monitor.plan = later
+    set_root_resource(None)
+    build(lambda: join_all(cfg, ["gpu-1"], issued_at=ISSUED + timedelta(days=90)))
+    assert revealed(seen["gpu-1-join"]["stdin"]) == first_stdin
+    assert revealed(seen["membership-token"]["stringData"])["expiration"] == "2027-02-20T12:00:00Z"
+    assert {k: v for k, v in revealed(seen["membership-token"]["stringData"]).items() if k != "expiration"} == \
+        {k: v for k, v in first_data.items() if k != "expiration"}
+    assert {r.name: r.inputs for r in later.of_type(COMMAND)} == first_plan
+
+
+def test_node_join_control_plane_joiner_uploads_certs(join_mocks):
     cfg = lab_config(
         hosts=[
             host("cp-1", "192.0.2.10", "control-plane"),
@@ -416,19 +548,25 @@ def test_node_join_control_plane_joiner_uploads_certs(mocks):
         ],
         controlPlaneEndpoint="k8s-api.lab.example:6443",
     )
-    seen = recording_inputs(mocks)
-    build(lambda: join_all(cfg, "cp-2"))
-    plan = mocks.plan
+    seen = recording_inputs(join_mocks)
+    build(lambda: join_all(cfg, ["cp-2"]))
+    plan = join_mocks.plan
 
-    token = one(plan, "cp-2-token")
-    assert "upload-certs" in token.inputs["create"]
-    assert "certificate-key" in token.inputs["create"]
+    component = one(plan, "cp-2", "gpucluster:lab:NodeJoin")
+    assert sorted(r.name for r in children(plan, component)) == ["cp-2-certs", "cp-2-join", "cp-2-ready"]
+    certs = one(plan, "cp-2-certs")
+    assert certs.inputs["connection"]["host"] == "192.0.2.10"
+    assert "upload-certs" in certs.inputs["create"] and "certificate-key" in certs.inputs["create"]
+    assert certs.inputs["logging"] == "none"
+    assert {"control-plane-init", "cp-2-kube-packages"} <= deps(certs)
     join = one(plan, "cp-2-join")
+    assert "cp-2-certs" in deps(join)
     assert join.inputs["stdin"] == SECRET_MARKER
-    doc = yaml.safe_load(revealed(seen["cp-2-join"]["stdin"]).split("\n", 1)[1])
-    assert doc["controlPlane"]["certificateKey"] == "@CERT_KEY@"
+    doc = yaml.safe_load(revealed(seen["cp-2-join"]["stdin"]))
+    assert doc["controlPlane"]["certificateKey"] == CERT_KEY
     assert doc["controlPlane"]["localAPIEndpoint"]["advertiseAddress"] == "192.0.2.20"
     assert doc["discovery"]["bootstrapToken"]["apiServerEndpoint"] == "k8s-api.lab.example:6443"
+    assert doc["discovery"]["bootstrapToken"]["caCertHashes"] == [CA_HASH]
 
 
 # ---------------------------------------------------------------------------------------------
