@@ -3,8 +3,9 @@ them: labels, taints and allocatable resources.
 
 - lab: one node per host. The control plane's registration (labels, taints) is read from the
   kubeadm InitConfiguration the plan sends to it; each worker's from the JoinConfiguration the
-  program sends on its join step (built by the same function; the plan holds it as a secret
-  because the token is filled in on the host). kubeadm adds node-role.kubernetes.io/control-plane
+  program sends on its join step (kubeadm.join_config_template: the same document with the token
+  and CA pin left as placeholders, since the plan holds the real one as a secret). kubeadm adds
+  node-role.kubernetes.io/control-plane
   to control planes. CPU and memory are not declared in config, so they are not checked.
 - gke: one node shape per node pool in the plan (gcp NodePool inputs: labels, taints, machine type,
   accelerators, autoscaling), with what GKE adds itself: cloud.google.com/gke-nodepool,
