@@ -792,8 +792,25 @@ def node_effects(command: Resource) -> list[str]:
     return [label for label, pattern in NODE_EFFECTS if pattern.search(script)]
 
 
+def update_effects(command: Resource) -> tuple[str, list[str]]:
+    """(which script, what it can do to a node) for a command updated in place: pulumi-command runs
+    its `update` script, else `create` again (Command.Update, pulumi-command remote/command.go)."""
+    which = "update" if isinstance(command.inputs.get("update"), str) else "create"
+    script = command.inputs.get(which)
+    if not isinstance(script, str) or script == program.SECRET_MARKER:
+        return which, []
+    return which, [label for label, pattern in NODE_EFFECTS if pattern.search(script)]
+
+
 def _loud(step: Step, deleted_or_replaced: set[str]) -> None:
     old = step.old
+    if step.action is Action.UPDATE and step.new is not None and step.new.type in COMMAND_TYPES:
+        which, effects = update_effects(step.new)
+        if effects:
+            host = (step.new.inputs.get("connection") or {}).get("host", "?")
+            step.loud.append(f"UPDATE {step.new.name}: runs its {which} script again on {host}, a script that "
+                             f"{', '.join(effects)}")
+        return
     if old is None or step.action not in (Action.REPLACE, Action.DELETE):
         return
     verb = "REPLACE" if step.action is Action.REPLACE else "DELETE"
