@@ -5,6 +5,7 @@ step, never a replacement of the control plane), and the stack output."""
 from __future__ import annotations
 
 import datetime
+import json
 import shutil
 import subprocess
 
@@ -78,3 +79,109 @@ def test_script_counts_every_kubeadm_leaf_and_kubeconfig_but_no_ca() -> None:
     for name in (*scripts.KUBEADM_LEAF_CERTS, *scripts.KUBEADM_KUBECONFIGS):
         assert name in text
     assert "ca.crt" not in " ".join(scripts.KUBEADM_LEAF_CERTS)
+
+
+# ---------------------------------------------------------------------------------------------
+# The script on a simulated control plane (tests/hostsim.py), with real openssl and real
+# certificates: what it reads, when it renews, and that a second run after a renewal changes nothing.
+
+
+def _isolation() -> str | None:
+    from tests.hostsim import isolation_unavailable
+
+    return isolation_unavailable()
+
+
+def _cert(path, days: int, cn: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+                    "-keyout", "/dev/null", "-out", str(path), "-days", str(days), "-subj", f"/CN={cn.replace('/', '-')}"],
+                   check=True, capture_output=True, timeout=60)
+
+
+def _control_plane(sim, days: dict[str, int], default: int = 200) -> None:
+    """kubeadm's files with the given lifetimes (days left, by file name; others `default`)."""
+    import base64
+
+    k8s = sim.path("/etc/kubernetes")
+    _cert(k8s / "pki" / "ca.crt", 3650, "kubernetes")
+    for name in scripts.KUBEADM_LEAF_CERTS:
+        _cert(k8s / "pki" / name, days.get(name, default), name)
+    for name in scripts.KUBEADM_KUBECONFIGS:
+        pem = k8s / "pki" / f"{name}.pem"
+        _cert(pem, days.get(name, default), name)
+        data = base64.b64encode(pem.read_bytes()).decode()
+        pem.unlink()
+        (k8s / name).write_text(f"apiVersion: v1\nkind: Config\nusers:\n- name: x\n  user:\n"
+                                f"    client-certificate-data: {data}\n    client-key-data: AAAA\n")
+    (k8s / "manifests").mkdir(exist_ok=True)
+    for pod in scripts.CONTROL_PLANE_STATIC_PODS:
+        (k8s / "manifests" / f"{pod}.yaml").write_text(f"kind: Pod\nmetadata: {{name: {pod}}}\n")
+
+
+def _days_left(stamp: str) -> float:
+    at = datetime.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.UTC)
+    return (at - datetime.datetime.now(datetime.UTC)).total_seconds() / 86400
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl not installed")
+def test_renews_within_the_window_and_a_second_run_changes_nothing(tmp_path) -> None:
+    from tests.hostsim import HostSim
+
+    why = _isolation()
+    if why is not None:
+        pytest.skip(f"isolated host runs: {why}")
+    sim = HostSim(tmp_path, real_tools=("openssl",))
+    # apiserver.crt expires in 10 days: inside the 30-day window
+    _control_plane(sim, {"apiserver.crt": 10})
+    script = scripts.as_root(scripts.certificates_check_renew("2026-W48", certificates.RENEW_WITHIN_DAYS))
+    mark = sim.mark()
+    first = sim.run(script)
+    assert first.returncode == 0, first.stderr
+    status = json.loads(first.stdout)
+    assert status["renewed"] is True and status["certificate"] == "apiserver.crt"
+    assert _days_left(status["caExpires"]) > 3600  # the CA: ten years, not counted
+    calls = sim.calls_since(mark)
+    assert ["kubeadm", "certs", "renew", "all"] in calls
+    assert any(c[:1] == ["kubectl"] and "/readyz" in c for c in calls)  # waited for the API server
+    manifests = sorted(p.name for p in sim.path("/etc/kubernetes/manifests").iterdir())
+    assert manifests == sorted(f"{p}.yaml" for p in scripts.CONTROL_PLANE_STATIC_PODS)  # all put back
+
+    # What `kubeadm certs renew all` leaves behind: every leaf and kubeconfig valid for a year.
+    _control_plane(sim, {}, default=365)
+    before = sim.snapshot()
+    mark = sim.mark()
+    second = sim.run(script)
+    assert second.returncode == 0, second.stderr
+    status = json.loads(second.stdout)
+    assert status["renewed"] is False and 364 < _days_left(status["expires"]) <= 365
+    assert not [c for c in sim.calls_since(mark) if c[:1] == ["kubeadm"]]
+    assert sim.snapshot() == before  # nothing written, nothing moved
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl not installed")
+def test_a_kubeconfig_client_certificate_counts(tmp_path) -> None:
+    from tests.hostsim import HostSim
+
+    why = _isolation()
+    if why is not None:
+        pytest.skip(f"isolated host runs: {why}")
+    sim = HostSim(tmp_path, real_tools=("openssl",))
+    _control_plane(sim, {"controller-manager.conf": 45, "admin.conf": 60})
+    out = sim.run(scripts.as_root(scripts.certificates_check_renew("2026-W48", 30)))
+    assert out.returncode == 0, out.stderr
+    status = json.loads(out.stdout)
+    # 45 days: the first to expire, outside the window, so nothing is renewed
+    assert status == {**status, "certificate": "controller-manager.conf", "renewed": False}
+    assert 44 < _days_left(status["expires"]) <= 45
+
+
+def test_no_certificates_is_an_error(tmp_path) -> None:
+    from tests.hostsim import HostSim
+
+    why = _isolation()
+    if why is not None:
+        pytest.skip(f"isolated host runs: {why}")
+    sim = HostSim(tmp_path, real_tools=("openssl",))
+    out = sim.run(scripts.as_root(scripts.certificates_check_renew("2026-W48", 30)))
+    assert out.returncode == 1 and "is this the control plane?" in out.stderr
