@@ -79,6 +79,21 @@ def _script_cases() -> dict[str, str]:
         "node_drain": scripts.node_drain("gpu-1"),
         "nfs_server": scripts.nfs_server("/srv/gpu-cluster/shared", ["192.0.2.10", "192.0.2.11"]),
         "nfs_server_delete": scripts.nfs_server_delete("/srv/gpu-cluster/shared"),
+        # upgrades in place (tests/components/lab/test_upgrade_scripts.py runs them)
+        "kube_packages_stage": scripts.kube_packages_stage("1.35.0", "1.35", versions.KUBE_PACKAGE_REVISION),
+        "kubeadm_upgrade_apply": scripts.kubeadm_upgrade_apply("cp-1", "1.35.0", versions.KUBE_PACKAGE_REVISION, 180),
+        "node_upgrade_drain-worker": scripts.node_upgrade_drain(
+            "gpu-1", "1.35.0", control_plane=False, driver=("580", None), slots=2, slot_tries=180),
+        "node_upgrade_drain-exact-driver": scripts.node_upgrade_drain(
+            "gpu-1", "1.35.0", control_plane=False, driver=("570", DRIVER_EXACT), slots=2, slot_tries=180),
+        "node_upgrade_drain-control-plane": scripts.node_upgrade_drain(
+            "cp-2", "1.35.0", control_plane=True, driver=None, slots=2, slot_tries=180),
+        "node_upgrade-gpu": scripts.node_upgrade("gpu-1", "1.35.0", versions.KUBE_PACKAGE_REVISION, ("580", None)),
+        "node_upgrade-cpu": scripts.node_upgrade("cpu-1", "1.35.0", versions.KUBE_PACKAGE_REVISION, None),
+        "node_upgrade_done": scripts.node_upgrade_done("gpu-1", "1.35.0", 2),
+        "nvidia_driver_deferred": scripts.nvidia_driver_deferred("gpu-1", "580", None),
+        "nvidia_driver_self_upgrade": scripts.nvidia_driver_self_upgrade("cp-1", "580", DRIVER_EXACT, 180),
+        "driver_ready_uncordon": scripts.driver_ready_uncordon("cp-1", 2, "580", None),
     }
 
 
