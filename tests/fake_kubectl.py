@@ -91,6 +91,7 @@ def main(argv: list[str]) -> None:
     log(argv)
     args: list[str] = []
     output = ""
+    selector = ""
     rest: list[str] = []
     it = iter(range(len(argv)))
     for i in it:
@@ -99,6 +100,9 @@ def main(argv: list[str]) -> None:
             rest = argv[i + 1:]
             break
         if a in ("--kubeconfig", "-n", "--namespace"):
+            next(it, None)
+        elif a in ("-l", "--selector"):
+            selector = argv[i + 1]
             next(it, None)
         elif a.startswith(("--kubeconfig=", "--namespace=")):
             pass
@@ -116,6 +120,11 @@ def main(argv: list[str]) -> None:
 
     if verb == "get" and any(f.startswith("--raw") for f in flags):
         print("ok")
+    elif verb == "get" and words[1:2] == ["nodes"] and selector:
+        # The listing of nodes with a label: name=kubeletVersion per line.
+        for name, node in sorted(state["nodes"].items()):
+            if selector in node.get("labels", {}) and not node.get("deleted"):
+                print(f"{name}={node.get('kubeletVersion', '')}")
     elif verb == "get" and words[1:2] in (["node"], ["nodes"]):
         name = words[2]
         left = int(FAILURES.read_text()) if FAILURES.exists() else 0

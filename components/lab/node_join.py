@@ -9,7 +9,13 @@
 All three are replaced delete-before-replace (their triggers include the control plane's init, so
 a rebuilt cluster re-joins every node): the old node is drained and reset before it joins again;
 create-before-delete would report "already joined" and then reset the freshly joined node.
-Changing kubernetesVersion, the CIDRs or the endpoint rebuilds the cluster (see control_plane.py).
+Changing the CIDRs, the endpoint or the first control plane rebuilds the cluster (control_plane.py).
+
+A new kubernetesVersion or, on a worker whose driver node prep installs, a new driver branch is an
+update of all three, each running its `update` (upgrade.py): the token step drains the node from
+the control plane (holding one of maxUnavailable slots), the join step upgrades it on the node
+(`kubeadm upgrade node`, kubelet and kubectl; the driver and a reboot), the ready step, which reads
+the join's report on stdin, waits for the node and uncordons it.
 
 Because every join mints its own short-lived token, a worker added months later joins like the
 first ones did (no 24-hour token to renew by hand).
@@ -22,9 +28,11 @@ from dataclasses import dataclass
 import pulumi
 from pulumi_command import remote
 
+from components import versions
 from components.lab import kubeadm, scripts, ssh
 from components.lab.control_plane import ControlPlane
-from config.lab import Bastion, Host, Role
+from components.lab.upgrade import UpgradePolicy
+from config.lab import Bastion, Host, NvidiaDriver, Role
 
 
 @dataclass(frozen=True)
@@ -36,6 +44,10 @@ class NodeJoinArgs:
     prepared: list[pulumi.Resource]  # NodePrep.done of this host
     network: list[pulumi.Resource]  # the CNI: nodes are Ready only once it runs
     bastion: Bastion | None = None
+    upgrade: UpgradePolicy = UpgradePolicy()
+    # A worker's driver that node prep installs: upgraded here, drained (a control plane's
+    # driver is upgraded by its NodePrep, which drains itself).
+    driver: NvidiaDriver | None = None
 
 
 class NodeJoin(pulumi.ComponentResource):
@@ -47,10 +59,17 @@ class NodeJoin(pulumi.ComponentResource):
         is_cp = host.role is Role.CONTROL_PLANE
         # Re-join when the host or the cluster it joins is replaced.
         triggers = [host.name, str(host.address), cp.init.id]
+        version = args.cluster.kubernetes_version
+        driver = (args.driver.branch, args.driver.version) if args.driver is not None and not is_cp else None
         token = remote.Command(
             f"{name}-token",
             connection=cp.connection,
             create=scripts.as_root(scripts.mint_join_token(host.name, control_plane=is_cp)),
+            # An upgrade: drain the node first (the token is not minted again).
+            update=scripts.as_root(scripts.node_upgrade_drain(
+                host.name, version, control_plane=is_cp, driver=driver, slots=args.upgrade.max_unavailable,
+                slot_tries=args.upgrade.slot_tries,
+            )),
             # No delete: the token expires 15 minutes after it is minted.
             logging=remote.Logging.NONE,
             triggers=triggers,
@@ -70,6 +89,7 @@ class NodeJoin(pulumi.ComponentResource):
             f"{name}-join",
             connection=ssh.connection(host, args.private_key, args.bastion),
             create=scripts.as_root(scripts.kubeadm_join()),
+            update=scripts.as_root(scripts.node_upgrade(host.name, version, versions.KUBE_PACKAGE_REVISION, driver)),
             delete=scripts.as_root(scripts.kubeadm_reset()),
             stdin=join_stdin,
             logging=remote.Logging.STDERR,
@@ -80,7 +100,10 @@ class NodeJoin(pulumi.ComponentResource):
             f"{name}-ready",
             connection=cp.connection,
             create=scripts.as_root(scripts.node_ready(host.name)),
+            update=scripts.as_root(scripts.node_upgrade_done(host.name, version, driver, host.gpus if driver else 0)),
             delete=scripts.as_root(scripts.node_drain(host.name)),
+            # What the join step reported: after an upgrade, the reboot to wait for.
+            stdin=join.stdout,
             triggers=triggers,
             opts=pulumi.ResourceOptions(parent=self, depends_on=[join, *args.network], delete_before_replace=True),
         )

@@ -830,12 +830,36 @@ def kubeadm_upgrade_apply(node: str, version: str, revision: str, slot_tries: in
     )
 
 
+# A worker's kubelet must not be newer than any API server (kubeadm upgrades every control plane
+# first): with other control planes joined, wait until each one's kubelet, upgraded right after its
+# static pods, runs the new version.
+_CONTROL_PLANES_FIRST = r"""
+if [ "$(bare_version "$have")" != "$want" ]; then
+  behind=
+  for ((n = 0; n < {tries}; n++)); do
+    behind=$(k get nodes -l node-role.kubernetes.io/control-plane \
+      -o jsonpath='{{range .items[*]}}{{.metadata.name}}={{.status.nodeInfo.kubeletVersion}}{{"\n"}}{{end}}' \
+      | grep -v "=v$want\$" || true)
+    if [ -z "$behind" ]; then
+      break
+    fi
+    sleep 10
+  done
+  if [ -n "$behind" ]; then
+    echo "$node waits for the control planes to run v$want first; still behind: $(tr '\n' ' ' <<<"$behind")" >&2
+    exit 1
+  fi
+fi
+"""
+
+
 def node_upgrade_drain(
     node: str, version: str, *, control_plane: bool, driver: tuple[str, str | None] | None, slots: int,
     slot_tries: int,
 ) -> str:
     """On the control plane, before a joined node is upgraded (its token step, updated): take an
     upgrade slot and drain the node, unless its kubelet and driver are already what the config says.
+    A worker whose kubelet must change first waits for every control plane to run the new version.
 
     `driver` (branch, exact version or None): a worker whose driver node prep installs. Which driver
     runs there is read from GPU Feature Discovery's node labels; a node without them is drained."""
@@ -851,6 +875,7 @@ def node_upgrade_drain(
               need="$need, driver ${seen:-unknown} -> $pkg"
             fi
             """)
+    control_planes_first = "" if control_plane else _embed(_CONTROL_PLANES_FIRST.format(tries=slot_tries)) + "\n        "
     return _upgrade_script(
         rf"""
         node={node}
@@ -871,7 +896,7 @@ def node_upgrade_drain(
           echo "$node: nothing to upgrade" >&2
           exit 0
         fi
-        acquire_slot "$node" {1 if control_plane else slots} {slot_tries}
+        {control_planes_first}acquire_slot "$node" {1 if control_plane else slots} {slot_tries}
         drain_node "$node"
         echo "$node drained for: ${{need#, }}" >&2
         """
@@ -929,10 +954,13 @@ def node_upgrade(node: str, version: str, revision: str, driver: tuple[str, str 
     )
 
 
-def node_upgrade_done(node: str, version: str, gpus: int) -> str:
+def node_upgrade_done(node: str, version: str, driver: tuple[str, str | None] | None, gpus: int) -> str:
     """On the control plane, after a joined node's upgrade (its ready step, updated; stdin: what the
     join step printed): wait for the reboot it asked for and, on a GPU node, for its GPUs; then
-    uncordon it and free its upgrade slot."""
+    uncordon it and free its upgrade slot. `version` and `driver` are those node_upgrade_drain
+    drained it for: this step changes whenever that one does, so a drained node is always
+    uncordoned."""
+    spec = f", nvidia-driver-{driver[0]}-server" + (f"={driver[1]}" if driver[1] else "") if driver else ""
     return _upgrade_script(
         rf"""
         node={node}
@@ -970,7 +998,7 @@ def node_upgrade_done(node: str, version: str, gpus: int) -> str:
           fi
         fi
         uncordon_node "$node"
-        echo "$node: upgraded to v$want and uncordoned"
+        echo "$node: upgraded to v$want{spec} and uncordoned"
         """
     )
 

@@ -17,8 +17,8 @@ from components.lab.node_join import NodeJoin, NodeJoinArgs
 from components.lab.node_prep import NodePrep, NodePrepArgs
 from components.scheduling_contract import GPU_NODE_LABEL
 from config.lab import Cni as CniKind
-from render.program import SECRET_MARKER, Plan, Registration
-from stacks.lab import host_software, kubeadm_settings
+from render.program import SECRET_MARKER, Plan, RecordingMonitor, Registration
+from stacks.lab import host_software, kubeadm_settings, upgrade_policy
 from tests.conftest import ED25519, host, lab_config
 
 BASTION_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIKq7Zb2xN4mP9sV1cR6tY3uW8eL5oJ0hG2fD7aQ1kB9z"
@@ -555,3 +555,118 @@ def test_existing_cluster_needs_kubeconfig_or_context(mocks):
 
     with pytest.raises(ValueError, match="kubeconfig or a context"):
         build(bad)
+
+
+# ---------------------------------------------------------------------------------------------
+# Upgrades in place: which steps update and how (the scripts themselves: test_upgrade_scripts.py;
+# whole plans before and after a bump: tests/stacks/test_upgrades.py)
+
+
+def protect_flags(monkeypatch) -> dict[str, bool]:
+    """The `protect` option of every registration, by name (the plan does not record it)."""
+    seen: dict[str, bool] = {}
+    real = RecordingMonitor.RegisterResource
+
+    def recording(self, request):
+        seen[request.name] = bool(request.protect)
+        return real(self, request)
+
+    monkeypatch.setattr(RecordingMonitor, "RegisterResource", recording)
+    return seen
+
+
+def test_control_plane_init_updates_in_place_and_is_replaced_only_for_a_new_cluster(mocks, monkeypatch):
+    protected = protect_flags(monkeypatch)
+    cfg = lab_config(kubernetesVersion="1.34.3")
+    build(lambda: control_plane(cfg))
+    init = one(mocks.plan, "control-plane-init")
+    # What kubeadm init fixed: the first control plane, the endpoint, the ranges. Not the version.
+    assert init.inputs["triggers"] == ["cp-1", "192.0.2.10", "192.0.2.10:6443", "10.244.0.0/16", "10.96.0.0/12"]
+    assert "v1.34.3" not in repr(init.inputs["triggers"]) and "kubernetesVersion: v1.34.3" in init.inputs["stdin"]
+    update = init.inputs["update"]
+    assert 'kubeadm upgrade apply "v$want" --yes' in update and "want=1.34.3" in update
+    assert update.index("snapshot save") < update.index("kubeadm upgrade apply")
+    assert "kubeadm reset" not in update and "kubeadm reset" in init.inputs["delete"]
+    assert protected["control-plane-init"] and not protected["control-plane-kubeconfig"]
+    # The kubeconfig read and the provider do not follow an update of the init.
+    assert one(mocks.plan, "control-plane-kubeconfig").inputs["triggers"] == ["control-plane-init-id"]
+
+
+def test_control_plane_init_unprotected_only_when_a_rebuild_is_allowed(mocks, monkeypatch):
+    protected = protect_flags(monkeypatch)
+    cfg = lab_config()
+    first = cfg.control_planes[0]
+    build(lambda: ControlPlane("control-plane", ControlPlaneArgs(
+        host=first, cluster=kubeadm_settings(cfg), private_key=key(), prepared=prep(cfg, first.name).done,
+        protect=False)))
+    assert protected["control-plane-init"] is False
+
+
+def test_node_prep_updates_stage_kubeadm_and_leave_a_workers_driver_to_its_drained_upgrade(mocks):
+    cfg = lab_config(kubernetesVersion="1.35.0", nvidiaDriver={"branch": "580"})
+    build(lambda: prep(cfg, "gpu-1"))
+    plan = mocks.plan
+    packages = one(plan, "gpu-1-kube-packages").inputs["update"]
+    assert "apt_pin kubeadm=$want-1.1" in packages and "want=1.35.0" in packages and "kubernetes-v1.35" in packages
+    assert "kubelet=$want" in packages.split("if [ -z \"$have\" ]; then\n  # Not installed")[1]  # only when missing
+    driver = one(plan, "gpu-1-nvidia-driver").inputs["update"]
+    assert "apt-get" not in driver.split("install -d -m 0755")[-1]
+    assert "nvidia-driver-580-server is installed when the node is drained for it (gpu-1-join)" in driver
+    assert "update" not in one(plan, "gpu-1-driver-ready").inputs
+    for step in ("kernel", "nvidia-toolkit", "containerd"):
+        assert "update" not in one(plan, f"gpu-1-{step}").inputs, step  # create runs again (idempotent)
+
+
+def test_a_gpu_control_plane_drains_itself_for_a_new_driver(mocks):
+    cfg = lab_config(hosts=[host("cp-1", "192.0.2.10", "control-plane", gpus=1)], nvidiaDriver={"branch": "580"})
+    build(lambda: prep(cfg, "cp-1"))
+    driver = one(mocks.plan, "cp-1-nvidia-driver").inputs["update"]
+    assert 'acquire_slot "$node" 1' in driver and 'drain_node "$node"' in driver and "reboot_soon" in driver
+    ready = one(mocks.plan, "cp-1-driver-ready")
+    assert 'uncordon_node "$node"' in ready.inputs["update"] and "nvidia-driver-580-server ready" in ready.inputs["update"]
+    assert ready.inputs["connection"]["dialErrorLimit"] == 60  # it waits out the reboot
+
+
+def test_node_join_updates_drain_upgrade_and_uncordon(mocks):
+    cfg = lab_config(maxUnavailable=3)
+
+    def program() -> None:
+        first = cfg.control_planes[0].name
+        preps = {first: prep(cfg, first), "gpu-1": prep(cfg, "gpu-1")}
+        cp = control_plane(cfg, preps)
+        h = next(h for h in cfg.hosts if h.name == "gpu-1")
+        NodeJoin("gpu-1", NodeJoinArgs(
+            cluster=kubeadm_settings(cfg), host=h, control_plane=cp, private_key=key(), prepared=preps["gpu-1"].done,
+            network=[], upgrade=upgrade_policy(cfg), driver=cfg.nvidia_driver))
+
+    build(program)
+    plan = mocks.plan
+    token, join, ready = (one(plan, f"gpu-1-{s}") for s in ("token", "join", "ready"))
+    assert 'acquire_slot "$node" 3 540' in token.inputs["update"]  # maxUnavailable 3; 3 hosts x 180 tries
+    assert "pkg=nvidia-driver-570-server" in token.inputs["update"] and "kubeadm token" not in token.inputs["update"]
+    assert "kubeadm upgrade node" in join.inputs["update"] and 'driver_switch "$pkg"' in join.inputs["update"]
+    assert 'uncordon_node "$node"' in ready.inputs["update"] and "gpus=2" in ready.inputs["update"]
+    assert "gpu-1-join" in deps(ready)  # its stdin is the join's report
+    for reg in (token, join, ready):
+        assert "kubeadm reset" not in reg.inputs["update"], reg.name
+        assert reg.inputs["triggers"] == ["gpu-1", "192.0.2.11", "control-plane-init-id"], reg.name
+
+
+def test_a_joined_control_plane_waits_for_slot_zero_and_keeps_its_driver_to_node_prep(mocks):
+    cfg = lab_config(hosts=[host("cp-1", "192.0.2.10", "control-plane"), host("cp-2", "192.0.2.20", "control-plane", gpus=1)],
+                     controlPlaneEndpoint="k8s-api.lab.example:6443", maxUnavailable=4)
+
+    def program() -> None:
+        preps = {n: prep(cfg, n) for n in ("cp-1", "cp-2")}
+        cp = control_plane(cfg, preps)
+        h = cfg.hosts[1]
+        NodeJoin("cp-2", NodeJoinArgs(
+            cluster=kubeadm_settings(cfg), host=h, control_plane=cp, private_key=key(), prepared=preps["cp-2"].done,
+            network=[], upgrade=upgrade_policy(cfg), driver=cfg.nvidia_driver))
+
+    build(program)
+    token = one(mocks.plan, "cp-2-token").inputs["update"]
+    assert 'acquire_slot "$node" 1 ' in token and "pkg=nvidia-driver" not in token
+    assert "waits for the control planes" not in token
+    assert 'driver_switch "$pkg"' not in one(mocks.plan, "cp-2-join").inputs["update"]
+    assert 'drain_node "$node"' in one(mocks.plan, "cp-2-nvidia-driver").inputs["update"]

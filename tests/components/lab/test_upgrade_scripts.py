@@ -320,6 +320,20 @@ def test_max_unavailable_waits_for_a_slot_and_frees_the_slot_of_a_node_gone(tmp_
     assert sim.k8s()["configmaps"]["gpu-cluster-upgrade-slot-0"] == {"node": "cp-2"}
 
 
+def test_a_worker_waits_for_every_control_plane_to_run_the_new_version(tmp_path):
+    sim = HostSim(tmp_path)
+    gpu_node(sim)
+    role = {"node-role.kubernetes.io/control-plane": ""}
+    sim.k8s_node("cp-1", kubeletVersion="v1.34.3", labels=role)
+    sim.k8s_node("cp-2", kubeletVersion="v1.34.2", labels=role)
+    result = run(sim, drain(), rc=1)
+    assert "gpu-1 waits for the control planes to run v1.34.3 first; still behind: cp-2=v1.34.2" in result.stderr
+    assert not kubectl(sim.calls(), "drain") and sim.k8s()["configmaps"] == {}, "it waits without a slot"
+    sim.k8s_node("cp-2", kubeletVersion="v1.34.3")
+    run(sim, drain())
+    assert kubectl(sim.calls(), "drain", "gpu-1")
+
+
 @pytest.mark.parametrize(("want", "words"), [("1.36.0", "skips minor 1.35"), ("1.34.1", "cannot downgrade")],
                          ids=["skip-minor", "downgrade"])
 def test_drain_refuses_what_kubeadm_cannot_do(tmp_path, want, words):
@@ -400,14 +414,14 @@ def cordoned(sim: HostSim, **fields) -> None:
 def test_done_waits_for_the_reboot_and_the_gpus_then_uncordons_and_frees_the_slot(tmp_path):
     sim = HostSim(tmp_path)
     cordoned(sim, bootID="boot-2")  # back from the reboot the join step asked for
-    done = scripts.node_upgrade_done("gpu-1", "1.34.3", 2)
+    done = scripts.node_upgrade_done("gpu-1", "1.34.3", ("570", None), 2)
     _, calls1, second, calls2 = run_twice(sim, done, stdin="gpu-cluster: reboot boot-id=boot-1\n")
     node = sim.k8s()["nodes"]["gpu-1"]
     assert not node["unschedulable"] and node["annotations"] == {}
     assert sim.k8s()["configmaps"] == {}
     assert index(calls1, "kubectl", "wait") < index(calls1, "kubectl", "uncordon", "gpu-1")
     assert not kubectl(calls2, "uncordon")
-    assert "gpu-1: upgraded to v1.34.3 and uncordoned" in second.stdout
+    assert "gpu-1: upgraded to v1.34.3, nvidia-driver-570-server and uncordoned" in second.stdout
 
 
 @pytest.mark.parametrize(("fields", "words"), [
@@ -418,7 +432,7 @@ def test_done_keeps_the_node_cordoned_when_it_does_not_come_back_whole(tmp_path,
     sim = HostSim(tmp_path)
     cordoned(sim)
     sim.k8s_node("gpu-1", **fields)
-    result = run(sim, scripts.node_upgrade_done("gpu-1", "1.34.3", 2), stdin="gpu-cluster: reboot boot-id=boot-1\n",
+    result = run(sim, scripts.node_upgrade_done("gpu-1", "1.34.3", ("570", None), 2), stdin="gpu-cluster: reboot boot-id=boot-1\n",
                  rc=1)
     assert words in result.stderr
     assert sim.k8s()["nodes"]["gpu-1"]["unschedulable"] and sim.k8s()["configmaps"]
@@ -428,7 +442,7 @@ def test_done_keeps_the_node_cordoned_when_it_does_not_come_back_whole(tmp_path,
 def test_done_leaves_a_node_the_admin_cordoned(tmp_path):
     sim = HostSim(tmp_path)
     gpu_node(sim, unschedulable=True)  # cordoned, but not by the upgrade
-    run(sim, scripts.node_upgrade_done("gpu-1", "1.34.3", 2))
+    run(sim, scripts.node_upgrade_done("gpu-1", "1.34.3", ("570", None), 2))
     assert sim.k8s()["nodes"]["gpu-1"]["unschedulable"]
     assert not kubectl(sim.calls(), "uncordon")
 
@@ -442,9 +456,9 @@ def test_join_reports_the_reboot_the_ready_step_waits_for(tmp_path):
     cordoned(cp_sim, bootID="boot-1")
     boot = report.split("boot-id=")[1].strip()
     cp_sim.k8s_node("gpu-1", bootID=boot)  # not rebooted yet
-    run(cp_sim, scripts.node_upgrade_done("gpu-1", "1.34.2", 2), stdin=report, rc=1)
+    run(cp_sim, scripts.node_upgrade_done("gpu-1", "1.34.2", ("580", None), 2), stdin=report, rc=1)
     cp_sim.k8s_node("gpu-1", bootID="after-the-reboot")
-    run(cp_sim, scripts.node_upgrade_done("gpu-1", "1.34.2", 2), stdin=report)
+    run(cp_sim, scripts.node_upgrade_done("gpu-1", "1.34.2", ("580", None), 2), stdin=report)
     assert not cp_sim.k8s()["nodes"]["gpu-1"]["unschedulable"]
 
 

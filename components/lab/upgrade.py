@@ -1,0 +1,70 @@
+"""Upgrades in place: what runs when kubernetesVersion or the NVIDIA driver changes on a running lab
+cluster (README "Upgrading"), and the policy that bounds it (UpgradePolicy).
+
+How Pulumi decides, read in pulumi-command v1.2.1 (requirements.txt) and the provider framework it
+is built on (pulumi-go-provider v1.3.0, its go.mod):
+  - provider/pkg/provider/common/inputs.go: `triggers` is tagged `provider:"replaceOnChanges"`;
+    create, update, delete (and remote/command.go: stdin, environment, logging, connection) are not;
+  - pulumi-go-provider infer/resource.go, `derivedResourceController.Diff` -> `diff`: a change in a
+    replaceOnChanges field is a replace (delete, then create: every step here is
+    delete_before_replace), any other changed input an update;
+  - provider/pkg/provider/remote/commandController.go, `Command.Update`: runs the `update` command
+    if one is set, else `create` again, and the new stdout replaces the old one;
+  - remote/commandOutputs.go, `run`: `environment` is sent with SSH setenv, which sshd refuses
+    unless AcceptEnv allows it; so versions travel in the command text and stdin instead.
+So `triggers` hold only what needs a new cluster or host: a host's name and address; for the
+control plane's init also the API endpoint and the pod and service ranges (the kubeadm config with
+the version is its stdin); NodeJoin's steps also the init's id, which an update keeps. A version or
+driver bump changes the scripts and stdin, hence an update, never a replace: nothing on these paths
+runs `kubeadm reset`.
+
+What each step's `update` does (scripts.py), in the order Pulumi runs them (the dependencies that
+first-time provisioning already has, so nothing is added to its critical path):
+  every host      kube-packages: the minor's pkgs.k8s.io repository and kubeadm of the new version
+                  (kubelet and kubectl stay)                                  kube_packages_stage
+  a worker        nvidia-driver: nothing yet, the node is not drained          nvidia_driver_deferred
+  a control plane nvidia-driver: takes an upgrade slot, drains itself, new branch, reboot;
+                  driver-ready: GPUs back, uncordoned    nvidia_driver_self_upgrade, driver_ready_uncordon
+  first control   init: etcd snapshot kept on the host, kubeadm upgrade plan/apply, then this node
+  plane           drained for its kubelet and kubectl, uncordoned            kubeadm_upgrade_apply
+  joined node     token (on the control plane): takes an upgrade slot and drains the node, if its
+                  kubelet or (worker) driver must change                     node_upgrade_drain
+                  join (on the node): kubeadm upgrade node, kubelet and kubectl; a worker's new
+                  driver branch and a reboot                                 node_upgrade
+                  ready (on the control plane, stdin: the join's report): waits for the reboot and
+                  the GPUs, uncordons, frees the slot                        node_upgrade_done
+Every joined node's steps wait for the control plane's init (the token step depends on it), so the
+first control plane is upgraded first, as kubeadm requires; a worker whose kubelet must change also
+waits, in its drain, until every other control plane's kubelet runs the new version (a kubelet must
+never be newer than an API server it may reach).
+
+maxUnavailable is enforced on the cluster, not in Pulumi's graph: a drain first takes one of
+`max_unavailable` slots (ConfigMaps in kube-system that only one node can create) and the ready
+step frees it. An edge from one group of nodes to the next would hold on every operation,
+first-time provisioning included, and make `up` of a new cluster wait for the joins one group
+after another (bench/critical_path.py's depth would grow with the number of hosts).
+
+Does not manage: containerd upgrades (its step runs its create again when the pause image of the
+new minor differs: config rewritten, containerd restarted; running containers survive that),
+restoring an etcd snapshot.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# A node waits this many 10-second tries per host in the cluster for an upgrade slot: every other
+# node may be ahead of it, each drained, upgraded and rebooted in well under 30 minutes.
+SLOT_TRIES_PER_HOST = 180
+
+
+@dataclass(frozen=True)
+class UpgradePolicy:
+    """How in-place upgrades run (stacks/lab.py fills it from the lab config)."""
+
+    max_unavailable: int = 1  # nodes drained at once; control planes take one at a time
+    hosts: int = 1  # hosts in the cluster: bounds how long a node waits for its turn
+
+    @property
+    def slot_tries(self) -> int:
+        return SLOT_TRIES_PER_HOST * max(self.hosts, 1)
