@@ -49,7 +49,7 @@ def host_software(cfg: LabStack) -> HostSoftware:
 
 
 def upgrade_policy(cfg: LabStack) -> UpgradePolicy:
-    return UpgradePolicy(max_unavailable=cfg.max_unavailable, hosts=len(cfg.hosts))
+    return UpgradePolicy(max_unavailable=cfg.max_unavailable)
 
 
 # The engine's builtin function behind StackReference (pulumi/pulumi pkg/resource/deploy/builtins.go,

@@ -53,9 +53,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# A node waits this many 10-second tries per host in the cluster for an upgrade slot: every other
-# node may be ahead of it, each drained, upgraded and rebooted in well under 30 minutes.
-SLOT_TRIES_PER_HOST = 180
+# How long a node waits for an upgrade slot, in 10-second tries: 24 hours, time for every other node
+# to be drained, upgraded and rebooted ahead of it in a large lab. Fixed, not derived from the
+# number of hosts: it is part of the scripts, and adding a host must not change every node's steps.
+SLOT_TRIES = 8640
 
 
 @dataclass(frozen=True)
@@ -63,8 +64,4 @@ class UpgradePolicy:
     """How in-place upgrades run (stacks/lab.py fills it from the lab config)."""
 
     max_unavailable: int = 1  # nodes drained at once; control planes take one at a time
-    hosts: int = 1  # hosts in the cluster: bounds how long a node waits for its turn
-
-    @property
-    def slot_tries(self) -> int:
-        return SLOT_TRIES_PER_HOST * max(self.hosts, 1)
+    slot_tries: int = SLOT_TRIES

@@ -172,3 +172,19 @@ def test_a_new_stack_has_nothing_to_compare(deployed):
     plan = lab_plan(kubernetesVersion="1.31.0", podCidr="10.245.0.0/16")
     assert plan.outputs["deployed"]["kubernetesVersion"] == "1.31.0"
     assert plan.outputs["etcdSnapshot"] is None  # no upgrade has run yet
+
+
+def test_adding_a_worker_changes_no_other_hosts_steps(deployed):
+    """The upgrade commands depend on the version, the driver and maxUnavailable, not on how many
+    hosts there are: a new worker is created and joined, the others stay as they are."""
+    values, _ = program.stack_config("lab")
+    hosts = json.loads(values["gpu-cluster:hosts"])
+    extra = {**hosts[-1], "name": "gpu-3", "address": "192.0.2.13"}
+    before, after = lab_plan(), lab_plan(hosts=[*hosts, extra])
+    old = {r.urn: r for r in before.resources if r.type == COMMAND}
+    new = {r.urn: r for r in after.resources if r.type == COMMAND}
+    changed = {r.name for urn, r in old.items() if new[urn].inputs != r.inputs}
+    assert changed == {"shared-storage-nfs-server"}  # the export now lists the new host too
+    assert {r.name for urn, r in new.items() if urn not in old} == {
+        f"gpu-3-{s}" for s in ("kernel", "nvidia-driver", "driver-ready", "nvidia-toolkit", "containerd",
+                               "kube-packages", "token", "join", "ready")}

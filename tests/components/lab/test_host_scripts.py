@@ -612,7 +612,7 @@ def test_no_host_command_text_contains_a_secret():
     joins = [c for c in commands if c.name.endswith("-join")]
     assert commands and joins
     for cmd in commands:
-        for field in ("create", "delete"):
+        for field in ("create", "update", "delete"):
             text = cmd.inputs.get(field)
             if text is None:
                 continue

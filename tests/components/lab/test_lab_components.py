@@ -642,7 +642,7 @@ def test_node_join_updates_drain_upgrade_and_uncordon(mocks):
     build(program)
     plan = mocks.plan
     token, join, ready = (one(plan, f"gpu-1-{s}") for s in ("token", "join", "ready"))
-    assert 'acquire_slot "$node" 3 540' in token.inputs["update"]  # maxUnavailable 3; 3 hosts x 180 tries
+    assert 'acquire_slot "$node" 3 8640' in token.inputs["update"]  # maxUnavailable 3, up to 24 hours
     assert "pkg=nvidia-driver-570-server" in token.inputs["update"] and "kubeadm token" not in token.inputs["update"]
     assert "kubeadm upgrade node" in join.inputs["update"] and 'driver_switch "$pkg"' in join.inputs["update"]
     assert 'uncordon_node "$node"' in ready.inputs["update"] and "gpus=2" in ready.inputs["update"]
