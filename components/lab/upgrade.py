@@ -33,6 +33,11 @@ first-time provisioning already has, so nothing is added to its critical path):
                   driver branch and a reboot                                 node_upgrade
                   ready (on the control plane, stdin: the join's report): waits for the reboot and
                   the GPUs, uncordons, frees the slot                        node_upgrade_done
+A joined node's drain and uncordon need the admin kubeconfig, on the control plane, and its
+upgrade runs on the node: its token, join and ready steps are already that chain, so they carry the
+upgrade (steps of their own would add to every node's first-time chain too). The token's update
+mints no token and prints nothing, so the join's stdin changes too, to an empty token: a join
+created again later (only ever with a new token step, same triggers) gets a fresh one.
 Every joined node's steps wait for the control plane's init (the token step depends on it), so the
 first control plane is upgraded first, as kubeadm requires; a worker whose kubelet must change also
 waits, in its drain, until every other control plane's kubelet runs the new version (a kubelet must
