@@ -1,6 +1,12 @@
 """lab: a kubeadm cluster on the user's own servers over SSH. `LabStack` holds the shared keys
 (addons.Addons) and the lab's own: hosts, API endpoint, pod and service ranges, CNI, containerd,
-NVIDIA driver, GPU taint, bastion and the NFS-backed shared storage."""
+NVIDIA driver, GPU taint, bastion, the NFS-backed shared storage and how upgrades run
+(maxUnavailable, allowRebuild).
+
+`DeployedLab` is what the previous `up` deployed (the stack output `deployed`, read back by
+stacks/lab.py); `LabStack.change_problems` refuses, before anything is registered, what kubeadm
+cannot do in place: a downgrade, a skipped minor, and a change that needs a new cluster unless
+allowRebuild says it is meant."""
 
 from __future__ import annotations
 
@@ -9,7 +15,8 @@ import ipaddress
 import re
 from typing import Any, ClassVar, Literal
 
-from pydantic import Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic.alias_generators import to_camel
 
 from components import versions
 from config.addons import Addons, Platform, Storage
@@ -188,6 +195,15 @@ class LabStack(Addons):
     storage: LabStorage = Field(
         default_factory=LabStorage, description="The shared ReadWriteMany volume of training pods."
     )
+    max_unavailable: int = Field(
+        default=1, ge=1, le=1000,
+        description="Upgrades: the most nodes drained at once (control planes one at a time).",
+    )
+    allow_rebuild: bool = Field(
+        default=False,
+        description="Allow a change that needs a new cluster (podCidr, serviceCidr, controlPlaneEndpoint, the "
+                    "first control plane): kubeadm reset everywhere and a fresh init; workloads and etcd are lost.",
+    )
 
     FOREIGN_HINTS: ClassVar[dict[str, str]] = {
         "gpuNodes": "lab GPU nodes come from hosts[].gpus",
@@ -244,6 +260,55 @@ class LabStack(Addons):
         if self.control_plane_endpoint:
             return self.control_plane_endpoint
         return f"{self.control_planes[0].address}:6443"
+
+    def deployed_record(self) -> dict[str, str]:
+        """What this config deploys that a later `up` cannot change in place: exported as the stack
+        output `deployed` (stacks/lab.py) and compared with the next config by change_problems."""
+        first = self.control_planes[0]
+        return DeployedLab(
+            kubernetes_version=self.kubernetes_version,
+            pod_cidr=self.pod_cidr,
+            service_cidr=self.service_cidr,
+            control_plane_endpoint=self.api_endpoint,
+            control_plane=f"{first.name} {first.address}",
+        ).as_output()
+
+    def change_problems(self, deployed: DeployedLab | None) -> Problems:
+        """This config against what the previous `up` deployed (None: nothing yet, or deployed by a
+        version of this program that did not record it). kubeadm upgrades one minor at a time and
+        never down; CIDRs, the endpoint and the first control plane are fixed at `kubeadm init`."""
+        if deployed is None:
+            return []
+        problems: Problems = []
+        old, new = _version(deployed.kubernetes_version), _version(self.kubernetes_version)
+        if new < old:
+            problems.append(("kubernetesVersion",
+                             f"{self.kubernetes_version} is older than the deployed {deployed.kubernetes_version}: "
+                             f"kubeadm cannot downgrade a cluster; set {deployed.kubernetes_version} or newer"))
+        elif new[0] != old[0] or new[1] > old[1] + 1:
+            step = f"{old[0]}.{old[1] + 1}"
+            problems.append(("kubernetesVersion",
+                             f"{deployed.kubernetes_version} -> {self.kubernetes_version} skips minor {step}: "
+                             f"kubeadm upgrades one minor at a time; deploy {step}.x first, then {self.kubernetes_version}"))
+        if self.allow_rebuild:
+            return problems
+        rebuild = ("needs a new cluster (kubeadm reset on every host and a fresh kubeadm init: every workload and "
+                   "all of etcd are lost); to rebuild on purpose set gpu-cluster:allowRebuild: true (README 'Upgrading')")
+        for key, was, now in (
+            ("podCidr", deployed.pod_cidr, self.pod_cidr),
+            ("serviceCidr", deployed.service_cidr, self.service_cidr),
+            ("controlPlaneEndpoint", deployed.control_plane_endpoint, self.api_endpoint),
+        ):
+            if was != now:
+                problems.append((key, f"{was} -> {now} {rebuild}"))
+        first = self.control_planes[0]
+        if deployed.control_plane != f"{first.name} {first.address}":
+            i = self.hosts.index(first)
+            name_was = deployed.control_plane.split(" ")[0]
+            key = f"hosts[{i}].name" if name_was != first.name else f"hosts[{i}].address"
+            problems.append((key, f"the first control plane (where kubeadm init ran) was {deployed.control_plane}, "
+                                  f"now {first.name} {first.address}: {rebuild}"))
+        return problems
 
     def _capacity_problems(self) -> Problems:
         t = self.training
@@ -366,3 +431,25 @@ def _endpoint(endpoint: str | None) -> tuple[str | None, ipaddress.IPv4Address |
     if not 1 <= int(m.group(2)) <= 65535:
         return f"port {m.group(2)} is out of range: 1 to 65535 (kube-apiserver listens on 6443)", None
     return None, ipv4_or_none(m.group(1))
+
+
+class DeployedLab(BaseModel):
+    """The stack output `deployed` of a successful lab `up` (LabStack.deployed_record), as the next
+    `up` reads it back. Keys it does not know are ignored: a later version may record more."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore", frozen=True)
+
+    kubernetes_version: str
+    pod_cidr: ipaddress.IPv4Network
+    service_cidr: ipaddress.IPv4Network
+    control_plane_endpoint: str
+    control_plane: str  # "name address" of the host kubeadm init ran on
+
+    def as_output(self) -> dict[str, str]:
+        return {k: str(v) for k, v in self.model_dump(by_alias=True).items()}
+
+
+def _version(v: str) -> tuple[int, int, int]:
+    """'1.34.2' or 'v1.34.2' -> (1, 34, 2); both sides of the comparison come from validated config."""
+    major, minor, patch = v.lstrip("v").split(".")
+    return int(major), int(minor), int(patch)

@@ -50,6 +50,8 @@ K8S_BUNDLES = ("kubernetes:kustomize/", "kubernetes:yaml/", "kubernetes:helm.sh/
 NODE_EFFECTS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("resets a node (kubeadm reset)", re.compile(r"\bkubeadm\s+reset\b")),
     ("drains a node (kubectl drain)", re.compile(r"\bkubectl\b[^\n]*\sdrain\s")),
+    # the upgrade scripts' helper (scripts._UPGRADE_HELPERS): a call, not its definition `drain_node() {`
+    ("drains a node (kubectl drain)", re.compile(r"^\s*drain_node\s", re.MULTILINE)),
     ("deletes a node (kubectl delete node)", re.compile(r"\bkubectl\b[^\n]*\sdelete\s+(?:node|nodes|no)\b")),
     ("removes kubelet or containerd from the host",
      # `apt-get purge kubelet`, the scripts' `apt_unpin_purge containerd.io`
@@ -789,7 +791,7 @@ def node_effects(command: Resource) -> list[str]:
         return []
     if not isinstance(script, str):
         return []
-    return [label for label, pattern in NODE_EFFECTS if pattern.search(script)]
+    return list(dict.fromkeys(label for label, pattern in NODE_EFFECTS if pattern.search(script)))
 
 
 def update_effects(command: Resource) -> tuple[str, list[str]]:
@@ -799,7 +801,7 @@ def update_effects(command: Resource) -> tuple[str, list[str]]:
     script = command.inputs.get(which)
     if not isinstance(script, str) or script == program.SECRET_MARKER:
         return which, []
-    return which, [label for label, pattern in NODE_EFFECTS if pattern.search(script)]
+    return which, list(dict.fromkeys(label for label, pattern in NODE_EFFECTS if pattern.search(script)))
 
 
 def _loud(step: Step, deleted_or_replaced: set[str]) -> None:

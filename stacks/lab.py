@@ -1,10 +1,18 @@
-"""lab: a kubeadm cluster on the user's own servers over SSH, then the in-cluster add-ons."""
+"""lab: a kubeadm cluster on the user's own servers over SSH, then the in-cluster add-ons.
+
+Before anything is registered, the config is compared with what the stack's last successful `up`
+deployed (its own output `deployed`, read back through the engine): a downgrade, a skipped minor
+or, without allowRebuild, a change that needs a new cluster stops the run naming the key. The
+hosts' upgrade scripts check the same on the hosts themselves (components/lab/upgrade.py), for a
+stack whose outputs do not say (deployed by an older version of this program, or a failed `up`).
+"""
 
 from __future__ import annotations
 
 import datetime
 
 import pulumi
+from pydantic import ValidationError
 
 from components.cni import Cni, CniArgs
 from components.gpu_stack import DriverSource
@@ -14,9 +22,11 @@ from components.lab.kubeadm import KubeadmSettings
 from components.lab.nfs_storage import NfsServerArgs, NfsSharedStorage, NfsSharedStorageArgs
 from components.lab.node_join import Membership, MembershipArgs, NodeJoin, NodeJoinArgs, join_token_id
 from components.lab.node_prep import HostSoftware, NodePrep, NodePrepArgs
+from components.lab.upgrade import UpgradePolicy
 from components.training_namespace import training_namespace
-from config import LabStack, StackSecrets
+from config import ConfigError, LabStack, StackSecrets
 from config.gpu import GpuStack
+from config.lab import DeployedLab
 from stacks import addons
 from stacks.contract import Cluster
 
@@ -41,20 +51,54 @@ def host_software(cfg: LabStack) -> HostSoftware:
     )
 
 
+def upgrade_policy(cfg: LabStack) -> UpgradePolicy:
+    return UpgradePolicy(max_unavailable=cfg.max_unavailable)
+
+
+# The engine's builtin function behind StackReference (pulumi/pulumi pkg/resource/deploy/builtins.go,
+# builtinProvider.Invoke: readStackOutputs -> readStackReference -> the backend's GetStackOutputs).
+READ_STACK_OUTPUTS = "pulumi:pulumi:readStackOutputs"
+
+
+def deployed_before() -> DeployedLab | None:
+    """What this stack's last successful `up` deployed: its own stack output `deployed`.
+
+    Read with the engine's readStackOutputs function, which a StackReference uses too, but as an
+    invoke: it answers synchronously, so the check runs before any resource is registered. At
+    `pulumi up` the backend still holds the previous checkpoint. None for a new stack, one deployed
+    by a version of this program without the output, and under render's mocks (tests mock it).
+    The other outputs come back too (the kubeconfig decrypted): only `deployed` is read."""
+    stack = f"{pulumi.get_organization() or 'organization'}/{pulumi.get_project()}/{pulumi.get_stack()}"
+    try:
+        result = pulumi.runtime.invoke(READ_STACK_OUTPUTS, {"name": stack})
+    except Exception as exc:  # the engine's error says why; the stack cannot be checked without it
+        raise pulumi.RunError(f"cannot read the outputs of {stack} to compare the config with what it deployed: {exc}") from exc
+    outputs = (result.value or {}).get("outputs") or {}
+    record = outputs.get("deployed")
+    try:
+        return DeployedLab.model_validate(record) if isinstance(record, dict) else None
+    except ValidationError:
+        return None  # not written by this program; the hosts' own checks still apply
+
+
 def build(cfg: LabStack, secrets: StackSecrets) -> dict[str, object]:
     assert secrets.ssh_private_key is not None  # the config model requires it for lab
+    if problems := cfg.change_problems(deployed_before()):
+        raise ConfigError(problems)
     key = secrets.ssh_private_key
-    software, cluster = host_software(cfg), kubeadm_settings(cfg)
+    software, cluster, upgrade = host_software(cfg), kubeadm_settings(cfg), upgrade_policy(cfg)
     # Every host is prepared independently, in parallel.
     prep = {
-        h.name: NodePrep(h.name, NodePrepArgs(host=h, software=software, private_key=key, bastion=cfg.bastion))
+        h.name: NodePrep(h.name, NodePrepArgs(host=h, software=software, private_key=key, bastion=cfg.bastion,
+                                              upgrade=upgrade))
         for h in cfg.hosts
     }
     first = cfg.control_planes[0]
     cp = ControlPlane(
         "control-plane",
         ControlPlaneArgs(host=first, cluster=cluster, private_key=key, prepared=prep[first.name].done,
-                         bastion=cfg.bastion, certificate_check_period=check_period(datetime.date.today())),
+                         bastion=cfg.bastion, certificate_check_period=check_period(datetime.date.today()),
+                         upgrade=upgrade, protect=not cfg.allow_rebuild),
     )
     k8s_opts = pulumi.ResourceOptions(provider=cp.provider)
     cni = Cni("cni", CniArgs(kind=cfg.cni, pod_cidr=cfg.pod_cidr), opts=k8s_opts)
@@ -125,4 +169,10 @@ def build(cfg: LabStack, secrets: StackSecrets) -> dict[str, object]:
         "joinedNodes": pulumi.Output.all(*[j.ready.id for j in joins]).apply(
             lambda _: [h.name for h in cfg.hosts if h is not first]
         ),
+        # What the next `up` compares its config with (deployed_before); known once every node is.
+        "deployed": pulumi.Output.all(cp.init.id, *[j.ready.id for j in joins]).apply(
+            lambda _: cfg.deployed_record()
+        ),
+        # On the first control plane: the etcd snapshot taken before the last kubeadm upgrade apply.
+        "etcdSnapshot": cp.etcd_snapshot.apply(lambda path: {"host": first.name, "path": path} if path else None),
     }

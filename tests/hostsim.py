@@ -9,10 +9,11 @@
                                          22.04 os-release and, if given, a test fstab
   root/tmp                               TMPDIR of the scripts (mktemp)
   sim/bin                                stand-ins for every tool that touches packages, the
-                                         kernel or services (first on PATH)
+                                         kernel or services (first on PATH); kubectl is
+                                         tests/fake_kubectl.py, a small API server in a file
   sim/calls.log                          one record per stand-in call: its name and argv
   sim/state                              what the stand-ins remember (installed packages, holds,
-                                         loaded modules, GPU count)
+                                         loaded modules, GPU count; k8s.json: nodes and ConfigMaps)
 
 `root` holds the trees the scripts may write (compared by `snapshot()`); `sim` is outside them.
 `run(command)` runs a command line the way the SSH session would (`bash -c <command>`), so the
@@ -23,6 +24,7 @@ written: before running anything, the namespace checks that each tool resolves t
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shlex
 import shutil
@@ -30,6 +32,7 @@ import stat
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 TIMEOUT = 60  # seconds, per command
 
@@ -72,6 +75,8 @@ NVIDIA_RUNTIME_STANZA = """\
             BinaryName = "/usr/bin/nvidia-container-runtime"
             SystemdCgroup = true
 """
+
+_FAKE_KUBECTL = Path(__file__).with_name("fake_kubectl.py")
 
 # One multi-call stand-in; each tool name in sim/bin is a symlink to it. @SIM@ is replaced by the
 # absolute sim directory, so nothing depends on the environment the scripts pass on.
@@ -248,26 +253,34 @@ kubeadm)
       install -D -m 0600 /dev/null /etc/kubernetes/kubelet.conf
       ;;
     reset) rm -f /etc/kubernetes/kubelet.conf /etc/kubernetes/admin.conf ;;
+    upgrade)
+      # apply: refused unless the installed kubeadm is the target (as kubeadm does); on success
+      # the control plane's manifest names the new version.
+      case ${2:-} in
+        plan) echo "[upgrade/versions] Target version: ${3:-}" ;;
+        apply)
+          want=${3#v}
+          have=$(cat "$PKGS/kubeadm" 2>/dev/null || true)
+          if [ "${have%%-*}" != "$want" ]; then
+            echo "[upgrade/version] FATAL: the --version argument is invalid: kubeadm ${have%%-*} cannot upgrade to v$want"
+            exit 1
+          fi
+          if [ -f "$STATE/kubeadm-upgrade-fails" ]; then
+            echo "[upgrade/apply] FATAL: couldn't upgrade control plane. kubeadm has tried to recover everything into the earlier state."
+            exit 1
+          fi
+          sed -i "s#/kube-apiserver:v[0-9.]*#/kube-apiserver:v$want#" /etc/kubernetes/manifests/kube-apiserver.yaml
+          echo "[upgrade/successful] SUCCESS! Your cluster was upgraded to \"v$want\"."
+          ;;
+        node) echo "[upgrade] The configuration for this node was successfully updated!" ;;
+      esac
+      ;;
     token) echo "abcdef.0123456789abcdef" ;;
     certs) echo "0000000000000000000000000000000000000000000000000000000000000000" ;;
   esac
   ;;
 openssl)
   case "$*" in *dgst*) echo "SHA2-256(stdin)= 00ff" ;; esac
-  ;;
-kubectl)
-  # `kubectl ... get node X` fails (NotFound) as many times as state/kubectl-get-node-failures
-  # says, as while a joined kubelet has not registered its Node yet; every other call succeeds.
-  case " $* " in
-    *" get node "*)
-      left=$(cat "$STATE/kubectl-get-node-failures" 2>/dev/null || echo 0)
-      if [ "$left" -gt 0 ]; then
-        echo $((left - 1)) >"$STATE/kubectl-get-node-failures"
-        echo "Error from server (NotFound): nodes \"${*: -1}\" not found" >&2
-        exit 1
-      fi
-      ;;
-  esac
   ;;
 *)
   # sysctl, swapoff, swapon, systemctl, systemd-run, update-initramfs, reboot, sleep:
@@ -389,7 +402,12 @@ class HostSim:
         multi.write_text(stand_in)
         multi.chmod(0o755)
         for tool in self.stand_ins:
-            (self.bin / tool).symlink_to(multi)
+            if tool != "kubectl":
+                (self.bin / tool).symlink_to(multi)
+        if "kubectl" in self.stand_ins:
+            kubectl = self.bin / "kubectl"
+            kubectl.write_text(_FAKE_KUBECTL.read_text().replace("@SIM@", str(self.sim)))
+            kubectl.chmod(0o755)
 
     # -- state of the simulated host
 
@@ -407,6 +425,36 @@ class HostSim:
             path.touch()
         else:
             path.unlink(missing_ok=True)
+
+    # -- the fake API server kubectl talks to (tests/fake_kubectl.py)
+
+    def k8s(self) -> dict[str, Any]:
+        path = self.state / "k8s.json"
+        state: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {}
+        state.setdefault("nodes", {})
+        state.setdefault("configmaps", {})
+        return state
+
+    def _save_k8s(self, state: dict[str, Any]) -> None:
+        (self.state / "k8s.json").write_text(json.dumps(state, indent=1, sort_keys=True))
+
+    def k8s_node(self, name: str, **fields: Any) -> None:
+        """Set fields of a Node: kubeletVersion, unschedulable, annotations, labels, bootID,
+        allocatable, ready, deleted."""
+        state = self.k8s()
+        state["nodes"].setdefault(name, {}).update(fields)
+        self._save_k8s(state)
+
+    def k8s_configmap(self, name: str, **data: str) -> None:
+        state = self.k8s()
+        state["configmaps"][name] = data
+        self._save_k8s(state)
+
+    def k8s_flag(self, name: str, on: bool = True) -> None:
+        """drainFails, etcdSnapshotFails."""
+        state = self.k8s()
+        state[name] = on
+        self._save_k8s(state)
 
     def installed(self) -> dict[str, str]:
         return {p.name: p.read_text().strip() for p in (self.state / "pkgs").iterdir()}

@@ -1,17 +1,25 @@
 """ControlPlane: `kubeadm init` on the first control-plane host, its admin kubeconfig read back as
 a secret, and the explicit Kubernetes provider every in-cluster component receives.
 
-Changing kubernetesVersion, podCidr, serviceCidr or controlPlaneEndpoint changes the kubeadm config
-and therefore REBUILDS THE CLUSTER: `kubeadm reset` on the control plane, a fresh `kubeadm init`,
-every node re-joined; workloads and everything stored in etcd are lost. The init, the kubeconfig
-read (and NodeJoin's steps) are replaced delete-before-replace: the old cluster is reset before the
-new one is initialised, never after (which would wipe the cluster just created).
+The init step's triggers are the cluster's identity: the first control plane (name, address), the
+API endpoint and the pod and service ranges. Changing one REBUILDS THE CLUSTER: `kubeadm reset`, a
+fresh `kubeadm init`, every node re-joined; workloads and everything in etcd are lost. The config
+refuses that unless allowRebuild is set (config/lab.py, change_problems), and the init is
+`protect`ed unless it is, so Pulumi refuses to replace or delete it too (README "Upgrading"). A
+replacement is delete-before-replace: the old cluster is reset before the new one is initialised.
+
+A new kubernetesVersion (or any other change of the kubeadm config, its stdin) is an update: the
+init's `update` upgrades in place (an etcd snapshot kept on the host, `kubeadm upgrade apply`, this
+node's kubelet; upgrade.py). The kubeconfig read keeps its triggers (the init's id, which an update
+keeps), so the provider and everything in the cluster stay as they are.
 
 Certificates: checked once per period and renewed within 30 days of expiry before the admin
 kubeconfig is read (components/lab/certificates.py).
 
 Does not manage: an external load balancer for controlPlaneEndpoint (bring your own when there
-is more than one control plane), etcd backups, or `kubeadm upgrade` between Kubernetes minors.
+is more than one control plane), etcd backups other than the snapshot before each upgrade, or
+re-reading admin.conf after `kubeadm upgrade apply` renews its certificate (the one read at init
+stays valid until its own expiry, a year after init).
 """
 
 from __future__ import annotations
@@ -23,8 +31,10 @@ import pulumi
 import pulumi_kubernetes as k8s
 from pulumi_command import remote
 
+from components import versions
 from components.lab import kubeadm, scripts, ssh
 from components.lab.certificates import certificate_check
+from components.lab.upgrade import UpgradePolicy
 from config.lab import Bastion, Host
 
 
@@ -37,36 +47,49 @@ class ControlPlaneArgs:
     bastion: Bastion | None = None
     # The current certificate check period (certificates.check_period): the check runs once in each.
     certificate_check_period: str = ""
+    upgrade: UpgradePolicy = UpgradePolicy()
+    # Refuse to replace or delete the init (and with it the cluster); off only with allowRebuild.
+    protect: bool = True
 
 
 class ControlPlane(pulumi.ComponentResource):
     init: remote.Command
     kubeconfig: pulumi.Output[str]
     provider: k8s.Provider
+    etcd_snapshot: pulumi.Output[str | None]  # where the last upgrade's etcd snapshot is kept
 
     def __init__(self, name: str, args: ControlPlaneArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gpucluster:lab:ControlPlane", name, None, opts)
         first = args.host
         self.host = first
         self.connection = ssh.connection(first, args.private_key, args.bastion)
-        init_config = kubeadm.init_config(args.cluster, first)
+        cluster = args.cluster
+        init_config = kubeadm.init_config(cluster, first)
         self.init = remote.Command(
             f"{name}-init",
             connection=self.connection,
             create=scripts.as_root(scripts.kubeadm_init()),
+            update=scripts.as_root(scripts.kubeadm_upgrade_apply(
+                first.name, cluster.kubernetes_version, versions.KUBE_PACKAGE_REVISION, args.upgrade.slot_tries
+            )),
             delete=scripts.as_root(scripts.kubeadm_reset()),
+            # The kubeadm config, version included: a change is an update (upgrade.py).
             stdin=init_config,
-            # A new version, CIDR or endpoint means a new cluster: re-init rather than edit.
-            triggers=[first.name, str(first.address), init_config],
+            # Fixed at kubeadm init: a change needs a new cluster.
+            triggers=[first.name, str(first.address), cluster.api_endpoint, str(cluster.pod_cidr),
+                      str(cluster.service_cidr)],
             # Reset the old cluster before initialising the new one: create-before-delete would
             # find admin.conf ("already initialised") and then the old delete would reset it.
-            opts=pulumi.ResourceOptions(parent=self, depends_on=args.prepared, delete_before_replace=True),
+            opts=pulumi.ResourceOptions(
+                parent=self, depends_on=args.prepared, delete_before_replace=True, protect=args.protect
+            ),
         )
         # Certificates: checked once per period and renewed within 30 days of their expiry.
         self.certificates_check = certificate_check(
             f"{name}-certificates", self.connection, self.init, args.certificate_check_period, self
         )
         self.certificates: pulumi.Output[dict[str, object]] = self.certificates_check.stdout.apply(json.loads)
+        self.etcd_snapshot = self.init.stdout.apply(_snapshot_path)
         read = remote.Command(
             f"{name}-kubeconfig",
             connection=self.connection,
@@ -88,5 +111,12 @@ class ControlPlane(pulumi.ComponentResource):
             enable_server_side_apply=True,
             opts=pulumi.ResourceOptions(parent=self),
         )
-        self.register_outputs({"endpoint": args.cluster.api_endpoint, "kubeconfig": self.kubeconfig,
-                               "certificates": self.certificates})
+        self.register_outputs({"endpoint": cluster.api_endpoint, "kubeconfig": self.kubeconfig,
+                               "certificates": self.certificates, "etcdSnapshot": self.etcd_snapshot})
+
+
+def _snapshot_path(stdout: str | None) -> str | None:
+    """The snapshot the init's update reported last (`etcd snapshot: <path>`); None before any upgrade."""
+    found = [line.removeprefix("etcd snapshot: ") for line in (stdout or "").splitlines()
+             if line.startswith("etcd snapshot: ")]
+    return found[-1] if found else None

@@ -22,6 +22,14 @@ sessions there at the same moment. Now the control plane sees the same sessions 
 own prep, init, kubeconfig and NFS steps, ca-hash, drain, and a certs step per extra control
 plane); every worker step runs on the worker's own sshd or goes through the Kubernetes API.
 
+Upgrades (upgrade.py): a new kubernetesVersion upgrades the first control plane in place (its init
+step) and stages kubeadm of the new version on every host (kube-packages); a joined node's kubelet
+is NOT upgraded yet: that needs the node drained, and draining from the control plane would bring
+back a step per node there. Its steps do not change (no version in their inputs), the kubelet stays
+at the version it joined with, which Kubernetes' version-skew policy allows (kubelets up to three
+minors older than the API server, other control planes one); the init's upgrade refuses a version
+that would leave a joined node outside that skew, before it changes anything (README "Upgrading").
+
 The token. Its id is derived from the project and stack (public by design: it names the Secret),
 its secret half is random and stable, so the JoinConfiguration each host receives does not change
 from one `up` to the next: an already-joined host's join step is not run again. The expiry is not
@@ -41,7 +49,7 @@ only wait out PodDisruptionBudgets), and the Jobs that wait for the nodes (gate,
 training) are deleted, gracefully, before the hosts are reset.
 
 All steps are replaced delete-before-replace; their triggers include the control plane's init, so
-a rebuilt cluster re-joins every node. Changing kubernetesVersion, the CIDRs or the endpoint
+a rebuilt cluster re-joins every node. Changing the CIDRs, the endpoint or the first control plane
 rebuilds the cluster (see control_plane.py).
 
 Upgrading a cluster made by the earlier layout (a token and a Ready step per host on the control

@@ -10,7 +10,11 @@ are prepared in parallel.
 
 Every step's triggers are the host's identity (name, address) and it is replaced
 delete-before-replace: a host that changes address is cleaned up before it is prepared again,
-never after. Renaming a host is a remove plus an add, in two `pulumi up` runs (README, lab step
+never after. Any other change (a new kubernetesVersion or driver branch) is an update, which runs
+the step's `update` command where it has one (what each does: upgrade.py): kube-packages stages
+kubeadm of the new version; the driver step of a control plane drains it, switches the branch and
+reboots (driver-ready waits and uncordons), that of a worker leaves it to the worker's drained
+upgrade (NodeJoin). Steps without one (kernel, toolkit, containerd) run their create again. Renaming a host is a remove plus an add, in two `pulumi up` runs (README, lab step
 6): within one run Pulumi would create the new name's steps before deleting the old name's, and
 those deletes would purge from the live host what the new steps had just installed.
 
@@ -27,7 +31,8 @@ from pulumi_command import remote
 
 from components import versions
 from components.lab import scripts, ssh
-from config.lab import Bastion, Host, NvidiaDriver
+from components.lab.upgrade import UpgradePolicy
+from config.lab import Bastion, Host, NvidiaDriver, Role
 
 
 @dataclass(frozen=True)
@@ -55,6 +60,7 @@ class NodePrepArgs:
     software: HostSoftware
     private_key: pulumi.Output[str]
     bastion: Bastion | None = None
+    upgrade: UpgradePolicy = UpgradePolicy()
 
 
 class NodePrep(pulumi.ComponentResource):
@@ -75,11 +81,13 @@ class NodePrep(pulumi.ComponentResource):
             delete: str | None,
             after: list[pulumi.Resource],
             connection: remote.ConnectionArgs = conn,
+            update: str | None = None,
         ) -> remote.Command:
             return remote.Command(
                 f"{name}-{step_name}",
                 connection=connection,
                 create=scripts.as_root(create),
+                update=scripts.as_root(update) if update else None,
                 delete=scripts.as_root(delete) if delete else None,
                 triggers=triggers,
                 # Undo on the old host first: create-then-delete would purge what the new
@@ -93,13 +101,22 @@ class NodePrep(pulumi.ComponentResource):
         # the host keeps runc as containerd's default and the toolkit container adds nvidia.
         host_toolkit = host.is_gpu and sw.host_toolkit
         check_driver = host.is_gpu and (sw.install_driver or sw.nvidia_driver.preinstalled)
+        drv = sw.nvidia_driver
+        # A control plane has the admin kubeconfig and drains itself for a new driver; a worker
+        # is drained from the control plane, later, by its NodeJoin steps.
+        self_drains = host.role is Role.CONTROL_PLANE and sw.install_driver
         if check_driver:
             if sw.install_driver:
                 last = step(
                     "nvidia-driver",
-                    scripts.nvidia_driver(sw.nvidia_driver.branch, sw.nvidia_driver.version),
-                    scripts.nvidia_driver_delete(sw.nvidia_driver.branch),
+                    scripts.nvidia_driver(drv.branch, drv.version),
+                    scripts.nvidia_driver_delete(drv.branch),
                     [last],
+                    update=(
+                        scripts.nvidia_driver_self_upgrade(host.name, drv.branch, drv.version, args.upgrade.slot_tries)
+                        if self_drains
+                        else scripts.nvidia_driver_deferred(host.name, drv.branch, drv.version)
+                    ),
                 )
             # A check with nothing to undo, hence no delete. It keeps dialing while the host
             # reboots after a driver install.
@@ -109,6 +126,9 @@ class NodePrep(pulumi.ComponentResource):
                 None,
                 [last],
                 connection=ssh.connection(host, args.private_key, args.bastion, survive_reboot=True),
+                update=scripts.driver_ready_uncordon(host.name, host.gpus, drv.branch, drv.version)
+                if self_drains
+                else None,
             )
         if host_toolkit:
             last = step(
@@ -134,6 +154,9 @@ class NodePrep(pulumi.ComponentResource):
             ),
             scripts.kube_packages_delete(),
             [last],
+            update=scripts.kube_packages_stage(
+                sw.kubernetes_version, sw.kubernetes_minor, versions.KUBE_PACKAGE_REVISION
+            ),
         )
         # The end of the chain: everything on this host is prepared once it is done.
         self.done = [last]

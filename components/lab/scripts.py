@@ -309,16 +309,29 @@ def kube_packages(version: str, minor: str, revision: str) -> str:
     pkgs = " ".join(f"{p}={version}-{revision}" for p in ("kubelet", "kubeadm", "kubectl"))
     return _script(
         rf"""
-        # pkgs.k8s.io has one repository per minor; its key is fetched once per minor.
-        apt_repo kubernetes-v{minor} https://pkgs.k8s.io/core:/stable:/v{minor}/deb/Release.key \
-          "deb [signed-by=@KEYRING@] https://pkgs.k8s.io/core:/stable:/v{minor}/deb/ /"
-        for old in /etc/apt/sources.list.d/kubernetes-v*.list; do
-          [ -e "$old" ] && [ "$old" != /etc/apt/sources.list.d/kubernetes-v{minor}.list ] && rm -f "$old"
-        done
+        {_kube_repo(minor)}
         apt_pin {pkgs}
         systemctl enable kubelet >/dev/null 2>&1 || true
         """
     )
+
+
+def _kube_repo(minor: str) -> str:
+    """The apt source of one minor's pkgs.k8s.io repository, the other minors' removed (a minor
+    upgrade switches it); indented to sit in a script body at the first level."""
+    return textwrap.indent(
+        textwrap.dedent(
+            rf"""
+            # pkgs.k8s.io has one repository per minor; its key is fetched once per minor.
+            apt_repo kubernetes-v{minor} https://pkgs.k8s.io/core:/stable:/v{minor}/deb/Release.key \
+              "deb [signed-by=@KEYRING@] https://pkgs.k8s.io/core:/stable:/v{minor}/deb/ /"
+            for old in /etc/apt/sources.list.d/kubernetes-v*.list; do
+              [ -e "$old" ] && [ "$old" != /etc/apt/sources.list.d/kubernetes-v{minor}.list ] && rm -f "$old"
+            done
+            """
+        ).strip(),
+        "        ",
+    ).lstrip()
 
 
 def kube_packages_delete() -> str:
@@ -698,5 +711,546 @@ def nfs_server_delete(export_path: str) -> str:
           rm -f "{_NFS_MARKER}"
         fi
         echo "kept {export_path} and its data"
+        """
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# upgrades in place (README "Upgrading"; what runs when: components/lab/upgrade.py)
+#
+# These are the `update` commands of the steps above: pulumi-command runs a step's `update`
+# instead of its `create` when an input other than `triggers` changes. Each reads the host's or the
+# cluster's state, does only what is missing (a second run changes nothing) and refuses, with
+# exit status 2 and the config key, a downgrade or a skipped minor it finds there.
+
+_UPGRADE_HELPERS = r"""
+readonly SLOT_PREFIX=gpu-cluster-upgrade-slot-
+readonly CORDONED_BY=gpu-cluster.io/cordoned-by
+
+# k ARGS...: kubectl as the cluster admin (on a control plane).
+k() {
+  kubectl --kubeconfig /etc/kubernetes/admin.conf "$@"
+}
+
+# installed PKG: the Debian version of PKG if it is installed, else nothing.
+installed() {
+  local out
+  out=$(dpkg-query -W -f='${Status} ${Version}' "$1" 2>/dev/null || true)
+  case $out in
+    "install ok installed "*) printf '%s\n' "${out#install ok installed }" ;;
+  esac
+}
+
+# bare_version V: 'v1.34.2' or '1.34.2-1.1' -> 1.34.2
+bare_version() {
+  local v=${1#v}
+  printf '%s\n' "${v%%-*}"
+}
+
+# refuse_skew HAVE WANT WHAT: exit 2 on a downgrade or a skipped minor (kubeadm upgrades one minor
+# at a time and never down).
+refuse_skew() {
+  local have want what=$3 hmaj hmin hpat wmaj wmin wpat
+  have=$(bare_version "$1")
+  want=$(bare_version "$2")
+  IFS=. read -r hmaj hmin hpat <<<"$have"
+  IFS=. read -r wmaj wmin wpat <<<"$want"
+  if ((wmaj * 1000000 + wmin * 1000 + wpat < hmaj * 1000000 + hmin * 1000 + hpat)); then
+    echo "gpu-cluster:kubernetesVersion: $what runs v$have; v$want is older and kubeadm cannot downgrade (set $have or newer)" >&2
+    exit 2
+  fi
+  if ((wmaj != hmaj || wmin > hmin + 1)); then
+    echo "gpu-cluster:kubernetesVersion: $what runs v$have; v$want skips minor $hmaj.$((hmin + 1)) and kubeadm upgrades one minor at a time" >&2
+    exit 2
+  fi
+}
+
+# refuse_node_skew SELF WANT: exit 2 when WANT would leave another node's kubelet outside Kubernetes'
+# version-skew policy (joined nodes keep their kubelet, README "Upgrading"): a control plane's at
+# most one minor older than the API server, any other node's at most three.
+refuse_node_skew() {
+  local self=$1 wmaj wmin name ver maj min limit cps too_old=
+  IFS=. read -r wmaj wmin _ <<<"$(bare_version "$2")"
+  cps=$(k get nodes -l node-role.kubernetes.io/control-plane \
+    -o jsonpath='{range .items[*]}{.metadata.name}={.status.nodeInfo.kubeletVersion}{"\n"}{end}')
+  while IFS='=' read -r name ver; do
+    if [ -z "$name" ] || [ -z "$ver" ] || [ "$name" = "$self" ]; then
+      continue
+    fi
+    limit=3
+    if grep -q "^$name=" <<<"$cps"; then
+      limit=1
+    fi
+    IFS=. read -r maj min _ <<<"$(bare_version "$ver")"
+    if ((maj != wmaj || wmin - min > limit)); then
+      too_old="$too_old $name ($ver, at most $limit older)"
+    fi
+  done < <(k get nodes -o jsonpath='{range .items[*]}{.metadata.name}={.status.nodeInfo.kubeletVersion}{"\n"}{end}')
+  if [ -n "$too_old" ]; then
+    echo "gpu-cluster:kubernetesVersion: v$2 would leave kubelets outside the version-skew policy:$too_old; upgrade those nodes first (kubectl drain, kubeadm upgrade node, kubelet and kubectl, kubectl uncordon; README Upgrading)" >&2
+    exit 2
+  fi
+}
+
+# wait_api: until the API server answers (it restarts during upgrades and after a reboot).
+wait_api() {
+  local n
+  for ((n = 0; n < 60; n++)); do
+    if k get --raw=/readyz >/dev/null 2>&1; then
+      return 0
+    fi
+    sleep 5
+  done
+  echo "the API server did not answer for 5 minutes" >&2
+  exit 1
+}
+
+# The upgrade slots (maxUnavailable): ConfigMaps gpu-cluster-upgrade-slot-<i> in kube-system.
+# Creating one is atomic, so a node that creates one holds it until its upgrade is done.
+slot_holders() {
+  k -n kube-system get configmaps -o jsonpath='{range .items[*]}{.metadata.name}={.data.node}{"\n"}{end}' \
+    | grep "^$SLOT_PREFIX" || true
+}
+
+# acquire_slot NODE SLOTS TRIES: hold one of slots 0..SLOTS-1, trying every 10 s (control planes
+# pass 1 and so go one at a time: etcd keeps its quorum). A slot whose node has left the cluster is
+# freed.
+acquire_slot() {
+  local node=$1 slots=$2 tries=$3 n i name holder holders gone
+  for ((n = 0; n < tries; n++)); do
+    holders=$(slot_holders)
+    if grep -qx "${SLOT_PREFIX}[0-9]*=$node" <<<"$holders"; then
+      return 0
+    fi
+    while IFS='=' read -r name holder; do
+      if [ -n "$name" ] && gone=$(k get node "$holder" --ignore-not-found -o name) && [ -z "$gone" ]; then
+        k -n kube-system delete configmap "$name" --ignore-not-found >/dev/null
+      fi
+    done <<<"$holders"
+    for ((i = 0; i < slots; i++)); do
+      if k -n kube-system create configmap "$SLOT_PREFIX$i" --from-literal=node="$node" >/dev/null 2>&1; then
+        echo "$node: holds upgrade slot $i of $slots" >&2
+        return 0
+      fi
+    done
+    sleep 10
+  done
+  echo "$node: no upgrade slot came free after $tries tries (gpu-cluster:maxUnavailable is $slots); held: $(slot_holders | tr '\n' ' ')" >&2
+  exit 1
+}
+
+# release_slots NODE: free the slots NODE holds.
+release_slots() {
+  local name
+  for name in $(slot_holders | sed -n "s/=$1\$//p"); do
+    k -n kube-system delete configmap "$name" --ignore-not-found >/dev/null
+  done
+}
+
+# drain_node NODE: cordon it (noting that the upgrade did, unless it was cordoned already) and
+# evict its pods; DaemonSet pods stay, emptyDir data goes.
+drain_node() {
+  local node=$1
+  if [ "$(k get node "$node" -o jsonpath='{.spec.unschedulable}')" != true ]; then
+    k annotate node "$node" --overwrite "$CORDONED_BY=upgrade" >/dev/null
+  fi
+  k drain "$node" --ignore-daemonsets --delete-emptydir-data --timeout=15m >&2
+}
+
+# uncordon_node NODE: once it is Ready, uncordon it if the upgrade cordoned it, and free its slot.
+uncordon_node() {
+  local node=$1
+  k wait --for=condition=Ready "node/$node" --timeout=10m >&2
+  if [ "$(k get node "$node" -o jsonpath='{.metadata.annotations.gpu-cluster\.io/cordoned-by}')" = upgrade ]; then
+    k uncordon "$node" >&2
+    k annotate node "$node" "$CORDONED_BY-" >/dev/null
+  fi
+  release_slots "$node"
+}
+
+# driver_current PKG WANT: whether PKG is installed (at WANT; '' = any version of its branch) and
+# no other driver branch is held.
+driver_current() {
+  local pkg=$1 want=$2 have others
+  have=$(installed "$pkg")
+  if [ -z "$have" ] || { [ -n "$want" ] && [ "$have" != "$want" ]; }; then
+    return 1
+  fi
+  others=$(apt-mark showhold | grep -E '^nvidia-driver-[0-9]+-server$' | grep -vx "$pkg" || true)
+  [ -z "$others" ]
+}
+
+# driver_switch PKG WANT: PKG (at WANT) installed and held; the branch held before released and
+# purged. The new kernel module loads at the next boot.
+driver_switch() {
+  local pkg=$1 want=$2 old
+  apt_get update -q
+  apt_get install -y -q --no-install-recommends --allow-downgrades --allow-change-held-packages "$pkg${want:+=$want}"
+  apt-mark showhold | grep -qx "$pkg" || apt-mark hold "$pkg" >/dev/null
+  for old in $(apt-mark showhold | grep -E '^nvidia-driver-[0-9]+-server$' | grep -vx "$pkg" || true); do
+    apt_unpin_purge "$old"
+  done
+}
+
+# reboot_soon: as the driver step does: refuse new SSH sessions, reboot in 5 s. Prints the boot id
+# being left (stdout), so that whoever waits can tell the next boot from this one; asked twice
+# in one boot, it schedules the reboot once.
+reboot_soon() {
+  local boot
+  boot=$(cat /proc/sys/kernel/random/boot_id)
+  if [ "$(cat "$STATE_DIR/reboot-requested" 2>/dev/null || true)" != "$boot" ]; then
+    printf '%s\n' "$boot" >"$STATE_DIR/reboot-requested"
+    systemctl stop ssh.socket ssh.service 2>/dev/null || true
+    systemd-run --on-active=5 --unit=gpu-cluster-reboot systemctl reboot >&2
+  fi
+  echo "gpu-cluster: reboot boot-id=$boot"
+}
+
+# reboot_pending: whether reboot_soon asked for a reboot this boot has not yet had.
+reboot_pending() {
+  [ "$(cat "$STATE_DIR/reboot-requested" 2>/dev/null || true)" = "$(cat /proc/sys/kernel/random/boot_id)" ]
+}
+"""
+
+# Where the first control plane keeps the etcd snapshot taken before each `kubeadm upgrade apply`.
+ETCD_SNAPSHOT_DIR = "/var/lib/etcd-snapshots"
+# How long an upgrade step waits for what it waits on (10 s per try).
+REBOOT_WAIT_TRIES = 120  # 20 minutes for a node to come back from its reboot
+GPU_WAIT_TRIES = 60  # 10 minutes for the device plugin to report the GPUs again
+
+
+def _upgrade_script(body: str) -> str:
+    return _PRELUDE + _UPGRADE_HELPERS + "\n" + textwrap.dedent(body).strip() + "\n"
+
+
+def _driver_vars(branch: str, version: str | None) -> str:
+    want = shlex.quote(version) if version else "''"
+    return f"pkg=nvidia-driver-{branch}-server\nwant_driver={want}"
+
+
+def _embed(block: str) -> str:
+    """A block of script lines, placed in a script body at its first level (8 spaces in the source)."""
+    return textwrap.indent(textwrap.dedent(block).strip(), "        ").lstrip()
+
+
+def kube_packages_stage(version: str, minor: str, revision: str) -> str:
+    """kube-packages' update: the minor's apt repository and kubeadm of the new version; kubelet and
+    kubectl stay where they are until the node itself is upgraded (after the control plane, drained)."""
+    return _upgrade_script(
+        rf"""
+        want={version}
+        have=$(installed kubelet)
+        if [ -n "$have" ]; then
+          refuse_skew "$have" "$want" "this host's kubelet"
+        fi
+        {_kube_repo(minor)}
+        if [ -z "$have" ]; then
+          # Not installed (removed by hand): install all three, as the create step does.
+          apt_pin kubelet=$want-{revision} kubeadm=$want-{revision} kubectl=$want-{revision}
+          systemctl enable kubelet >/dev/null 2>&1 || true
+        else
+          apt_pin kubeadm=$want-{revision}
+          echo "kubeadm $want staged; kubelet $have stays until this node's upgrade"
+        fi
+        """
+    )
+
+
+def kubeadm_upgrade_apply(node: str, version: str, revision: str, slot_tries: int) -> str:
+    """The first control plane's init step, updated (stdin: the new kubeadm config, kept for
+    reference): an etcd snapshot kept on the host, `kubeadm upgrade apply`, then this node's
+    kubelet and kubectl, drained. Prints `etcd snapshot: <path>` (the stack output etcdSnapshot)."""
+    return _upgrade_script(
+        rf"""
+        node={node}
+        want={version}
+        readonly SNAPSHOT_DIR={ETCD_SNAPSHOT_DIR}
+        install -d -m 0700 /etc/gpu-cluster /var/log/gpu-cluster
+        put_file /etc/gpu-cluster/kubeadm-init.yaml 0600 || true
+        if [ ! -f /etc/kubernetes/admin.conf ]; then
+          echo "$node has no cluster to upgrade (no /etc/kubernetes/admin.conf)" >&2
+          exit 1
+        fi
+        have=$(sed -n 's#^ *image: .*/kube-apiserver:v\([0-9.]*\).*#\1#p' /etc/kubernetes/manifests/kube-apiserver.yaml)
+        if [ -z "$have" ]; then
+          echo "cannot read the control plane's version from /etc/kubernetes/manifests/kube-apiserver.yaml" >&2
+          exit 1
+        fi
+        refuse_skew "$have" "$want" "the control plane ($node)"
+        wait_api
+        # Joined nodes keep their kubelet: refuse, before anything changes, a version too new for one.
+        refuse_node_skew "$node" "$want"
+        apt_pin kubeadm=$want-{revision}
+        if [ "$have" != "$want" ]; then
+          # etcd runs as a static pod and sees /var/lib/etcd: the snapshot is written there, then
+          # kept (root only: it holds every Secret) in $SNAPSHOT_DIR.
+          snapshot=$SNAPSHOT_DIR/etcd-v$have-before-v$want.db
+          if [ ! -s "$snapshot" ]; then
+            part=/var/lib/etcd/gpu-cluster-snapshot.part
+            rm -f "$part"
+            k -n kube-system exec "etcd-$node" -- etcdctl --endpoints=https://127.0.0.1:2379 \
+              --cacert=/etc/kubernetes/pki/etcd/ca.crt --cert=/etc/kubernetes/pki/etcd/server.crt \
+              --key=/etc/kubernetes/pki/etcd/server.key snapshot save "$part" >&2
+            if [ ! -s "$part" ]; then
+              echo "the etcd snapshot $part is missing or empty; not upgrading" >&2
+              exit 1
+            fi
+            install -d -m 0700 "$SNAPSHOT_DIR"
+            install -m 0600 "$part" "$snapshot"
+            rm -f "$part"
+          fi
+          log=/var/log/gpu-cluster/kubeadm-upgrade.log
+          if ! {{ kubeadm upgrade plan "v$want" && kubeadm upgrade apply "v$want" --yes; }} >>"$log" 2>&1; then
+            tail -n 30 "$log" >&2
+            exit 1
+          fi
+          echo "control plane upgraded: v$have -> v$want"
+        fi
+        if [ "$(installed kubelet)" != "$want-{revision}" ] || [ "$(installed kubectl)" != "$want-{revision}" ]; then
+          acquire_slot "$node" 1 {slot_tries}
+          drain_node "$node"
+          apt_pin kubelet=$want-{revision} kubectl=$want-{revision}
+          systemctl daemon-reload
+          systemctl restart kubelet
+        fi
+        uncordon_node "$node"
+        for kept in "$SNAPSHOT_DIR"/etcd-v*-before-v"$want".db; do
+          if [ -s "$kept" ]; then
+            echo "etcd snapshot: $kept"
+          fi
+        done
+        """
+    )
+
+
+# A worker's kubelet must not be newer than any API server (kubeadm upgrades every control plane
+# first): with other control planes joined, wait until each one's kubelet, upgraded right after its
+# static pods, runs the new version.
+_CONTROL_PLANES_FIRST = r"""
+if [ "$(bare_version "$have")" != "$want" ]; then
+  behind=
+  for ((n = 0; n < {tries}; n++)); do
+    behind=$(k get nodes -l node-role.kubernetes.io/control-plane \
+      -o jsonpath='{{range .items[*]}}{{.metadata.name}}={{.status.nodeInfo.kubeletVersion}}{{"\n"}}{{end}}' \
+      | grep -v "=v$want\$" || true)
+    if [ -z "$behind" ]; then
+      break
+    fi
+    sleep 10
+  done
+  if [ -n "$behind" ]; then
+    echo "$node waits for the control planes to run v$want first; still behind: $(tr '\n' ' ' <<<"$behind")" >&2
+    exit 1
+  fi
+fi
+"""
+
+
+def node_upgrade_drain(
+    node: str, version: str, *, control_plane: bool, driver: tuple[str, str | None] | None, slots: int,
+    slot_tries: int,
+) -> str:
+    """On the control plane, before a joined node is upgraded (its token step, updated): take an
+    upgrade slot and drain the node, unless its kubelet and driver are already what the config says.
+    A worker whose kubelet must change first waits for every control plane to run the new version.
+
+    `driver` (branch, exact version or None): a worker whose driver node prep installs. Which driver
+    runs there is read from GPU Feature Discovery's node labels; a node without them is drained."""
+    driver_check = ""
+    if driver is not None:
+        # GFD's label: the running driver's version, e.g. 570.172.08.
+        driver_check = f"branch={driver[0]}\n" + _driver_vars(*driver) + textwrap.dedent(r"""
+            seen=$(k get node "$node" -o jsonpath='{.metadata.labels.nvidia\.com/cuda\.driver-version\.full}')
+            if [ -n "$want_driver" ]; then
+              upstream=${want_driver#*:}
+              [ "$seen" = "${upstream%%-*}" ] || need="$need, driver ${seen:-unknown} -> $want_driver"
+            elif [ "${seen%%.*}" != "$branch" ]; then
+              need="$need, driver ${seen:-unknown} -> $pkg"
+            fi
+            """)
+    control_planes_first = "" if control_plane else _embed(_CONTROL_PLANES_FIRST.format(tries=slot_tries)) + "\n        "
+    return _upgrade_script(
+        rf"""
+        node={node}
+        want={version}
+        wait_api
+        have=$(k get node "$node" -o jsonpath='{{.status.nodeInfo.kubeletVersion}}')
+        if [ -z "$have" ]; then
+          echo "node $node is not in the cluster" >&2
+          exit 1
+        fi
+        refuse_skew "$have" "$want" "node $node"
+        need=
+        if [ "$(bare_version "$have")" != "$want" ]; then
+          need="kubelet $have -> v$want"
+        fi
+        {_embed(driver_check)}
+        if [ -z "$need" ]; then
+          echo "$node: nothing to upgrade" >&2
+          exit 0
+        fi
+        {control_planes_first}acquire_slot "$node" {1 if control_plane else slots} {slot_tries}
+        drain_node "$node"
+        echo "$node drained for: ${{need#, }}" >&2
+        """
+    )
+
+
+def node_upgrade(node: str, version: str, revision: str, driver: tuple[str, str | None] | None) -> str:
+    """On a joined node, drained (its join step, updated): `kubeadm upgrade node`, kubelet and
+    kubectl, and with `driver` (a worker whose driver node prep installs) the driver branch, then a
+    reboot. stdout: `gpu-cluster: reboot boot-id=<id>` when it reboots (the ready step waits)."""
+    driver_part = ""
+    if driver is not None:
+        driver_part = _driver_vars(*driver) + textwrap.dedent(r"""
+            if ! driver_current "$pkg" "$want_driver"; then
+              # The control plane drained the node first; should it not have (it read the running
+              # driver from node labels), a node with work on it is not rebooted.
+              cordoned=$(kubectl --kubeconfig /etc/kubernetes/kubelet.conf get node "$node" -o jsonpath='{.spec.unschedulable}' || true)
+              if [ "$cordoned" != true ]; then
+                echo "$node: the NVIDIA driver must change to $pkg${want_driver:+=$want_driver} but the node is not drained; drain it (kubectl drain $node --ignore-daemonsets --delete-emptydir-data) and run pulumi up again" >&2
+                exit 1
+              fi
+              driver_switch "$pkg" "$want_driver" >&2
+              echo "$node: $pkg${want_driver:+=$want_driver} installed; rebooting" >&2
+              reboot_soon
+            elif reboot_pending; then
+              echo "gpu-cluster: reboot boot-id=$(cat /proc/sys/kernel/random/boot_id)"
+            fi
+            """)
+    return _upgrade_script(
+        rf"""
+        node={node}
+        want={version}
+        have=$(installed kubelet)
+        if [ -z "$have" ]; then
+          echo "$node: kubelet is not installed" >&2
+          exit 1
+        fi
+        refuse_skew "$have" "$want" "$node's kubelet"
+        # stdout is the ready step's stdin: only the reboot line goes there.
+        if [ "$have" != "$want-{revision}" ] || [ "$(installed kubectl)" != "$want-{revision}" ]; then
+          apt_pin kubeadm=$want-{revision} >&2
+          log=/var/log/gpu-cluster/kubeadm-upgrade.log
+          install -d -m 0700 /var/log/gpu-cluster
+          if ! kubeadm upgrade node >>"$log" 2>&1; then
+            tail -n 30 "$log" >&2
+            exit 1
+          fi
+          apt_pin kubelet=$want-{revision} kubectl=$want-{revision} >&2
+          systemctl daemon-reload
+          systemctl restart kubelet
+          echo "$node: kubelet v$want" >&2
+        fi
+        {_embed(driver_part)}
+        """
+    )
+
+
+def node_upgrade_done(node: str, version: str, driver: tuple[str, str | None] | None, gpus: int) -> str:
+    """On the control plane, after a joined node's upgrade (its ready step, updated; stdin: what the
+    join step printed): wait for the reboot it asked for and, on a GPU node, for its GPUs; then
+    uncordon it and free its upgrade slot. `version` and `driver` are those node_upgrade_drain
+    drained it for: this step changes whenever that one does, so a drained node is always
+    uncordoned."""
+    spec = f", nvidia-driver-{driver[0]}-server" + (f"={driver[1]}" if driver[1] else "") if driver else ""
+    return _upgrade_script(
+        rf"""
+        node={node}
+        want={version}
+        gpus={gpus}
+        report=$(cat)
+        boot=$(sed -n 's/^gpu-cluster: reboot boot-id=//p' <<<"$report" | tail -n 1)
+        wait_api
+        if [ -n "$boot" ]; then
+          now=$boot
+          for ((n = 0; n < {REBOOT_WAIT_TRIES}; n++)); do
+            now=$(k get node "$node" -o jsonpath='{{.status.nodeInfo.bootID}}' 2>/dev/null || true)
+            if [ -n "$now" ] && [ "$now" != "$boot" ]; then
+              break
+            fi
+            sleep 10
+          done
+          if [ -z "$now" ] || [ "$now" = "$boot" ]; then
+            echo "$node did not come back from its reboot in $(({REBOOT_WAIT_TRIES} / 6)) minutes" >&2
+            exit 1
+          fi
+          if [ "$gpus" -gt 0 ]; then
+            seen=0
+            for ((n = 0; n < {GPU_WAIT_TRIES}; n++)); do
+              seen=$(k get node "$node" -o jsonpath='{{.status.allocatable.nvidia\.com/gpu}}' 2>/dev/null || true)
+              if [ "${{seen:-0}}" -gt 0 ]; then
+                break
+              fi
+              sleep 10
+            done
+            if [ "${{seen:-0}}" -eq 0 ]; then
+              echo "$node came back without allocatable GPUs in $(({GPU_WAIT_TRIES} / 6)) minutes; it stays cordoned" >&2
+              exit 1
+            fi
+          fi
+        fi
+        uncordon_node "$node"
+        echo "$node: upgraded to v$want{spec} and uncordoned"
+        """
+    )
+
+
+def nvidia_driver_deferred(node: str, branch: str, version: str | None) -> str:
+    """A worker's nvidia-driver step, updated: a worker is not drained by this program yet (a
+    drain from the control plane would be a control-plane step per worker), so a running worker's
+    driver is not switched under its jobs. Exit 1, naming the key and the manual steps, when the
+    branch or version installed is not the one the config asks for; nothing to do when it is."""
+    spec = f"nvidia-driver-{branch}-server" + (f"={version}" if version else "")
+    return _upgrade_script(
+        rf"""
+        node={node}
+        {_embed(_driver_vars(branch, version))}
+        if driver_current "$pkg" "$want_driver"; then
+          echo "$node: {spec} is installed"
+        else
+          echo "gpu-cluster:nvidiaDriver: $node is a worker and this program does not drain workers yet; {spec} is not installed. Drain it (kubectl drain $node --ignore-daemonsets --delete-emptydir-data), install {spec}, reboot, uncordon, then run pulumi up again (README Upgrading)" >&2
+          exit 1
+        fi
+        """
+    )
+
+
+def nvidia_driver_self_upgrade(node: str, branch: str, version: str | None, slot_tries: int) -> str:
+    """A control plane's nvidia-driver step, updated: a control plane drains itself (it has the admin
+    kubeconfig), one at a time, installs the new branch and reboots; driver_ready_uncordon, the next
+    step, waits for it and uncordons it."""
+    return _upgrade_script(
+        rf"""
+        node={node}
+        {_embed(_driver_vars(branch, version))}
+        if driver_current "$pkg" "$want_driver"; then
+          echo "$node: $pkg${{want_driver:+=$want_driver}} is installed"
+          exit 0
+        fi
+        wait_api
+        acquire_slot "$node" 1 {slot_tries}
+        drain_node "$node"
+        driver_switch "$pkg" "$want_driver"
+        echo "$node: $pkg${{want_driver:+=$want_driver}} installed; rebooting" >&2
+        reboot_soon
+        """
+    )
+
+
+def driver_ready_uncordon(node: str, gpus: int, branch: str, version: str | None) -> str:
+    """A control plane's driver-ready step, updated: the GPU check after the reboot, then the node
+    uncordoned if its driver upgrade drained it (nvidia_driver_self_upgrade)."""
+    spec = f"nvidia-driver-{branch}-server" + (f"={version}" if version else "")
+    ready = driver_ready(gpus).split('install -d -m 0755 "$STATE_DIR"\n', 1)[1]
+    return _upgrade_script(
+        rf"""
+        node={node}
+        {_embed(ready)}
+        if [ -f /etc/kubernetes/admin.conf ]; then
+          wait_api
+          uncordon_node "$node"
+        fi
+        echo "$node: {spec} ready"
         """
     )

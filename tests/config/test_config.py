@@ -425,7 +425,7 @@ def test_each_platform_type_holds_only_its_keys():
     assert shared == lab & gke == dev & gke
     assert lab & dev == shared | {"storage"}  # each its own storage section
     assert lab - shared == {"hosts", "controlPlaneEndpoint", "podCidr", "serviceCidr", "cni", "containerdVersion",
-                            "nvidiaDriver", "gpuTaint", "bastion", "storage"}
+                            "nvidiaDriver", "gpuTaint", "bastion", "storage", "maxUnavailable", "allowRebuild"}
     assert dev - shared == {"kubeContext", "gpuNodes", "storage"}
     assert gke - shared == {"gke", "gcp:project", "gcp:region"}
     # The two storage sections share only the size.

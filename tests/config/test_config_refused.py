@@ -375,6 +375,13 @@ ROWS: list[Row] = [
     ("gke: device plugin label under operator",
      lambda: gke_operator(labels={"gke-no-default-nvidia-gpu-device-plugin": "false"}), "gke.gpuPools[0].labels",
      "set by this program"),
+    # 13. upgrades: nodes drained at once (the change checks against the deployed cluster are
+    # tests/stacks/test_upgrades.py)
+    ("maxUnavailable 0", lambda: lab(maxUnavailable=0), "maxUnavailable", "greater than or equal to 1"),
+    ("maxUnavailable not a number", lambda: lab(maxUnavailable="all"), "maxUnavailable", "valid integer"),
+    ("gke: maxUnavailable set", lambda: gke(top={"maxUnavailable": 3}), "maxUnavailable",
+     "is a lab key; this stack's platform is gke"),
+    ("dev: allowRebuild set", lambda: dev(allowRebuild=True), "allowRebuild", "is a lab key; this stack's platform is dev"),
 ]
 
 

@@ -2,8 +2,8 @@
 would create, update, replace and delete, by the engine's rules and each provider's.
 
 The lab scenarios run the real program on two configs and assert one table, SCENARIOS: what the
-plan says today. Issue 13 is that a Kubernetes patch release rebuilds the cluster (kubeadm reset
-on every node); when upgrades become in-place, flip that row. The unit tests below build pairs of
+plan says today. Issue 13 was that a Kubernetes patch release rebuilt the cluster (kubeadm reset
+on every node); its row now shows the upgrade in place. The unit tests below build pairs of
 plan entries by hand, one per provider and engine rule.
 """
 
@@ -72,16 +72,15 @@ _REBUILD_STEPS = {
 _REBUILD_LOUD = (INIT, "gpu-1-join", "gpu-2-join")
 
 SCENARIOS: dict[str, Scenario] = {
-    # ISSUE 13, today: a patch release changes the kubeadm config in init's triggers, so init is
-    # replaced delete-first (kubeadm reset), every join and ready with it, and the Kubernetes
-    # provider (its kubeconfig is unknown) with everything in the cluster. The kube packages step
-    # has no triggers change: updated in place, its create re-run.
+    # ISSUE 13, upgraded in place: the init's triggers are the cluster's identity, so a new version
+    # is an update; its update script (snapshot, kubeadm upgrade apply, the node drained for its
+    # kubelet) is loud for the drain. kube-packages stages the new kubeadm with its update command.
+    # Nothing is replaced, nothing in the cluster changes, no join or ready step runs.
     "kubernetes-patch-release": Scenario(
         old={"kubernetesVersion": "1.34.2"},
         new={"kubernetesVersion": "1.34.3"},
-        steps={**_REBUILD_STEPS, **{f"{h}-kube-packages": "update" for h in ("cp-1", "gpu-1", "gpu-2")}},
-        loud=_REBUILD_LOUD,
-        in_cluster=DBR,
+        steps={INIT: "update", **{f"{h}-kube-packages": "update" for h in ("cp-1", "gpu-1", "gpu-2")}},
+        loud=(INIT,),
     ),
     "pod-cidr": Scenario(
         old={"podCidr": "10.244.0.0/16"},
@@ -139,21 +138,21 @@ def test_update_on_lab(name: str) -> None:
     assert loud == sorted(scenario.loud), plan.text()
 
 
-def test_patch_release_resets_the_control_plane_loudly() -> None:
-    """Issue 13 as the operator sees it: the line names kubeadm reset and the host."""
+def test_patch_release_upgrades_the_control_plane_in_place() -> None:
+    """Issue 13 as the operator sees it now: an update of the init, no reset; loud for its drain."""
     plan = update.compare(_resources(), _resources(kubernetesVersion="1.34.3"), "lab", "old.yaml")
     (init,) = [s for s in plan.steps if s.resource.name == INIT]
-    assert init.loud == [f"REPLACE {INIT}: its delete resets a node (kubeadm reset) on 192.0.2.10, "
-                         "before the new one is created"]
-    assert init.runs == "runs its old delete, then create"
-    assert any("triggers" in c.path for c in init.changes if c.replaces)
+    assert init.loud == [f"UPDATE {INIT}: runs its update script again on 192.0.2.10, a script that "
+                         "drains a node (kubectl drain)"]
+    assert init.runs == "runs its update command"
+    assert not any(c.replaces for c in init.changes)
     (packages,) = [s for s in plan.steps if s.resource.name == "gpu-1-kube-packages"]
-    assert packages.runs == "runs its create command again (no update command)"
-    assert [c.path for c in packages.changes] == ["create"]
+    assert packages.runs == "runs its update command"
+    assert sorted(c.path for c in packages.changes) == ["create", "update"]
     assert plan.destructive
-    # The in-cluster objects go down before the reset: the delete-before-replace cascade.
+    assert not any("kubeadm reset" in line for s in plan.steps for line in s.loud)
     (flannel,) = [s for s in plan.steps if s.resource.name == "cni-flannel"]
-    assert flannel.delete_first and any(f"deleted before {INIT}" in r for r in flannel.reasons)
+    assert flannel.label == "same"
 
 
 def test_same_config_changes_nothing() -> None:
@@ -179,10 +178,10 @@ def test_against_stack_file_and_plan_json(tmp_path: Path, capsys: pytest.Capture
     rc = render_main.main(["lab", "--out", str(tmp_path / "a"), "--no-check", "--against", str(old_yaml)])
     out = capsys.readouterr()
     assert rc == 4, out.err
-    assert f"!! REPLACE {INIT}: its delete resets a node (kubeadm reset)" in out.out
+    assert f"!! UPDATE {INIT}: runs its update script again on 192.0.2.10, a script that drains a node" in out.out
     assert "exit 4" in out.err
     summary = (tmp_path / "a" / "summary.md").read_text()
-    assert f"## Update from `{old_yaml}`" in summary and f"**!! REPLACE {INIT}" in summary
+    assert f"## Update from `{old_yaml}`" in summary and f"**!! UPDATE {INIT}" in summary
     from_yaml = [line for line in out.out.splitlines() if line.startswith(("update of", "!!"))]
 
     # The same older side as a plan.json, written by render itself.
@@ -237,8 +236,8 @@ def test_options_recorded_from_the_real_registration() -> None:
     init = by_name[INIT]
     assert init.options["deleteBeforeReplace"] is True
     assert init.options["replaceOnChanges"] == ["triggers[*]"]  # added by pulumi_command's SDK
-    assert init.options["updateCommand"] is False
-    assert init.options["protect"] is False and init.options["retainOnDelete"] is False
+    assert init.options["updateCommand"] is True  # a new version upgrades in place
+    assert init.options["protect"] is True and init.options["retainOnDelete"] is False  # allowRebuild unset
     assert "stdout" in by_name[KUBECONFIG].options["additionalSecretOutputs"]
     assert by_name[K8S].property_dependencies == {"kubeconfig": [by_name[KUBECONFIG].urn]}
     assert by_name["gpu-1-join"].property_dependencies["triggers"] == [init.urn]

@@ -86,6 +86,21 @@ def _script_cases() -> dict[str, str]:
         "drain_removed_nodes-none": scripts.drain_removed_nodes([]),
         "nfs_server": scripts.nfs_server("/srv/gpu-cluster/shared", ["192.0.2.10", "192.0.2.11"]),
         "nfs_server_delete": scripts.nfs_server_delete("/srv/gpu-cluster/shared"),
+        # upgrades in place (tests/components/lab/test_upgrade_scripts.py runs them)
+        "kube_packages_stage": scripts.kube_packages_stage("1.35.0", "1.35", versions.KUBE_PACKAGE_REVISION),
+        "kubeadm_upgrade_apply": scripts.kubeadm_upgrade_apply("cp-1", "1.35.0", versions.KUBE_PACKAGE_REVISION, 180),
+        "node_upgrade_drain-worker": scripts.node_upgrade_drain(
+            "gpu-1", "1.35.0", control_plane=False, driver=("580", None), slots=2, slot_tries=180),
+        "node_upgrade_drain-exact-driver": scripts.node_upgrade_drain(
+            "gpu-1", "1.35.0", control_plane=False, driver=("570", DRIVER_EXACT), slots=2, slot_tries=180),
+        "node_upgrade_drain-control-plane": scripts.node_upgrade_drain(
+            "cp-2", "1.35.0", control_plane=True, driver=None, slots=2, slot_tries=180),
+        "node_upgrade-gpu": scripts.node_upgrade("gpu-1", "1.35.0", versions.KUBE_PACKAGE_REVISION, ("580", None)),
+        "node_upgrade-cpu": scripts.node_upgrade("cpu-1", "1.35.0", versions.KUBE_PACKAGE_REVISION, None),
+        "node_upgrade_done": scripts.node_upgrade_done("gpu-1", "1.35.0", ("580", None), 2),
+        "nvidia_driver_deferred": scripts.nvidia_driver_deferred("gpu-1", "580", None),
+        "nvidia_driver_self_upgrade": scripts.nvidia_driver_self_upgrade("cp-1", "580", DRIVER_EXACT, 180),
+        "driver_ready_uncordon": scripts.driver_ready_uncordon("cp-1", 2, "580", None),
     }
 
 
@@ -590,7 +605,9 @@ def test_drain_removed_nodes_drains_only_what_left_or_moved(tmp_path, real_machi
     assert "cpu-1" not in " ".join(" ".join(c) for c in kubectl)
     assert sim.path(MEMBERS).read_text().splitlines() == ["cpu-1 192.0.2.12", "gpu-1 192.0.2.21"]
 
-    # Every host removed: the rest drained, the list left empty.
+    # Every host removed (gpu-1 having joined again at its new address): the rest drained, the list
+    # left empty.
+    sim.k8s_node("gpu-1", deleted=False)
     calls = run([])
     assert _drains(calls) == ["cpu-1", "gpu-1"]
     assert sim.path(MEMBERS).read_text().strip() == ""
@@ -794,7 +811,7 @@ def test_no_host_command_text_contains_a_secret():
     joins = [c for c in commands if c.name.endswith("-join")]
     assert commands and joins
     for cmd in commands:
-        for field in ("create", "delete"):
+        for field in ("create", "update", "delete"):
             text = cmd.inputs.get(field)
             if text is None:
                 continue

@@ -22,7 +22,7 @@ from components.lab.node_prep import NodePrep, NodePrepArgs
 from components.scheduling_contract import GPU_NODE_LABEL
 from config.lab import Cni as CniKind
 from render import program
-from render.program import SECRET_MARKER, Plan, Registration
+from render.program import SECRET_MARKER, Plan, RecordingMonitor, Registration
 from stacks.lab import host_software, kubeadm_settings
 from tests.conftest import ED25519, host, lab_config
 
@@ -693,3 +693,79 @@ def test_existing_cluster_needs_kubeconfig_or_context(mocks):
 
     with pytest.raises(ValueError, match="kubeconfig or a context"):
         build(bad)
+
+
+# ---------------------------------------------------------------------------------------------
+# Upgrades in place: which steps update and how (the scripts themselves: test_upgrade_scripts.py;
+# whole plans before and after a bump: tests/stacks/test_upgrades.py)
+
+
+def protect_flags(monkeypatch) -> dict[str, bool]:
+    """The `protect` option of every registration, by name (the plan does not record it)."""
+    seen: dict[str, bool] = {}
+    real = RecordingMonitor.RegisterResource
+
+    def recording(self, request):
+        seen[request.name] = bool(request.protect)
+        return real(self, request)
+
+    monkeypatch.setattr(RecordingMonitor, "RegisterResource", recording)
+    return seen
+
+
+def test_control_plane_init_updates_in_place_and_is_replaced_only_for_a_new_cluster(mocks, monkeypatch):
+    protected = protect_flags(monkeypatch)
+    cfg = lab_config(kubernetesVersion="1.34.3")
+    build(lambda: control_plane(cfg))
+    init = one(mocks.plan, "control-plane-init")
+    # What kubeadm init fixed: the first control plane, the endpoint, the ranges. Not the version.
+    assert init.inputs["triggers"] == ["cp-1", "192.0.2.10", "192.0.2.10:6443", "10.244.0.0/16", "10.96.0.0/12"]
+    assert "v1.34.3" not in repr(init.inputs["triggers"]) and "kubernetesVersion: v1.34.3" in init.inputs["stdin"]
+    update = init.inputs["update"]
+    assert 'kubeadm upgrade apply "v$want" --yes' in update and "want=1.34.3" in update
+    assert update.index("snapshot save") < update.index("kubeadm upgrade apply")
+    assert "kubeadm reset" not in update and "kubeadm reset" in init.inputs["delete"]
+    assert protected["control-plane-init"] and not protected["control-plane-kubeconfig"]
+    # The kubeconfig read and the provider do not follow an update of the init (only its id, which an
+    # update keeps, and the certificate check's report).
+    assert one(mocks.plan, "control-plane-kubeconfig").inputs["triggers"][0] == "control-plane-init-id"
+    assert "certificates" in one(mocks.plan, "control-plane-certificates").name
+    assert "triggers" in one(mocks.plan, "control-plane-certificates").inputs
+
+
+def test_control_plane_init_unprotected_only_when_a_rebuild_is_allowed(mocks, monkeypatch):
+    protected = protect_flags(monkeypatch)
+    cfg = lab_config()
+    first = cfg.control_planes[0]
+    build(lambda: ControlPlane("control-plane", ControlPlaneArgs(
+        host=first, cluster=kubeadm_settings(cfg), private_key=key(), prepared=prep(cfg, first.name).done,
+        protect=False)))
+    assert protected["control-plane-init"] is False
+
+
+def test_node_prep_updates_stage_kubeadm_and_refuse_to_switch_a_workers_driver(mocks):
+    cfg = lab_config(kubernetesVersion="1.35.0", nvidiaDriver={"branch": "580"})
+    build(lambda: prep(cfg, "gpu-1"))
+    plan = mocks.plan
+    packages = one(plan, "gpu-1-kube-packages").inputs["update"]
+    assert "apt_pin kubeadm=$want-1.1" in packages and "want=1.35.0" in packages and "kubernetes-v1.35" in packages
+    assert "kubelet=$want" in packages.split("if [ -z \"$have\" ]; then\n  # Not installed")[1]  # only when missing
+    driver = one(plan, "gpu-1-nvidia-driver").inputs["update"]
+    body = driver.split("\nnode=gpu-1\n")[-1]  # after the shared helpers
+    assert "driver_switch" not in body and "apt_get" not in body and "exit 1" in body
+    assert "gpu-cluster:nvidiaDriver: $node is a worker and this program does not drain workers yet" in driver
+    assert "update" not in one(plan, "gpu-1-driver-ready").inputs
+    for step in ("kernel", "nvidia-toolkit", "containerd"):
+        assert "update" not in one(plan, f"gpu-1-{step}").inputs, step  # create runs again (idempotent)
+
+
+def test_a_gpu_control_plane_drains_itself_for_a_new_driver(mocks):
+    cfg = lab_config(hosts=[host("cp-1", "192.0.2.10", "control-plane", gpus=1)], nvidiaDriver={"branch": "580"})
+    build(lambda: prep(cfg, "cp-1"))
+    driver = one(mocks.plan, "cp-1-nvidia-driver").inputs["update"]
+    assert 'acquire_slot "$node" 1' in driver and 'drain_node "$node"' in driver and "reboot_soon" in driver
+    ready = one(mocks.plan, "cp-1-driver-ready")
+    assert 'uncordon_node "$node"' in ready.inputs["update"] and "nvidia-driver-580-server ready" in ready.inputs["update"]
+    assert ready.inputs["connection"]["dialErrorLimit"] == 60  # it waits out the reboot
+
+

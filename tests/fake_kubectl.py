@@ -1,0 +1,206 @@
+#!/usr/bin/env python3
+"""A stand-in for kubectl in the host sandbox (tests/hostsim.py): the few API objects the lab's host
+scripts touch, kept in a JSON file, so that drain, uncordon, the upgrade slots and the etcd
+snapshot can be run for real against something that remembers.
+
+State (sim/state/k8s.json, written by HostSim.k8s_node / read by HostSim.k8s):
+  nodes       name -> {kubeletVersion, unschedulable, annotations, labels, bootID, allocatable,
+                       ready, deleted}; a node the file does not name exists with empty fields
+  configmaps  kube-system name -> data
+  drainFails, etcdSnapshotFails   make those calls fail
+`get node X` first fails (NotFound) as many times as sim/state/kubectl-get-node-failures says, as
+while a joined kubelet has not registered its Node yet.
+
+Every call is logged to sim/calls.log exactly as the shell stand-ins log theirs. Run only inside
+the sandbox (HostSim writes this file's path as sim/bin/kubectl, with the sim directory below).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+SIM = Path("@SIM@")
+STATE = SIM / "state" / "k8s.json"
+FAILURES = SIM / "state" / "kubectl-get-node-failures"
+
+
+def log(argv: list[str]) -> None:
+    with open(SIM / "calls.log", "a", encoding="utf-8") as f:
+        f.write("".join(a + "\x1f" for a in ["kubectl", *argv]) + "\x1e\n")
+
+
+def load() -> dict[str, Any]:
+    if STATE.exists():
+        state: dict[str, Any] = json.loads(STATE.read_text())
+    else:
+        state = {}
+    state.setdefault("nodes", {})
+    state.setdefault("configmaps", {})
+    return state
+
+
+def save(state: dict[str, Any]) -> None:
+    STATE.write_text(json.dumps(state, indent=1, sort_keys=True))
+
+
+def node_of(state: dict[str, Any], name: str) -> dict[str, Any]:
+    node = state["nodes"].setdefault(name, {})
+    for key in ("annotations", "labels", "allocatable"):
+        node.setdefault(key, {})
+    return node
+
+
+def as_object(name: str, node: dict[str, Any]) -> dict[str, Any]:
+    """The Node as the API shows it (only the fields the scripts read)."""
+    spec = {"unschedulable": True} if node.get("unschedulable") else {}
+    return {
+        "metadata": {"name": name, "annotations": node["annotations"], "labels": node["labels"]},
+        "spec": spec,
+        "status": {
+            "nodeInfo": {"kubeletVersion": node.get("kubeletVersion", ""), "bootID": node.get("bootID", "")},
+            "allocatable": node["allocatable"],
+        },
+    }
+
+
+def jsonpath(obj: dict[str, Any], expr: str) -> str:
+    """`{.a.b\\.c}`: one field, dots in names escaped; '' when absent; booleans as kubectl prints them."""
+    m = re.fullmatch(r"\{\.(.*)\}", expr)
+    if not m:
+        raise SystemExit(f"fake kubectl: unsupported jsonpath {expr!r}")
+    value: Any = obj
+    for part in re.split(r"(?<!\\)\.", m.group(1)):
+        value = value.get(part.replace("\\.", ".")) if isinstance(value, dict) else None
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def fail(message: str, code: int = 1) -> None:
+    print(message, file=sys.stderr)
+    raise SystemExit(code)
+
+
+def main(argv: list[str]) -> None:
+    log(argv)
+    args: list[str] = []
+    output = ""
+    selector = ""
+    rest: list[str] = []
+    it = iter(range(len(argv)))
+    for i in it:
+        a = argv[i]
+        if a == "--":
+            rest = argv[i + 1:]
+            break
+        if a in ("--kubeconfig", "-n", "--namespace"):
+            next(it, None)
+        elif a in ("-l", "--selector"):
+            selector = argv[i + 1]
+            next(it, None)
+        elif a.startswith(("--kubeconfig=", "--namespace=")):
+            pass
+        elif a in ("-o", "--output"):
+            output = argv[i + 1]
+            next(it, None)
+        elif a.startswith("-o="):
+            output = a[3:]
+        else:
+            args.append(a)
+    flags = [a for a in args if a.startswith("-")]
+    words = [a for a in args if not a.startswith("-")]
+    state = load()
+    verb = words[0] if words else ""
+
+    if verb == "get" and any(f.startswith("--raw") for f in flags):
+        print("ok")
+    elif verb == "get" and words[1:2] == ["nodes"] and selector:
+        # The listing of nodes with a label: name=kubeletVersion per line.
+        for name, node in sorted(state["nodes"].items()):
+            if selector in node.get("labels", {}) and not node.get("deleted"):
+                print(f"{name}={node.get('kubeletVersion', '')}")
+    elif verb == "get" and words[1:] == ["nodes"]:
+        # Every node: name=kubeletVersion per line.
+        for name, node in sorted(state["nodes"].items()):
+            if not node.get("deleted"):
+                print(f"{name}={node.get('kubeletVersion', '')}")
+    elif verb == "get" and words[1:2] in (["node"], ["nodes"]):
+        name = words[2]
+        left = int(FAILURES.read_text()) if FAILURES.exists() else 0
+        if left > 0:
+            FAILURES.write_text(f"{left - 1}\n")
+            fail(f'Error from server (NotFound): nodes "{name}" not found')
+        node = node_of(state, name)
+        if node.get("deleted"):
+            if "--ignore-not-found" in flags:
+                return
+            fail(f'Error from server (NotFound): nodes "{name}" not found')
+        if output == "name":
+            print(f"node/{name}")
+        elif output.startswith("jsonpath="):
+            print(jsonpath(as_object(name, node), output[len("jsonpath="):]), end="")
+        else:
+            print(f"{name}   Ready   <none>   1d   {node.get('kubeletVersion', '')}")
+    elif verb == "get" and words[1:2] in (["configmaps"], ["configmap"], ["cm"]):
+        if "range" not in output:
+            fail("fake kubectl: only the configmap listing is supported")
+        for name, data in sorted(state["configmaps"].items()):
+            print(f"{name}={data.get('node', '')}")
+    elif verb == "create" and words[1:2] == ["configmap"]:
+        name = words[2]
+        if name in state["configmaps"]:
+            fail(f'error: failed to create configmap: configmaps "{name}" already exists')
+        data = dict(f.split("=", 1)[1].split("=", 1) for f in flags if f.startswith("--from-literal="))
+        state["configmaps"][name] = data
+        print(f"configmap/{name} created")
+    elif verb == "delete" and words[1:2] == ["configmap"]:
+        if words[2] not in state["configmaps"] and "--ignore-not-found" not in flags:
+            fail(f'Error from server (NotFound): configmaps "{words[2]}" not found')
+        state["configmaps"].pop(words[2], None)
+    elif verb == "delete" and words[1:2] == ["node"]:
+        node_of(state, words[2])["deleted"] = True
+    elif verb == "annotate" and words[1:2] == ["node"]:
+        node = node_of(state, words[2])
+        for change in words[3:]:
+            if change.endswith("-"):
+                node["annotations"].pop(change[:-1], None)
+            else:
+                key, _, value = change.partition("=")
+                if key in node["annotations"] and "--overwrite" not in flags:
+                    fail(f"error: '{key}' already has a value; --overwrite is false")
+                node["annotations"][key] = value
+    elif verb in ("cordon", "drain"):
+        if verb == "drain" and state.get("drainFails"):
+            fail(f"error: cannot evict pod as it would violate the pod's disruption budget (node {words[1]})")
+        node_of(state, words[1])["unschedulable"] = True
+        print(f"node/{words[1]} {'cordoned' if verb == 'cordon' else 'drained'}")
+    elif verb == "uncordon":
+        node_of(state, words[1])["unschedulable"] = False
+        print(f"node/{words[1]} uncordoned")
+    elif verb == "wait":
+        target = words[1]
+        node = node_of(state, target.split("/", 1)[1])
+        if not node.get("ready", True):
+            fail(f"error: timed out waiting for the condition on {target}")
+        print(f"{target} condition met")
+    elif verb == "exec":
+        if rest[:1] == ["etcdctl"] and "snapshot" in rest and "save" in rest:
+            if state.get("etcdSnapshotFails"):
+                fail("Error: context deadline exceeded")
+            path = Path(rest[rest.index("save") + 1])
+            path.write_text(f"fake etcd snapshot taken in {words[1]}\n")
+            print(f"Snapshot saved at {path}")
+        else:
+            fail(f"fake kubectl: unsupported exec {rest}")
+    # Anything else (the join scripts' own kubectl calls) succeeds and prints nothing.
+    save(state)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
