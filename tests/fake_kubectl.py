@@ -17,7 +17,9 @@ the sandbox (HostSim writes this file's path as sim/bin/kubectl, with the sim di
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import re
 import sys
 from pathlib import Path
@@ -44,7 +46,10 @@ def load() -> dict[str, Any]:
 
 
 def save(state: dict[str, Any]) -> None:
-    STATE.write_text(json.dumps(state, indent=1, sort_keys=True))
+    # Replace, never rewrite in place: a concurrent reader sees the old state or the new, not half.
+    tmp = STATE.with_suffix(".tmp")
+    tmp.write_text(json.dumps(state, indent=1, sort_keys=True))
+    os.replace(tmp, STATE)
 
 
 def node_of(state: dict[str, Any], name: str) -> dict[str, Any]:
@@ -203,4 +208,8 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    # One request at a time, as the API server applies each atomically: the scripts run kubectl in
+    # parallel (drains in the background), and a load-modify-save here must not lose an update.
+    with open(SIM / "state" / "k8s.lock", "a", encoding="utf-8") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        main(sys.argv[1:])
