@@ -219,6 +219,12 @@ COSTS: tuple[Cost, ...] = (
          "GPU-ready gate Job, after the last GPU node is Ready (see IMPLICIT_WAITS): device plugin pod on it, "
          "CUDA sample image pull, nvidia-smi -L and vectorAdd",
          source="estimate: one pod per GPU node running nvidia-smi and the CUDA vectorAdd sample (seed 001 uses cuda-vector-add as its check)"),
+    Cost("service-account", "kubernetes:core/v1:ServiceAccount", (), 1,
+         "the node upgrader's ServiceAccount (lab Membership): one API call",
+         source="pulumi-kubernetes: a ServiceAccount has no await logic of its own (1.24+ creates no token Secret for it)"),
+    Cost("upgrader-token", "kubernetes:core/v1:Secret", ("-upgrader-token",), 1,
+         "the node upgrader's token Secret: one API call, then the wait for the token controller to fill in data.token",
+         source="pulumi-kubernetes#2048 (await for kubernetes.io/service-account-token Secrets); the controller fills it within a second"),
     Cost("k8s-object", "kubernetes:*", (), 1,
          "any other Kubernetes object (Namespace, ConfigMap, RBAC, ...) and any annotated "
          "pulumi.com/skipAwait (the training Job, PyTorchJobs): one API call, nothing to await",

@@ -26,7 +26,7 @@ from components.lab.upgrade import UpgradePolicy
 from components.training_namespace import training_namespace
 from config import ConfigError, LabStack, StackSecrets
 from config.gpu import GpuStack
-from config.lab import DeployedLab
+from config.lab import DeployedLab, Role
 from stacks import addons
 from stacks.contract import Cluster
 
@@ -121,6 +121,8 @@ def build(cfg: LabStack, secrets: StackSecrets) -> dict[str, object]:
                 prepared=prep[h.name].done,
                 network=[cni],
                 bastion=cfg.bastion,
+                upgrade=upgrade,
+                driver=cfg.nvidia_driver if h.is_gpu and cfg.host_installs_driver and h.role is Role.WORKER else None,
             ),
         )
         for h in members

@@ -1,6 +1,7 @@
 """NodeJoin: one host joining the cluster. Membership: the cluster's side of every join, built once.
 
-Membership (one per cluster, before any host joins; the token and the CA hash only when a host joins):
+Membership (one per cluster, before any host joins; the token, the CA hash and the upgrader only
+when a host joins):
   token-secret (pulumi_random): the secret half of the cluster's join token, kept in state
   token   a bootstrap token, the Secret kube-system/bootstrap-token-<id>, created through the
           Kubernetes API (the control plane's provider); it expires JOIN_TOKEN_TTL after the
@@ -8,12 +9,16 @@ Membership (one per cluster, before any host joins; the token and the CA hash on
   ca-hash (on the control plane, once): the SHA-256 pin of the cluster CA's public key
   drain   (on the control plane, once per change of the host list): drains and deletes the nodes
           that left the config or changed address, before any host joins or is reset
+  upgrader (Kubernetes API): the ServiceAccount gpu-cluster-node-upgrader, its ClusterRole and
+          kube-system Role (UPGRADER_CLUSTER_RULES, UPGRADER_SLOT_RULE), and a token Secret for it;
+          a joined node's upgrade steps receive the token on stdin
 NodeJoin (per host):
   certs   (control-plane joiners only, on the control plane): uploads the control-plane
           certificates under a fresh key (kubeadm deletes them after 2 hours)
   join    (on the host): kubeadm join with the complete JoinConfiguration on stdin (endpoint,
-          token, CA hash); delete = `kubeadm reset -f`
-  ready   (on the host): waits for its own Node to be Ready, with the kubelet's credentials
+          token, CA hash); delete = `kubeadm reset -f`; update = the node's own upgrade
+  ready   (on the host): waits for its own Node to be Ready, with the kubelet's credentials;
+          update = waits for the upgraded node, uncordons it
 
 Why: the control plane's sshd accepts at most 10 unauthenticated connections at once and refuses
 more at random (sshd_config(5), MaxStartups 10:30:100); workers finish their preparation together,
@@ -22,13 +27,11 @@ sessions there at the same moment. Now the control plane sees the same sessions 
 own prep, init, kubeconfig and NFS steps, ca-hash, drain, and a certs step per extra control
 plane); every worker step runs on the worker's own sshd or goes through the Kubernetes API.
 
-Upgrades (upgrade.py): a new kubernetesVersion upgrades the first control plane in place (its init
-step) and stages kubeadm of the new version on every host (kube-packages); a joined node's kubelet
-is NOT upgraded yet: that needs the node drained, and draining from the control plane would bring
-back a step per node there. Its steps do not change (no version in their inputs), the kubelet stays
-at the version it joined with, which Kubernetes' version-skew policy allows (kubelets up to three
-minors older than the API server, other control planes one); the init's upgrade refuses a version
-that would leave a joined node outside that skew, before it changes anything (README "Upgrading").
+Upgrades (upgrade.py): a joined node upgrades itself. Its join step's update drains it (holding
+one of maxUnavailable slots), runs `kubeadm upgrade node`, the kubelet and kubectl (a worker also
+its new driver branch and a reboot); its ready step's update waits for it and uncordons it. Both
+run on the node with the node upgrader's token (UPGRADER_*, a ServiceAccount Membership creates
+through the API), so an upgrade opens no control-plane session per node either.
 
 The token. Its id is derived from the project and stack (public by design: it names the Secret),
 its secret half is random and stable, so the JoinConfiguration each host receives does not change
@@ -61,6 +64,7 @@ update (the script finds the node joined and does nothing).
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import re
 import string
@@ -72,9 +76,11 @@ import pulumi_kubernetes as k8s
 import pulumi_random as random
 from pulumi_command import remote
 
+from components import versions
 from components.lab import kubeadm, scripts, ssh
 from components.lab.control_plane import ControlPlane
-from config.lab import Bastion, Host, Role
+from components.lab.upgrade import UpgradePolicy
+from config.lab import Bastion, Host, NvidiaDriver, Role
 
 # How long the join token is valid after the program ran. It must cover the preparation of the
 # slowest host in one `up` (driver, reboot, packages; longer on a slow mirror); a join that starts
@@ -84,6 +90,23 @@ JOIN_TOKEN_TTL = timedelta(hours=2)
 KUBEADM_NODE_GROUP = "system:bootstrappers:kubeadm:default-node-token"
 BOOTSTRAP_TOKEN_TYPE = "bootstrap.kubernetes.io/token"
 BOOTSTRAP_TOKEN_PREFIX = "bootstrap-token-"
+# The node upgrader: what a joined node's own upgrade needs from the API (upgrade.py), no more.
+UPGRADER = "gpu-cluster-node-upgrader"
+UPGRADER_NAMESPACE = "kube-system"
+UPGRADER_CLUSTER_RULES = (
+    # get/list/watch: read its Node (kubelet version, GFD driver label, boot id, GPUs), `kubectl wait`,
+    # the control planes' versions; patch: cordon, uncordon, the cordoned-by annotation
+    ("", "nodes", ("get", "list", "watch", "patch")),
+    # kubectl drain lists the node's pods in every namespace...
+    ("", "pods", ("get", "list")),
+    # ... evicts them (PodDisruptionBudgets are honoured; no plain delete)...
+    ("", "pods/eviction", ("create",)),
+    # ... and looks up the DaemonSet of each DaemonSet pod (--ignore-daemonsets)
+    ("apps", "daemonsets", ("get", "list")),
+)
+# The upgrade slots: ConfigMaps gpu-cluster-upgrade-slot-<i>, in kube-system only. list: who holds
+# which (a Role cannot narrow create or list by name); get and delete: free a slot.
+UPGRADER_SLOT_RULE = ("", "configmaps", ("create", "get", "list", "delete"))
 
 
 def join_token_id(project: str, stack: str) -> str:
@@ -121,6 +144,7 @@ class MembershipArgs:
 
 class Membership(pulumi.ComponentResource):
     token: pulumi.Output[str]  # "<id>.<secret>", a Pulumi secret
+    upgrader_token: pulumi.Output[str]  # the node upgrader's ServiceAccount token, a Pulumi secret
     ca_hash: pulumi.Output[str]  # "sha256:<hex>"
     ready: list[pulumi.Resource]  # what every join waits for
 
@@ -144,6 +168,7 @@ class Membership(pulumi.ComponentResource):
         self.ready = [drain]
         self.token = pulumi.Output.secret("")
         self.ca_hash = pulumi.Output.from_input("")
+        self.upgrader_token = pulumi.Output.secret("")
         if not args.members:
             # A single-host cluster: no join token to leave valid. The drain step stays: it
             # drains what the last `up` joined.
@@ -183,8 +208,48 @@ class Membership(pulumi.ComponentResource):
         )
         self.token = pulumi.Output.secret(secret.result.apply(lambda s: f"{token_id}.{s}"))
         self.ca_hash = ca_hash.stdout.apply(lambda out: (out or "").strip())
+        self.upgrader_token = _node_upgrader(name, self, cp)
         self.ready = [token, ca_hash, drain]
         self.register_outputs({"tokenId": token_id, "caHash": self.ca_hash})
+
+
+def _node_upgrader(name: str, parent: pulumi.Resource, cp: ControlPlane) -> pulumi.Output[str]:
+    """The node upgrader's ServiceAccount, its rights (UPGRADER_CLUSTER_RULES, UPGRADER_SLOT_RULE)
+    and a long-lived token for it, all through the Kubernetes API; the token, a Pulumi secret."""
+    opts = pulumi.ResourceOptions(parent=parent, provider=cp.provider)
+    meta = k8s.meta.v1.ObjectMetaArgs(name=UPGRADER, namespace=UPGRADER_NAMESPACE)
+    account = k8s.core.v1.ServiceAccount(f"{name}-upgrader", metadata=meta, opts=opts)
+    subject = k8s.rbac.v1.SubjectArgs(kind="ServiceAccount", name=UPGRADER, namespace=UPGRADER_NAMESPACE)
+
+    def rules(*table: tuple[str, str, tuple[str, ...]]) -> list[k8s.rbac.v1.PolicyRuleArgs]:
+        return [k8s.rbac.v1.PolicyRuleArgs(api_groups=[g], resources=[r], verbs=list(v)) for g, r, v in table]
+
+    role = k8s.rbac.v1.ClusterRole(f"{name}-upgrader", metadata=k8s.meta.v1.ObjectMetaArgs(name=UPGRADER),
+                                   rules=rules(*UPGRADER_CLUSTER_RULES), opts=opts)
+    binding = k8s.rbac.v1.ClusterRoleBinding(
+        f"{name}-upgrader", metadata=k8s.meta.v1.ObjectMetaArgs(name=UPGRADER), subjects=[subject],
+        role_ref=k8s.rbac.v1.RoleRefArgs(api_group="rbac.authorization.k8s.io", kind="ClusterRole", name=UPGRADER),
+        opts=opts)
+    slots = k8s.rbac.v1.Role(f"{name}-upgrader-slots", metadata=meta, rules=rules(UPGRADER_SLOT_RULE), opts=opts)
+    slots_binding = k8s.rbac.v1.RoleBinding(
+        f"{name}-upgrader-slots", metadata=meta, subjects=[subject],
+        role_ref=k8s.rbac.v1.RoleRefArgs(api_group="rbac.authorization.k8s.io", kind="Role", name=UPGRADER),
+        opts=opts)
+    # A token Secret: the token controller fills in data.token, and pulumi-kubernetes waits for it
+    # (its awaiter for kubernetes.io/service-account-token Secrets, pulumi-kubernetes#2048).
+    secret = k8s.core.v1.Secret(
+        f"{name}-upgrader-token",
+        metadata=k8s.meta.v1.ObjectMetaArgs(
+            name=f"{UPGRADER}-token", namespace=UPGRADER_NAMESPACE,
+            annotations={"kubernetes.io/service-account.name": UPGRADER},
+        ),
+        type="kubernetes.io/service-account-token",
+        opts=pulumi.ResourceOptions(parent=parent, provider=cp.provider,
+                                    depends_on=[account, role, binding, slots, slots_binding],
+                                    additional_secret_outputs=["data"]),
+    )
+    return pulumi.Output.secret(secret.data.apply(
+        lambda data: base64.b64decode((data or {}).get("token") or "").decode()))
 
 
 @dataclass(frozen=True)
@@ -197,6 +262,10 @@ class NodeJoinArgs:
     prepared: list[pulumi.Resource]  # NodePrep.done of this host
     network: list[pulumi.Resource]  # the CNI: nodes are Ready only once it runs
     bastion: Bastion | None = None
+    upgrade: UpgradePolicy = UpgradePolicy()
+    # A worker's driver that node prep installs: upgraded here, drained (a control plane's
+    # driver is upgraded by its NodePrep, which drains itself).
+    driver: NvidiaDriver | None = None
 
 
 class NodeJoin(pulumi.ComponentResource):
@@ -228,15 +297,25 @@ class NodeJoin(pulumi.ComponentResource):
             )
             certificate_key = certs.stdout.apply(lambda out: (out or "").strip())
             after.append(certs)
-        join_stdin: pulumi.Output[str] = pulumi.Output.secret(
+        is_cp = host.role is Role.CONTROL_PLANE
+        version = args.cluster.kubernetes_version
+        driver = (args.driver.branch, args.driver.version) if args.driver is not None and not is_cp else None
+        upgrader = pulumi.Output.concat("upgrader-token: ", membership.upgrader_token, "\n")
+        join_stdin: pulumi.Output[str] = pulumi.Output.secret(pulumi.Output.concat(
             pulumi.Output.all(membership.token, membership.ca_hash, certificate_key).apply(
-                lambda v: kubeadm.join_config(args.cluster, host, v[0], v[1], v[2])
-            )
-        )
+                lambda v: kubeadm.join_config(args.cluster, host, v[0], v[1], v[2]).rstrip("\n") + "\n"
+            ),
+            upgrader,  # for the update only: kubeadm_join drops the line
+        ))
         join = remote.Command(
             f"{name}-join",
             connection=connection,
             create=scripts.as_root(scripts.kubeadm_join()),
+            # An upgrade, on the node itself: slot, drain, kubeadm upgrade node, kubelet, driver, reboot.
+            update=scripts.as_root(scripts.node_self_upgrade(
+                host.name, version, versions.KUBE_PACKAGE_REVISION, control_plane=is_cp, driver=driver,
+                slots=args.upgrade.max_unavailable, slot_tries=args.upgrade.slot_tries,
+            )),
             delete=scripts.as_root(scripts.kubeadm_reset()),
             stdin=join_stdin,
             logging=remote.Logging.STDERR,
@@ -245,8 +324,12 @@ class NodeJoin(pulumi.ComponentResource):
         )
         self.ready = remote.Command(
             f"{name}-ready",
-            connection=connection,
+            # The update waits here for the node to come back from the reboot its join asked for.
+            connection=ssh.connection(host, args.private_key, args.bastion, survive_reboot=True),
             create=scripts.as_root(scripts.node_ready(host.name)),
+            update=scripts.as_root(scripts.node_self_upgrade_done(host.name, version, driver, host.gpus if driver else 0)),
+            # The update's: the upgrader's token and the join's report (the reboot to wait for).
+            stdin=pulumi.Output.secret(pulumi.Output.all(upgrader, join.stdout).apply(lambda v: v[0] + (v[1] or ""))),
             triggers=triggers,
             opts=pulumi.ResourceOptions(parent=self, depends_on=[join, *args.network], delete_before_replace=True),
         )

@@ -13,8 +13,8 @@ delete-before-replace: a host that changes address is cleaned up before it is pr
 never after. Any other change (a new kubernetesVersion or driver branch) is an update, which runs
 the step's `update` command where it has one (what each does: upgrade.py): kube-packages stages
 kubeadm of the new version; the driver step of a control plane drains it, switches the branch and
-reboots (driver-ready waits and uncordons), that of a worker leaves it to the worker's drained
-upgrade (NodeJoin). Steps without one (kernel, toolkit, containerd) run their create again. Renaming a host is a remove plus an add, in two `pulumi up` runs (README, lab step
+reboots (driver-ready waits and uncordons), that of a worker leaves it to the worker's own drained
+upgrade (NodeJoin's join step). Steps without one (kernel, toolkit, containerd) run their create again. Renaming a host is a remove plus an add, in two `pulumi up` runs (README, lab step
 6): within one run Pulumi would create the new name's steps before deleting the old name's, and
 those deletes would purge from the live host what the new steps had just installed.
 
@@ -103,7 +103,7 @@ class NodePrep(pulumi.ComponentResource):
         check_driver = host.is_gpu and (sw.install_driver or sw.nvidia_driver.preinstalled)
         drv = sw.nvidia_driver
         # A control plane has the admin kubeconfig and drains itself for a new driver; a worker
-        # is drained from the control plane, later, by its NodeJoin steps.
+        # drains itself later, in its join step's update, with the node upgrader's token.
         self_drains = host.role is Role.CONTROL_PLANE and sw.install_driver
         if check_driver:
             if sw.install_driver:

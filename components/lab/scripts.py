@@ -530,12 +530,14 @@ def upload_control_plane_certs() -> str:
 
 def kubeadm_join() -> str:
     """stdin: the complete JoinConfiguration (kubeadm.join_config): endpoint, bootstrap token, CA
-    hash and, for a control plane, the certificate key. It is checked before kubeadm reads it, so a
+    hash and, for a control plane, the certificate key (and a line with the node upgrader's token,
+    dropped here). It is checked before kubeadm reads it, so a
     missing token or CA pin fails here, without the token reaching a log."""
     return _script(
         r"""
         install -d -m 0700 /etc/gpu-cluster /var/log/gpu-cluster
-        config_text=$(cat)
+        # The node upgrader's token line is for the step's update (node_self_upgrade), not kubeadm.
+        config_text=$(grep -v '^upgrader-token: ' || true)
         if [ -f /etc/kubernetes/kubelet.conf ]; then
           echo "node already joined"
           exit 0
@@ -727,9 +729,44 @@ _UPGRADE_HELPERS = r"""
 readonly SLOT_PREFIX=gpu-cluster-upgrade-slot-
 readonly CORDONED_BY=gpu-cluster.io/cordoned-by
 
-# k ARGS...: kubectl as the cluster admin (on a control plane).
+# k ARGS...: kubectl as the cluster admin (on a control plane), or, on a joined node that upgrades
+# itself, as the node upgrader (use_upgrader_credential).
+KUBE_CREDENTIAL=/etc/kubernetes/admin.conf
 k() {
-  kubectl --kubeconfig /etc/kubernetes/admin.conf "$@"
+  kubectl --kubeconfig "$KUBE_CREDENTIAL" "$@"
+}
+
+# use_upgrader_credential: on a joined node, k talks to the API server the kubelet uses, trusting
+# the cluster CA, with the node upgrader's ServiceAccount token from stdin (a line
+# `upgrader-token: <jwt>`; node_join.py). The kubeconfig lives in a 0700 directory under /run (tmpfs) and
+# is removed on exit. Sets STDIN_REST: what stdin held besides the token.
+use_upgrader_credential() {
+  local input token server dir
+  input=$(cat)
+  token=$(sed -n 's/^upgrader-token: //p' <<<"$input" | tail -n 1)
+  # shellcheck disable=SC2034  # read by node_self_upgrade_done (the join's report)
+  STDIN_REST=$(grep -v '^upgrader-token: ' <<<"$input" || true)
+  if [ -z "$token" ]; then
+    echo "no node upgrader token on stdin" >&2
+    exit 1
+  fi
+  server=$(sed -n 's/^ *server: *//p' /etc/kubernetes/kubelet.conf | head -n 1)
+  if [ -z "$server" ] || [ ! -s /etc/kubernetes/pki/ca.crt ]; then
+    echo "no API server in /etc/kubernetes/kubelet.conf or no /etc/kubernetes/pki/ca.crt: is this node joined?" >&2
+    exit 1
+  fi
+  dir=$(mktemp -d -p "${TMPDIR:-/run}" gpu-cluster-upgrader.XXXXXX)
+  chmod 0700 "$dir"
+  # shellcheck disable=SC2064  # the directory is known now
+  trap "rm -rf '$dir'" EXIT
+  KUBE_CREDENTIAL=$dir/kubeconfig
+  (
+    umask 077
+    printf '%s\n' "apiVersion: v1" "kind: Config" "clusters:" "- name: cluster" "  cluster:" \
+      "    server: $server" "    certificate-authority: /etc/kubernetes/pki/ca.crt" "users:" \
+      "- name: upgrader" "  user:" "    token: $token" "contexts:" "- name: upgrader" "  context:" \
+      "    cluster: cluster" "    user: upgrader" "current-context: upgrader" >"$KUBE_CREDENTIAL"
+  )
 }
 
 # installed PKG: the Debian version of PKG if it is installed, else nothing.
@@ -1046,7 +1083,7 @@ fi
 """
 
 
-def node_upgrade_drain(
+def _drain_body(
     node: str, version: str, *, control_plane: bool, driver: tuple[str, str | None] | None, slots: int,
     slot_tries: int,
 ) -> str:
@@ -1069,7 +1106,7 @@ def node_upgrade_drain(
             fi
             """)
     control_planes_first = "" if control_plane else _embed(_CONTROL_PLANES_FIRST.format(tries=slot_tries)) + "\n        "
-    return _upgrade_script(
+    return textwrap.dedent(
         rf"""
         node={node}
         want={version}
@@ -1096,7 +1133,17 @@ def node_upgrade_drain(
     )
 
 
-def node_upgrade(node: str, version: str, revision: str, driver: tuple[str, str | None] | None) -> str:
+def node_upgrade_drain(
+    node: str, version: str, *, control_plane: bool, driver: tuple[str, str | None] | None, slots: int,
+    slot_tries: int,
+) -> str:
+    """On the control plane, with the admin kubeconfig: _drain_body (what node_self_upgrade runs on
+    the node itself first)."""
+    return _upgrade_script(_drain_body(
+        node, version, control_plane=control_plane, driver=driver, slots=slots, slot_tries=slot_tries))
+
+
+def _upgrade_body(node: str, version: str, revision: str, driver: tuple[str, str | None] | None) -> str:
     """On a joined node, drained (its join step, updated): `kubeadm upgrade node`, kubelet and
     kubectl, and with `driver` (a worker whose driver node prep installs) the driver branch, then a
     reboot. stdout: `gpu-cluster: reboot boot-id=<id>` when it reboots (the ready step waits)."""
@@ -1104,8 +1151,8 @@ def node_upgrade(node: str, version: str, revision: str, driver: tuple[str, str 
     if driver is not None:
         driver_part = _driver_vars(*driver) + textwrap.dedent(r"""
             if ! driver_current "$pkg" "$want_driver"; then
-              # The control plane drained the node first; should it not have (it read the running
-              # driver from node labels), a node with work on it is not rebooted.
+              # The drain (_drain_body) ran first; should it not have drained the node (it read the
+              # running driver from node labels), a node with work on it is not rebooted.
               cordoned=$(kubectl --kubeconfig /etc/kubernetes/kubelet.conf get node "$node" -o jsonpath='{.spec.unschedulable}' || true)
               if [ "$cordoned" != true ]; then
                 echo "$node: the NVIDIA driver must change to $pkg${want_driver:+=$want_driver} but the node is not drained; drain it (kubectl drain $node --ignore-daemonsets --delete-emptydir-data) and run pulumi up again" >&2
@@ -1118,7 +1165,7 @@ def node_upgrade(node: str, version: str, revision: str, driver: tuple[str, str 
               echo "gpu-cluster: reboot boot-id=$(cat /proc/sys/kernel/random/boot_id)"
             fi
             """)
-    return _upgrade_script(
+    return textwrap.dedent(
         rf"""
         node={node}
         want={version}
@@ -1147,19 +1194,23 @@ def node_upgrade(node: str, version: str, revision: str, driver: tuple[str, str 
     )
 
 
-def node_upgrade_done(node: str, version: str, driver: tuple[str, str | None] | None, gpus: int) -> str:
+def node_upgrade(node: str, version: str, revision: str, driver: tuple[str, str | None] | None) -> str:
+    """On a joined node already drained: _upgrade_body alone."""
+    return _upgrade_script(_upgrade_body(node, version, revision, driver))
+
+
+def _done_body(node: str, version: str, driver: tuple[str, str | None] | None, gpus: int) -> str:
     """On the control plane, after a joined node's upgrade (its ready step, updated; stdin: what the
     join step printed): wait for the reboot it asked for and, on a GPU node, for its GPUs; then
     uncordon it and free its upgrade slot. `version` and `driver` are those node_upgrade_drain
     drained it for: this step changes whenever that one does, so a drained node is always
     uncordoned."""
     spec = f", nvidia-driver-{driver[0]}-server" + (f"={driver[1]}" if driver[1] else "") if driver else ""
-    return _upgrade_script(
+    return textwrap.dedent(
         rf"""
         node={node}
         want={version}
         gpus={gpus}
-        report=$(cat)
         boot=$(sed -n 's/^gpu-cluster: reboot boot-id=//p' <<<"$report" | tail -n 1)
         wait_api
         if [ -n "$boot" ]; then
@@ -1196,22 +1247,40 @@ def node_upgrade_done(node: str, version: str, driver: tuple[str, str | None] | 
     )
 
 
-def nvidia_driver_deferred(node: str, branch: str, version: str | None) -> str:
-    """A worker's nvidia-driver step, updated: a worker is not drained by this program yet (a
-    drain from the control plane would be a control-plane step per worker), so a running worker's
-    driver is not switched under its jobs. Exit 1, naming the key and the manual steps, when the
-    branch or version installed is not the one the config asks for; nothing to do when it is."""
-    spec = f"nvidia-driver-{branch}-server" + (f"={version}" if version else "")
+def node_upgrade_done(node: str, version: str, driver: tuple[str, str | None] | None, gpus: int) -> str:
+    """With the admin kubeconfig (stdin: the join's report): _done_body."""
+    return _upgrade_script('report=$(cat)\n' + _done_body(node, version, driver, gpus))
+
+
+def node_self_upgrade(
+    node: str, version: str, revision: str, *, control_plane: bool, driver: tuple[str, str | None] | None,
+    slots: int, slot_tries: int,
+) -> str:
+    """A joined node's join step, updated, ON THE NODE (stdin: its JoinConfiguration and the node
+    upgrader's token, node_join.py): take an upgrade slot and drain itself if its kubelet or (a
+    worker) driver must change, then `kubeadm upgrade node`, kubelet and kubectl, the driver branch
+    and a reboot. No control-plane session: the API calls go through the upgrader's narrow
+    credential. stdout: `gpu-cluster: reboot boot-id=<id>` when it reboots."""
     return _upgrade_script(
+        "use_upgrader_credential\n"
+        + _drain_body(node, version, control_plane=control_plane, driver=driver, slots=slots, slot_tries=slot_tries)
+        + _upgrade_body(node, version, revision, driver)
+    )
+
+
+def node_self_upgrade_done(node: str, version: str, driver: tuple[str, str | None] | None, gpus: int) -> str:
+    """A joined node's ready step, updated, ON THE NODE (stdin: the upgrader's token and the join's
+    report): wait for its own reboot and GPUs, uncordon itself, free its slot."""
+    return _upgrade_script('use_upgrader_credential\nreport=$STDIN_REST\n' + _done_body(node, version, driver, gpus))
+
+
+def nvidia_driver_deferred(node: str, branch: str, version: str | None) -> str:
+    """A worker's nvidia-driver step, updated: nothing yet. The new branch is installed once the
+    node has drained itself, by its join step's update (node_self_upgrade), and it reboots there."""
+    spec = f"nvidia-driver-{branch}-server" + (f"={version}" if version else "")
+    return _script(
         rf"""
-        node={node}
-        {_embed(_driver_vars(branch, version))}
-        if driver_current "$pkg" "$want_driver"; then
-          echo "$node: {spec} is installed"
-        else
-          echo "gpu-cluster:nvidiaDriver: $node is a worker and this program does not drain workers yet; {spec} is not installed. Drain it (kubectl drain $node --ignore-daemonsets --delete-emptydir-data), install {spec}, reboot, uncordon, then run pulumi up again (README Upgrading)" >&2
-          exit 1
-        fi
+        echo "{node}: {spec} is installed when the node is drained for it ({node}-join), then it reboots"
         """
     )
 

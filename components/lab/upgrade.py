@@ -22,20 +22,28 @@ What each step's `update` does (scripts.py), in the order Pulumi runs them (the 
 first-time provisioning already has, so nothing is added to its critical path):
   every host      kube-packages: the minor's pkgs.k8s.io repository and kubeadm of the new version
                   (kubelet and kubectl stay)                                  kube_packages_stage
-  a worker        nvidia-driver: refuses (exit 1, naming the key and the manual steps) a driver it
-                  would have to switch under running jobs                     nvidia_driver_deferred
+  a worker        nvidia-driver: nothing yet, the node is not drained          nvidia_driver_deferred
   a control plane nvidia-driver: takes an upgrade slot, drains itself, new branch, reboot;
                   driver-ready: GPUs back, uncordoned    nvidia_driver_self_upgrade, driver_ready_uncordon
   first control   init: refuses a version some joined node's kubelet would be too old for (the
   plane           version-skew policy), then etcd snapshot kept on the host, kubeadm upgrade
                   plan/apply, then this node drained for its kubelet and kubectl, uncordoned
                                                                               kubeadm_upgrade_apply
-  joined node     nothing: its join and ready steps have no version in their inputs, so its kubelet
-                  stays at the version it joined with (kubelets may be three minors older than the
-                  API server, control planes one). Upgrading it needs a drain, and a drain from the
-                  control plane would be a control-plane SSH step per node, which join at scale
-                  removed (node_join.py); node_upgrade_drain, node_upgrade and node_upgrade_done
-                  are the scripts for that, tested in the sandbox, not yet wired to a step.
+  joined node     join (ON THE NODE, stdin: its JoinConfiguration and the node upgrader's token):
+                  takes an upgrade slot and drains itself if its kubelet or (worker) driver must
+                  change, then kubeadm upgrade node, kubelet and kubectl; a worker's new driver
+                  branch and a reboot                                         node_self_upgrade
+                  ready (ON THE NODE, stdin: the token and the join's report): waits for its own
+                  reboot and GPUs, uncordons itself, frees the slot           node_self_upgrade_done
+A joined node's drain and uncordon need API rights its kubelet does not have (evictions, cordon,
+the slot ConfigMaps). They come from the node upgrader, a ServiceAccount that Membership creates
+through the Kubernetes API with only those rights (node_join.UPGRADER_*); its token reaches the node
+only on those two steps' stdin, and the kubeconfig built from it lives in /run for the step. So an
+upgrade, like a first `up`, opens no control-plane SSH session per node (join at scale,
+node_join.py). Every joined node's steps wait for the control plane's init (through Membership), so
+the first control plane is upgraded first, as kubeadm requires; a worker whose kubelet must change
+also waits, in its drain, until every control plane's kubelet runs the new version (a kubelet must
+never be newer than an API server it may reach).
 
 maxUnavailable is enforced on the cluster, not in Pulumi's graph: a drain first takes one of
 `max_unavailable` slots (ConfigMaps in kube-system that only one node can create) and the ready

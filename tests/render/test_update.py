@@ -75,12 +75,14 @@ SCENARIOS: dict[str, Scenario] = {
     # ISSUE 13, upgraded in place: the init's triggers are the cluster's identity, so a new version
     # is an update; its update script (snapshot, kubeadm upgrade apply, the node drained for its
     # kubelet) is loud for the drain. kube-packages stages the new kubeadm with its update command.
-    # Nothing is replaced, nothing in the cluster changes, no join or ready step runs.
+    # Each worker's join step drains and upgrades it, its ready step uncordons it, on the worker
+    # (loud for the drain). Nothing is replaced, nothing in the cluster changes.
     "kubernetes-patch-release": Scenario(
         old={"kubernetesVersion": "1.34.2"},
         new={"kubernetesVersion": "1.34.3"},
-        steps={INIT: "update", **{f"{h}-kube-packages": "update" for h in ("cp-1", "gpu-1", "gpu-2")}},
-        loud=(INIT,),
+        steps={INIT: "update", **{f"{h}-kube-packages": "update" for h in ("cp-1", "gpu-1", "gpu-2")},
+               **{f"{w}-{s}": "update" for w in ("gpu-1", "gpu-2") for s in ("join", "ready")}},
+        loud=(INIT, "gpu-1-join", "gpu-2-join"),
     ),
     "pod-cidr": Scenario(
         old={"podCidr": "10.244.0.0/16"},
@@ -139,7 +141,7 @@ def test_update_on_lab(name: str) -> None:
 
 
 def test_patch_release_upgrades_the_control_plane_in_place() -> None:
-    """Issue 13 as the operator sees it now: an update of the init, no reset; loud for its drain."""
+    """Issue 13 as the operator sees it now: updates in place, no reset; loud for the drains."""
     plan = update.compare(_resources(), _resources(kubernetesVersion="1.34.3"), "lab", "old.yaml")
     (init,) = [s for s in plan.steps if s.resource.name == INIT]
     assert init.loud == [f"UPDATE {INIT}: runs its update script again on 192.0.2.10, a script that "
@@ -149,6 +151,9 @@ def test_patch_release_upgrades_the_control_plane_in_place() -> None:
     (packages,) = [s for s in plan.steps if s.resource.name == "gpu-1-kube-packages"]
     assert packages.runs == "runs its update command"
     assert sorted(c.path for c in packages.changes) == ["create", "update"]
+    (join,) = [s for s in plan.steps if s.resource.name == "gpu-1-join"]
+    assert join.loud == ["UPDATE gpu-1-join: runs its update script again on 192.0.2.11, a script that "
+                         "drains a node (kubectl drain)"]  # the worker drains itself, on its own sshd
     assert plan.destructive
     assert not any("kubeadm reset" in line for s in plan.steps for line in s.loud)
     (flannel,) = [s for s in plan.steps if s.resource.name == "cni-flannel"]

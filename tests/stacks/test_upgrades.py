@@ -70,16 +70,19 @@ def prep_steps(*steps: str, hosts=("cp-1", *WORKERS)) -> set[str]:
     return {f"{h}-{s}" for h in hosts for s in steps}
 
 
-# A joined node's steps have no version in their inputs: its kubelet stays (README Upgrading).
-NODE_STEPS: set[str] = set()
+# Each worker upgrades itself: its join step drains it and upgrades it, its ready step waits and
+# uncordons it, both on the worker (no control-plane step per worker, test_no_control_plane_step_per_worker).
+NODE_STEPS = {f"{w}-{s}" for w in WORKERS for s in ("join", "ready")}
 
 CASES = {
-    # kube-packages: kubeadm staged; init: snapshot + kubeadm upgrade apply + its own kubelet.
+    # kube-packages: kubeadm staged; init: snapshot + kubeadm upgrade apply + its own kubelet; each
+    # worker's join and ready steps: drained, upgraded, uncordoned, from the worker itself.
     "patch": ({"kubernetesVersion": "1.34.3"}, {"control-plane-init"} | prep_steps("kube-packages") | NODE_STEPS),
     # The same; the kube-packages step switches to the v1.35 apt repository.
     "minor": ({"kubernetesVersion": "1.35.0"}, {"control-plane-init"} | prep_steps("kube-packages") | NODE_STEPS),
-    # Only the GPU workers' driver step, which refuses to switch a driver under running jobs.
-    "driver": ({"nvidiaDriver": {"branch": "580"}}, prep_steps("nvidia-driver", hosts=WORKERS)),
+    # Only the GPU workers: their driver step waits, their join and ready steps drain, switch the
+    # branch, reboot and uncordon.
+    "driver": ({"nvidiaDriver": {"branch": "580"}}, prep_steps("nvidia-driver", hosts=WORKERS) | NODE_STEPS),
 }
 
 
@@ -102,6 +105,27 @@ def test_a_bump_updates_in_place_and_replaces_nothing(deployed, case):
         assert reg.inputs["triggers"] == was[reg.name].inputs["triggers"], reg.name
     assert after.outputs["deployed"]["kubernetesVersion"] == overrides.get("kubernetesVersion", "1.34.2")
     assert deployed["asked"] == ["organization/gpu-cluster/lab"] * 2
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_no_control_plane_step_per_worker_in_an_upgrade(deployed, case):
+    """Join at scale holds for updates too: the steps that run on the control plane's sshd in an
+    upgrade are the same for 2 workers as for 4, and none is a worker's."""
+    overrides, _ = CASES[case]
+    values, _ = program.stack_config("lab")
+    hosts = json.loads(values["gpu-cluster:hosts"])
+    more = [*hosts, *({**hosts[-1], "name": f"gpu-{i}", "address": f"192.0.2.{20 + i}"} for i in (3, 4))]
+
+    def on_control_plane(**extra: Any) -> set[str]:
+        before, after = lab_plan(**extra), lab_plan(**extra, **overrides)
+        changed = changes(before, after)
+        by_name = {r.name: r for r in after.resources}
+        return {n for n in changed if by_name[n].type == COMMAND
+                and by_name[n].inputs["connection"]["host"] == "192.0.2.10"}
+
+    two, four = on_control_plane(), on_control_plane(hosts=more)
+    assert two == four
+    assert not any(n.startswith("gpu-") for n in two)
 
 
 def test_a_minor_whose_pause_image_differs_reruns_the_containerd_step(deployed):

@@ -98,6 +98,12 @@ def _script_cases() -> dict[str, str]:
         "node_upgrade-gpu": scripts.node_upgrade("gpu-1", "1.35.0", versions.KUBE_PACKAGE_REVISION, ("580", None)),
         "node_upgrade-cpu": scripts.node_upgrade("cpu-1", "1.35.0", versions.KUBE_PACKAGE_REVISION, None),
         "node_upgrade_done": scripts.node_upgrade_done("gpu-1", "1.35.0", ("580", None), 2),
+        "node_self_upgrade-gpu": scripts.node_self_upgrade(
+            "gpu-1", "1.35.0", versions.KUBE_PACKAGE_REVISION, control_plane=False, driver=("580", None), slots=2,
+            slot_tries=3),
+        "node_self_upgrade-control-plane": scripts.node_self_upgrade(
+            "cp-2", "1.35.0", versions.KUBE_PACKAGE_REVISION, control_plane=True, driver=None, slots=1, slot_tries=3),
+        "node_self_upgrade_done": scripts.node_self_upgrade_done("gpu-1", "1.35.0", ("580", None), 2),
         "nvidia_driver_deferred": scripts.nvidia_driver_deferred("gpu-1", "580", None),
         "nvidia_driver_self_upgrade": scripts.nvidia_driver_self_upgrade("cp-1", "580", DRIVER_EXACT, 180),
         "driver_ready_uncordon": scripts.driver_ready_uncordon("cp-1", 2, "580", None),

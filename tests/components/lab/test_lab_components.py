@@ -3,6 +3,7 @@ each child hangs, what it depends on and which inputs stay secret."""
 
 from __future__ import annotations
 
+import base64
 from datetime import UTC, datetime, timedelta
 
 import pulumi
@@ -23,7 +24,7 @@ from components.scheduling_contract import GPU_NODE_LABEL
 from config.lab import Cni as CniKind
 from render import program
 from render.program import SECRET_MARKER, Plan, RecordingMonitor, Registration
-from stacks.lab import host_software, kubeadm_settings
+from stacks.lab import host_software, kubeadm_settings, upgrade_policy
 from tests.conftest import ED25519, host, lab_config
 
 BASTION_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIKq7Zb2xN4mP9sV1cR6tY3uW8eL5oJ0hG2fD7aQ1kB9z"
@@ -346,6 +347,7 @@ TOKEN_SECRET = "0123456789abcdef"  # what the mocked RandomPassword returns
 CA_HASH = "sha256:" + "ab" * 32  # what the mocked ca-hash step prints
 CERT_KEY = "cd" * 32  # what the mocked certs step prints
 SECRET_TYPE = "kubernetes:core/v1:Secret"
+UPGRADER_JWT = "eyJhbGciOiJSUzI1NiJ9.upgrader.sig"  # what the token controller writes into data.token
 
 
 class OptionsMonitor(program.RecordingMonitor):
@@ -376,6 +378,8 @@ def join_mocks() -> program.ProgramMocks:
             outputs["stdout"] = CA_HASH + "\n"
         elif args.name.endswith("-certs"):
             outputs["stdout"] = CERT_KEY + "\n"
+        elif args.name.endswith("-upgrader-token"):
+            outputs["data"] = {"token": base64.b64encode(UPGRADER_JWT.encode()).decode()}
         return urn_id, outputs
 
     m.new_resource = with_outputs  # type: ignore[method-assign]
@@ -399,7 +403,9 @@ def join_all(cfg, joiners: list[str], issued_at: datetime = ISSUED) -> dict[str,
         control_plane=cp, members=tuple(hosts[n] for n in joiners), token_id=TOKEN_ID, issued_at=issued_at))
     joins = [
         NodeJoin(n, NodeJoinArgs(cluster=kubeadm_settings(cfg), host=hosts[n], control_plane=cp, membership=membership,
-                                 private_key=key(), prepared=preps[n].done, network=[cni], bastion=cfg.bastion))
+                                 private_key=key(), prepared=preps[n].done, network=[cni], bastion=cfg.bastion,
+                                 upgrade=upgrade_policy(cfg),
+                                 driver=cfg.nvidia_driver if hosts[n].is_gpu and hosts[n].role.value == "worker" else None))
         for n in joiners
     ]
     return {"cp": cp, "cni": cni, "membership": membership, "joins": joins}
@@ -413,8 +419,10 @@ def test_membership_token_secret_is_a_bootstrap_token_through_the_api(join_mocks
 
     component = one(plan, "membership", "gpucluster:lab:Membership")
     assert sorted(r.name for r in children(plan, component)) == [
-        "membership-ca-hash", "membership-drain", "membership-token", "membership-token-secret"]
-    (token,) = plan.of_type(SECRET_TYPE)
+        "membership-ca-hash", "membership-drain", "membership-token", "membership-token-secret",
+        "membership-upgrader", "membership-upgrader", "membership-upgrader", "membership-upgrader-slots",
+        "membership-upgrader-slots", "membership-upgrader-token"]
+    token = one(plan, "membership-token", SECRET_TYPE)
     assert token.name == "membership-token" and token.parent == component.urn
     # Through the control plane's provider (the Kubernetes API), not an SSH session.
     provider = one(plan, "control-plane-k8s", "pulumi:providers:kubernetes")
@@ -440,6 +448,62 @@ def test_membership_token_secret_is_a_bootstrap_token_through_the_api(join_mocks
     # Every `up` replaces it (a fresh expiry; the token cleaner may have deleted the old one).
     assert join_mocks.monitor.replace_on_changes["membership-token"] == ["stringData"]
     assert token.delete_before_replace
+
+
+def test_membership_node_upgrader_is_a_narrow_service_account_through_the_api(join_mocks):
+    """What a joined node's own upgrade may do through the API (node_join.UPGRADER_*), and nothing
+    on the control plane's sshd: drain and uncordon itself, hold an upgrade slot."""
+    cfg = lab_config()
+    build(lambda: join_all(cfg, ["gpu-1", "cpu-1"]))
+    plan = join_mocks.plan
+    provider = one(plan, "control-plane-k8s", "pulumi:providers:kubernetes")
+    account = one(plan, "membership-upgrader", "kubernetes:core/v1:ServiceAccount")
+    role = one(plan, "membership-upgrader", "kubernetes:rbac.authorization.k8s.io/v1:ClusterRole")
+    binding = one(plan, "membership-upgrader", "kubernetes:rbac.authorization.k8s.io/v1:ClusterRoleBinding")
+    slots = one(plan, "membership-upgrader-slots", "kubernetes:rbac.authorization.k8s.io/v1:Role")
+    slots_binding = one(plan, "membership-upgrader-slots", "kubernetes:rbac.authorization.k8s.io/v1:RoleBinding")
+    secret = one(plan, "membership-upgrader-token", SECRET_TYPE)
+    for reg in (account, role, binding, slots, slots_binding, secret):
+        assert reg.provider.startswith(provider.urn), reg.name
+    assert account.inputs["metadata"] == {"name": "gpu-cluster-node-upgrader", "namespace": "kube-system"}
+    rules = {(r["apiGroups"][0], r["resources"][0]): sorted(r["verbs"]) for r in role.inputs["rules"]}
+    assert rules == {
+        ("", "nodes"): ["get", "list", "patch", "watch"],
+        ("", "pods"): ["get", "list"],
+        ("", "pods/eviction"): ["create"],
+        ("apps", "daemonsets"): ["get", "list"],
+    }
+    assert "delete" not in repr(role.inputs["rules"]) and "secrets" not in repr(role.inputs["rules"])
+    assert slots.inputs["metadata"]["namespace"] == "kube-system"
+    assert [(r["resources"], sorted(r["verbs"])) for r in slots.inputs["rules"]] == [
+        (["configmaps"], ["create", "delete", "get", "list"])]
+    subject = {"kind": "ServiceAccount", "name": "gpu-cluster-node-upgrader", "namespace": "kube-system"}
+    assert binding.inputs["subjects"] == [subject] and slots_binding.inputs["subjects"] == [subject]
+    assert binding.inputs["roleRef"]["kind"] == "ClusterRole" and slots_binding.inputs["roleRef"]["kind"] == "Role"
+    assert secret.inputs["type"] == "kubernetes.io/service-account-token"
+    assert secret.inputs["metadata"]["annotations"] == {"kubernetes.io/service-account.name": "gpu-cluster-node-upgrader"}
+    # The token reaches each host only on its steps' stdin, a secret.
+    for step in ("gpu-1-join", "gpu-1-ready"):
+        assert one(plan, step).inputs["stdin"] == SECRET_MARKER
+
+
+def test_node_join_updates_drain_upgrade_and_uncordon_on_the_node_itself(join_mocks):
+    cfg = lab_config(maxUnavailable=3)
+    build(lambda: join_all(cfg, ["gpu-1"]))
+    plan = join_mocks.plan
+    join, ready = one(plan, "gpu-1-join"), one(plan, "gpu-1-ready")
+    for reg in (join, ready):
+        assert reg.inputs["connection"]["host"] == "192.0.2.11", reg.name  # the node, never cp-1
+        assert "kubeadm reset" not in reg.inputs["update"], reg.name
+        assert "\nuse_upgrader_credential\n" in reg.inputs["update"], reg.name
+        assert reg.inputs["triggers"] == ["gpu-1", "192.0.2.11", "control-plane-init-id"], reg.name
+    body = join.inputs["update"].split("\nuse_upgrader_credential\n", 1)[1]  # after the shared helpers
+    order = [body.index(w) for w in ('acquire_slot "$node" 3 8640', '\ndrain_node "$node"', "kubeadm upgrade node",
+                                     'driver_switch "$pkg"')]
+    assert order == sorted(order)
+    assert 'uncordon_node "$node"' in ready.inputs["update"]
+    assert ready.inputs["connection"]["dialErrorLimit"] == 60  # it waits out the reboot
+    assert "gpu-1-join" in deps(ready)  # its stdin carries the join's report
 
 
 def test_membership_reads_the_ca_hash_once_and_drains_on_the_control_plane(join_mocks):
@@ -511,7 +575,12 @@ def test_node_join_stdin_is_the_join_config_with_token_and_ca_hash(join_mocks):
 
     stdin = revealed(seen["gpu-1-join"]["stdin"])
     gpu1 = next(h for h in cfg.hosts if h.name == "gpu-1")
-    assert stdin == kubeadm.join_config(kubeadm_settings(cfg), gpu1, f"{TOKEN_ID}.{TOKEN_SECRET}", CA_HASH)
+    # The JoinConfiguration, then the node upgrader's token for the step's update (kubeadm_join drops it).
+    config, _, upgrader = stdin.partition("upgrader-token: ")
+    assert config == kubeadm.join_config(kubeadm_settings(cfg), gpu1, f"{TOKEN_ID}.{TOKEN_SECRET}", CA_HASH)
+    assert upgrader == f"{UPGRADER_JWT}\n"
+    assert revealed(seen["gpu-1-ready"]["stdin"]) == f"upgrader-token: {UPGRADER_JWT}\n"
+    stdin = config
     doc = yaml.safe_load(stdin)
     assert doc["discovery"]["bootstrapToken"] == {
         "apiServerEndpoint": "192.0.2.10:6443", "token": f"{TOKEN_ID}.{TOKEN_SECRET}", "caCertHashes": [CA_HASH]}
@@ -743,7 +812,7 @@ def test_control_plane_init_unprotected_only_when_a_rebuild_is_allowed(mocks, mo
     assert protected["control-plane-init"] is False
 
 
-def test_node_prep_updates_stage_kubeadm_and_refuse_to_switch_a_workers_driver(mocks):
+def test_node_prep_updates_stage_kubeadm_and_leave_a_workers_driver_to_its_drained_upgrade(mocks):
     cfg = lab_config(kubernetesVersion="1.35.0", nvidiaDriver={"branch": "580"})
     build(lambda: prep(cfg, "gpu-1"))
     plan = mocks.plan
@@ -751,9 +820,8 @@ def test_node_prep_updates_stage_kubeadm_and_refuse_to_switch_a_workers_driver(m
     assert "apt_pin kubeadm=$want-1.1" in packages and "want=1.35.0" in packages and "kubernetes-v1.35" in packages
     assert "kubelet=$want" in packages.split("if [ -z \"$have\" ]; then\n  # Not installed")[1]  # only when missing
     driver = one(plan, "gpu-1-nvidia-driver").inputs["update"]
-    body = driver.split("\nnode=gpu-1\n")[-1]  # after the shared helpers
-    assert "driver_switch" not in body and "apt_get" not in body and "exit 1" in body
-    assert "gpu-cluster:nvidiaDriver: $node is a worker and this program does not drain workers yet" in driver
+    assert "apt-get" not in driver.split("install -d -m 0755")[-1]
+    assert "nvidia-driver-580-server is installed when the node is drained for it (gpu-1-join)" in driver
     assert "update" not in one(plan, "gpu-1-driver-ready").inputs
     for step in ("kernel", "nvidia-toolkit", "containerd"):
         assert "update" not in one(plan, f"gpu-1-{step}").inputs, step  # create runs again (idempotent)

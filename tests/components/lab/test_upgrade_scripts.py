@@ -15,6 +15,8 @@ Shellcheck of every script: test_host_scripts.py (its _script_cases lists these 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from components import versions
@@ -515,17 +517,96 @@ def test_control_plane_driver_upgrade_drains_itself_and_driver_ready_uncordons_i
     no_reset(calls1 + calls2 + calls3 + calls4)
 
 
-def test_worker_driver_step_refuses_a_driver_change_it_would_make_under_running_jobs(tmp_path):
-    """Workers are not drained by this program yet: the driver step names the key and the manual
-    steps, and changes nothing; once the driver asked for is there, it passes."""
+def test_worker_driver_step_leaves_the_driver_to_the_drained_node_upgrade(tmp_path):
     sim = HostSim(tmp_path)
     worker(sim)
-    start = sim.mark()
-    result = run(sim, scripts.nvidia_driver_deferred("gpu-1", "580", None), rc=1)
-    calls = sim.calls_since(start)
-    assert not _calls(calls, "apt-get") and not _calls(calls, "systemd-run") and not kubectl(calls, "drain")
+    _, calls1, second, _ = run_twice(sim, scripts.nvidia_driver_deferred("gpu-1", "580", None))
+    assert not _calls(calls1, "apt-get") and not _calls(calls1, "systemd-run")
     assert "nvidia-driver-570-server" in sim.installed()
-    assert "gpu-cluster:nvidiaDriver: gpu-1 is a worker" in result.stderr
-    assert "kubectl drain gpu-1" in result.stderr
-    same = run(sim, scripts.nvidia_driver_deferred("gpu-1", "570", None))
-    assert "nvidia-driver-570-server is installed" in same.stdout
+    assert "installed when the node is drained for it (gpu-1-join)" in second.stdout
+
+
+# ---------------------------------------------------------------------------------------------
+# a joined node upgrades itself (its join and ready steps' updates, on the node): the API calls
+# go through the node upgrader's token, never the admin kubeconfig, never the control plane's sshd
+
+JWT = "eyJhbGciOiJSUzI1NiJ9.upgrader.sig"
+JOIN_STDIN = f"apiVersion: kubeadm.k8s.io/v1beta4\nkind: JoinConfiguration\nupgrader-token: {JWT}\n"
+
+
+def joined(sim: HostSim) -> None:
+    """A worker as its join left it: kubelet.conf naming the API server, the cluster CA, Ready and
+    schedulable, the control plane already upgraded."""
+    worker(sim)
+    sim.path("/etc/kubernetes/kubelet.conf").write_text(
+        "apiVersion: v1\nkind: Config\nclusters:\n- cluster:\n    certificate-authority: /etc/kubernetes/pki/ca.crt\n"
+        "    server: https://192.0.2.10:6443\n  name: default-cluster\n")
+    sim.path("/etc/kubernetes/pki").mkdir(parents=True, exist_ok=True)
+    sim.path("/etc/kubernetes/pki/ca.crt").write_text("-----BEGIN CERTIFICATE-----\nfake\n-----END CERTIFICATE-----\n")
+    sim.k8s_node("gpu-1", kubeletVersion="v1.34.2", unschedulable=False, bootID="boot-1")
+    sim.k8s_node("cp-1", kubeletVersion="v1.35.0", labels={"node-role.kubernetes.io/control-plane": ""})
+
+
+def upgrader_kubeconfigs(calls: list[list[str]]) -> set[str]:
+    return {c[c.index("--kubeconfig") + 1] for c in calls if c[:1] == ["kubectl"] and "--kubeconfig" in c}
+
+
+def test_node_self_upgrade_drains_itself_with_the_upgrader_token_then_upgrades(tmp_path):
+    sim = HostSim(tmp_path)
+    joined(sim)
+    start = sim.mark()
+    script = scripts.node_self_upgrade("gpu-1", "1.35.0", REV, control_plane=False, driver=("580", None), slots=2,
+                                       slot_tries=3)
+    result = run(sim, script, stdin=JOIN_STDIN)
+    calls = sim.calls_since(start)
+    order = [
+        index(calls, "kubectl", "create", "configmap", "gpu-cluster-upgrade-slot-0"),
+        index(calls, "kubectl", "drain", "gpu-1"),
+        index(calls, "kubeadm", "upgrade", "node"),
+        index(calls, "systemd-run"),
+    ]
+    assert order == sorted(order), order
+    # Every API call but the kubelet's own cordon check used the upgrader's kubeconfig, kept in a
+    # temporary directory that is gone once the step ends.
+    configs = upgrader_kubeconfigs(calls) - {"/etc/kubernetes/kubelet.conf"}
+    assert len(configs) == 1 and "/etc/kubernetes/admin.conf" not in configs
+    (path,) = configs
+    assert "gpu-cluster-upgrader." in path and not Path(path).parent.exists()
+    assert sim.k8s()["nodes"]["gpu-1"]["unschedulable"] is True
+    assert sim.k8s()["configmaps"] == {"gpu-cluster-upgrade-slot-0": {"node": "gpu-1"}}
+    assert sim.installed()["kubelet"] == f"1.35.0-{REV}" and "nvidia-driver-580-server" in sim.installed()
+    assert "gpu-cluster: reboot boot-id=" in result.stdout and JWT not in result.stdout + result.stderr
+    no_reset(calls)
+
+    # Its ready step's update, after the reboot: the token and the join's report on stdin.
+    sim.k8s_node("gpu-1", bootID="after-the-reboot", allocatable={"nvidia.com/gpu": "2"})
+    start = sim.mark()
+    done = scripts.node_self_upgrade_done("gpu-1", "1.35.0", ("580", None), 2)
+    out = run(sim, done, stdin=f"upgrader-token: {JWT}\n{result.stdout}")
+    calls = sim.calls_since(start)
+    assert kubectl(calls, "uncordon", "gpu-1") and not upgrader_kubeconfigs(calls) & {"/etc/kubernetes/admin.conf"}
+    assert not sim.k8s()["nodes"]["gpu-1"]["unschedulable"] and sim.k8s()["configmaps"] == {}
+    assert "gpu-1: upgraded to v1.35.0, nvidia-driver-580-server and uncordoned" in out.stdout
+
+
+def test_node_self_upgrade_without_the_token_touches_nothing(tmp_path):
+    sim = HostSim(tmp_path)
+    joined(sim)
+    start = sim.mark()
+    script = scripts.node_self_upgrade("gpu-1", "1.35.0", REV, control_plane=False, driver=None, slots=1, slot_tries=3)
+    result = run(sim, script, stdin="apiVersion: kubeadm.k8s.io/v1beta4\nkind: JoinConfiguration\n", rc=1)
+    assert "no node upgrader token on stdin" in result.stderr
+    calls = sim.calls_since(start)
+    assert not kubectl(calls, "drain") and not _calls(calls, "kubeadm") and not _calls(calls, "apt-get")
+
+
+def test_a_joined_control_plane_upgrades_itself_one_at_a_time(tmp_path):
+    sim = HostSim(tmp_path)
+    joined(sim)
+    sim.k8s_configmap("gpu-cluster-upgrade-slot-0", node="cp-3")  # another control plane holds slot 0
+    sim.k8s_node("cp-3", kubeletVersion="v1.35.0")
+    script = scripts.node_self_upgrade("gpu-1", "1.35.0", REV, control_plane=True, driver=None, slots=4, slot_tries=2)
+    start = sim.mark()
+    result = run(sim, script, stdin=JOIN_STDIN, rc=1)
+    assert "no upgrade slot came free after 2 tries" in result.stderr
+    assert not kubectl(sim.calls_since(start), "drain")
