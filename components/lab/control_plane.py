@@ -10,8 +10,9 @@ replacement is delete-before-replace: the old cluster is reset before the new on
 
 A new kubernetesVersion (or any other change of the kubeadm config, its stdin) is an update: the
 init's `update` upgrades in place (an etcd snapshot kept on the host, `kubeadm upgrade apply`, this
-node's kubelet; upgrade.py). The kubeconfig read keeps its triggers (the init's id, which an update
-keeps), so the provider and everything in the cluster stay as they are.
+node's kubelet; upgrade.py). The kubeconfig read's triggers are the init's id (which an update
+keeps) and the certificate check's result, so the provider and everything in the cluster stay as
+they are until a renewal gives admin.conf a new client certificate.
 
 Certificates: checked once per period and renewed within 30 days of expiry before the admin
 kubeconfig is read (components/lab/certificates.py).

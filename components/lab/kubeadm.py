@@ -28,7 +28,8 @@ CRI_SOCKET = "unix:///run/containerd/containerd.sock"
 @dataclass(frozen=True)
 class KubeadmSettings:
     """What the kubeadm files say of the cluster (stacks/lab.py fills it from the lab config).
-    Changing any of the init file's settings rebuilds the cluster (see control_plane.py)."""
+    The endpoint and the CIDRs are the cluster's identity (changing one rebuilds it, refused unless
+    allowRebuild); a new version is an in-place upgrade (see control_plane.py, upgrade.py)."""
 
     kubernetes_version: str  # "1.34.2", installed by NodePrep
     api_endpoint: str  # host:port of the API server every node joins through
