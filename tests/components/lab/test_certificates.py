@@ -86,10 +86,17 @@ def test_script_counts_every_kubeadm_leaf_and_kubeconfig_but_no_ca() -> None:
 # certificates: what it reads, when it renews, and that a second run after a renewal changes nothing.
 
 
-def _isolation() -> str | None:
-    from tests.hostsim import isolation_unavailable
+@pytest.fixture
+def sim(tmp_path):
+    """A simulated control plane whose openssl is the real one (it only reads certificates)."""
+    from tests.hostsim import HostSim, isolation_unavailable
 
-    return isolation_unavailable()
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl not installed")
+    why = isolation_unavailable()
+    if why is not None:
+        pytest.skip(f"isolated host runs: {why}")
+    return HostSim(tmp_path, real_tools=("openssl",))
 
 
 def _cert(path, days: int, cn: str) -> None:
@@ -124,14 +131,7 @@ def _days_left(stamp: str) -> float:
     return (at - datetime.datetime.now(datetime.UTC)).total_seconds() / 86400
 
 
-@pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl not installed")
-def test_renews_within_the_window_and_a_second_run_changes_nothing(tmp_path) -> None:
-    from tests.hostsim import HostSim
-
-    why = _isolation()
-    if why is not None:
-        pytest.skip(f"isolated host runs: {why}")
-    sim = HostSim(tmp_path, real_tools=("openssl",))
+def test_renews_within_the_window_and_a_second_run_changes_nothing(sim) -> None:
     # apiserver.crt expires in 10 days: inside the 30-day window
     _control_plane(sim, {"apiserver.crt": 10})
     script = scripts.as_root(scripts.certificates_check_renew("2026-W48", certificates.RENEW_WITHIN_DAYS))
@@ -159,14 +159,7 @@ def test_renews_within_the_window_and_a_second_run_changes_nothing(tmp_path) -> 
     assert sim.snapshot() == before  # nothing written, nothing moved
 
 
-@pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl not installed")
-def test_a_kubeconfig_client_certificate_counts(tmp_path) -> None:
-    from tests.hostsim import HostSim
-
-    why = _isolation()
-    if why is not None:
-        pytest.skip(f"isolated host runs: {why}")
-    sim = HostSim(tmp_path, real_tools=("openssl",))
+def test_a_kubeconfig_client_certificate_counts(sim) -> None:
     _control_plane(sim, {"controller-manager.conf": 45, "admin.conf": 60})
     out = sim.run(scripts.as_root(scripts.certificates_check_renew("2026-W48", 30)))
     assert out.returncode == 0, out.stderr
@@ -176,12 +169,6 @@ def test_a_kubeconfig_client_certificate_counts(tmp_path) -> None:
     assert 44 < _days_left(status["expires"]) <= 45
 
 
-def test_no_certificates_is_an_error(tmp_path) -> None:
-    from tests.hostsim import HostSim
-
-    why = _isolation()
-    if why is not None:
-        pytest.skip(f"isolated host runs: {why}")
-    sim = HostSim(tmp_path, real_tools=("openssl",))
+def test_no_certificates_is_an_error(sim) -> None:
     out = sim.run(scripts.as_root(scripts.certificates_check_renew("2026-W48", 30)))
     assert out.returncode == 1 and "is this the control plane?" in out.stderr
