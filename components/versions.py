@@ -91,3 +91,23 @@ GKE_COS_DRIVER_INSTALLER_IMAGE = "cos-nvidia-installer:fixed"
 GKE_UBUNTU_DRIVER_INSTALLER_IMAGE = "gke-nvidia-installer:fixed"
 GKE_PARTITION_GPU_IMAGE = "gcr.io/gke-release/nvidia-partition-gpu@sha256:de12f85ebfb4fb6c1893cd30c23aab662a72fa0448f97ef74fccb82d7522ef17"
 GKE_PAUSE_IMAGE = "gke.gcr.io/pause:3.8@sha256:880e63f94b145e46f1b1082bb71b85e21f16b99b180b9996407d61240ceb9830"
+
+# network.rdma with network.roce (lab, dev): the secondary RoCE network of training pods (seed 002).
+# Multus thick plugin: upstream's install manifest at the release tag, its `snapshot-thick` image
+# replaced by the release's own tag (the manifest at the tag still names the moving snapshot).
+MULTUS_VERSION = "v4.3.0"
+MULTUS_MANIFEST = (
+    "https://raw.githubusercontent.com/k8snetworkplumbingwg/multus-cni/v4.3.0/deployments/multus-daemonset-thick.yml"
+)
+MULTUS_IMAGE = "ghcr.io/k8snetworkplumbingwg/multus-cni:v4.3.0-thick"
+# whereabouts IPAM: the chart published at release (OCI), whose git copy still says image v0.8.0.
+WHEREABOUTS_CHART = "oci://ghcr.io/k8snetworkplumbingwg/whereabouts-chart"
+WHEREABOUTS_CHART_VERSION = "0.9.4"
+WHEREABOUTS_IMAGE_REPOSITORY = "ghcr.io/k8snetworkplumbingwg/whereabouts"
+WHEREABOUTS_IMAGE_TAG = "v0.9.4"
+# The rdma CNI (chained after host-device) moves the NIC's RDMA device into the pod's network
+# namespace (exclusive mode); containernetworking's host-device moves only the netdev (checked in
+# its source up to v1.9.1). Installed into /opt/cni/bin by upstream's DaemonSet image.
+RDMA_CNI_IMAGE = "ghcr.io/k8snetworkplumbingwg/rdma-cni:v1.6.0"
+# The RDMA shared device plugin: /dev/infiniband/* for pods asking for its resource (no privileged pods).
+RDMA_SHARED_DEVICE_PLUGIN_IMAGE = "ghcr.io/mellanox/k8s-rdma-shared-dev-plugin:v1.5.3"

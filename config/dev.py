@@ -96,6 +96,9 @@ class DevStack(Addons):
             problems.append(("storage", "training needs shared storage: set storage.hostPath or storage.useDefaultClass: true"))
         if self.runs_jobs and st.host_path and self.training.nodes > 1:
             problems.append(("storage.hostPath", "a node directory is not shared between nodes; use useDefaultClass with training.nodes > 1"))
+        if self.network.rdma and self.network.roce is None:
+            problems.append(("network.roce", "network.rdma on dev moves each GPU node's RoCE NIC into its training pod: "
+                                             "set network.roce {interface, pciAddress, hca, driver, range} (README: RDMA)"))
         if "kubeconfig" not in secrets and not self.kube_context:
             problems.append(
                 ("kubeContext", "dev needs a kubeconfig secret (gpu-cluster:kubeconfig) or a kubeContext")

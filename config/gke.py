@@ -318,6 +318,11 @@ class GkeStack(Addons):
     def _platform_problems(self, secrets: frozenset[str]) -> Problems:
         """Pools against the accelerator table, drivers against gpu.stack, zones against gcp:region."""
         gke, problems = self.gke, self._zone_problems()
+        if self.network.rdma or self.network.roce is not None:
+            key = "network.rdma" if self.network.rdma else "network.roce"
+            problems.append((key, "not on gke: GPUDirect-TCPX/RDMA need A3 machine families and GKE's own "
+                                  "multi-networking, which this program does not set up; leave network.rdma false "
+                                  "and network.roce unset (the acceptance test then holds the socket transport)"))
         if gke.location is GkeLocation.ZONAL and not gke.zone:
             problems.append(("gke.zone", "a zonal cluster needs its zone, e.g. 'us-central1-a' (or location: regional)"))
         if gke.location is GkeLocation.REGIONAL and gke.zone:

@@ -361,6 +361,25 @@ class LabStack(Addons):
                 if ip is not None and ip in net:
                     problems.append((key, f"{net} contains {what} {ip}; pick a range that leaves it out"))
         problems += self._cidr_size_problems()
+        problems += self._roce_problems()
+        return problems
+
+    def _roce_problems(self) -> Problems:
+        """network.rdma on lab: the NIC to move into pods, its range clear of the cluster's."""
+        roce = self.network.roce
+        if self.network.rdma and roce is None:
+            return [("network.roce", "network.rdma on lab moves each GPU node's RoCE NIC into its training pod: set "
+                                     "network.roce {interface, pciAddress, hca, driver, range} (README: RDMA)")]
+        if roce is None:
+            return []
+        problems: Problems = []
+        for net, key in ((self.pod_cidr, "podCidr"), (self.service_cidr, "serviceCidr")):
+            if roce.range.overlaps(net):
+                problems.append(("network.roce.range", f"{roce.range} overlaps {key} {net}"))
+        for i, host in enumerate(self.hosts):
+            if host.address in roce.range:
+                problems.append(("network.roce.range", f"{roce.range} contains hosts[{i}].address {host.address}: "
+                                                       "the pods' RDMA network must not take the hosts' addresses"))
         return problems
 
     def _storage_problems(self) -> Problems:

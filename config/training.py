@@ -5,6 +5,7 @@ nodes is the platform's check (addons.Addons._capacity_problems)."""
 from __future__ import annotations
 
 import enum
+import ipaddress
 import re
 
 from pydantic import Field, field_validator
@@ -129,13 +130,116 @@ class AcceptanceConfig(Model):
         return RDMA_MIN_BUSBW_FRACTION if rdma else SOCKET_MIN_BUSBW_FRACTION
 
 
+# A Linux interface name (IFNAMSIZ 16 with the NUL), a PCI address in sysfs form, an RDMA device
+# name (IB_DEVICE_NAME_MAX 64) and a kernel module name: each reaches host scripts and CNI configs.
+_LINUX_IFNAME = re.compile(r"[A-Za-z0-9_.-]{1,15}")
+_PCI_ADDRESS = re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")
+_RDMA_DEVICE = re.compile(r"[A-Za-z0-9_.-]{1,63}")
+_KERNEL_MODULE = re.compile(r"[a-z0-9_]{1,55}")
+_NCCL_VAR = re.compile(r"NCCL_[A-Z0-9_]{1,60}")
+# What the program sets itself from network.roce (and training.nccl.debug): named elsewhere.
+ROCE_MANAGED_NCCL = {
+    "NCCL_SOCKET_IFNAME": "the pods' secondary interface (net1) is set from network.roce",
+    "NCCL_IB_HCA": "set network.roce.hca",
+    "NCCL_IB_GID_INDEX": "set network.roce.gidIndex",
+    "NCCL_DEBUG": "set training.nccl.debug",
+}
+# The secondary interface Multus gives the first network a pod asks for.
+POD_RDMA_INTERFACE = "net1"
+# ib_write_bw's average over the declared link rate that passes the RDMA link test, unset: seed 002
+# measured 23.14 Gbit/s on 25GbE RoCE (0.926 of the link, RoCE v2's headers and the NIC's ceiling);
+# 0.8 passes that with 13% to spare and fails a link that negotiated 10GbE or runs without PFC/ECN
+# losses recovered (go-back-N retransmits halve it).
+ROCE_MIN_LINK_FRACTION = 0.8
+
+
+class RoceConfig(Model):
+    """network.rdma on lab and dev: the RoCE NIC every GPU node hands its training pod (seed 002).
+
+    The host-device CNI moves `interface` into the pod as net1 with an address from `range`
+    (whereabouts); the rdma CNI moves the RDMA device of `pciAddress` with it (the RDMA subsystem
+    in exclusive network-namespace mode). Every GPU node must have the same interface name and
+    PCI address: one NetworkAttachmentDefinition serves them all (lab node prep checks each host)."""
+
+    interface: str = Field(description="Host netdev of the RoCE NIC on every GPU node, e.g. 'ens192' (seed 002).")
+    pci_address: str = Field(description="Its PCI address in sysfs form, e.g. '0000:3b:00.0' (the rdma CNI moves this device's RDMA link).")
+    hca: str = Field(description="Its RDMA device (NCCL_IB_HCA, ib_write_bw -d), e.g. 'irdma0' or 'mlx5_0'.")
+    driver: str = Field(description="Its kernel driver, e.g. 'ice' (Intel E810) or 'mlx5_core': the RDMA device plugin selects by it.")
+    gid_index: int = Field(default=1, ge=0, le=255, description="RoCE v2 GID index of the pod's IPv4 address (NCCL_IB_GID_INDEX, ib_write_bw -x); seed 002: 1.")
+    range: ipaddress.IPv4Network = Field(description="Addresses whereabouts gives the pods' net1, e.g. '10.100.100.0/24'.")
+    nccl_env: dict[str, str] = Field(default_factory=dict, description="Further NCCL_* variables for training pods, e.g. {NCCL_IB_TC: '106'}.")
+    min_link_fraction: float = Field(
+        default=ROCE_MIN_LINK_FRACTION, gt=0, le=1,
+        description=f"RDMA link test: pass when ib_write_bw's average >= this x network.linkGbps (default {ROCE_MIN_LINK_FRACTION}).",
+    )
+
+    @field_validator("interface")
+    @classmethod
+    def _interface(cls, v: str) -> str:
+        if not _LINUX_IFNAME.fullmatch(v) or v in (".", ".."):
+            raise ValueError("must be a Linux interface name: 1-15 characters of A-Z a-z 0-9 _ . -")
+        if v == POD_RDMA_INTERFACE:
+            raise ValueError(f"{POD_RDMA_INTERFACE!r} is the name the pods' secondary interface gets: name the host's NIC")
+        return v
+
+    @field_validator("pci_address", mode="before")
+    @classmethod
+    def _pci(cls, v: str) -> str:
+        v = str(v).lower()
+        if not _PCI_ADDRESS.fullmatch(v):
+            raise ValueError("must be a PCI address as sysfs writes it, domain included: '0000:3b:00.0'")
+        return v
+
+    @field_validator("hca")
+    @classmethod
+    def _hca(cls, v: str) -> str:
+        if not _RDMA_DEVICE.fullmatch(v):
+            raise ValueError("must be an RDMA device name as `rdma link` prints it, e.g. 'irdma0', 'mlx5_0'")
+        return v
+
+    @field_validator("driver")
+    @classmethod
+    def _driver(cls, v: str) -> str:
+        if not _KERNEL_MODULE.fullmatch(v):
+            raise ValueError("must be a kernel driver name as /sys/class/net/<if>/device/driver names it, e.g. 'ice', 'mlx5_core'")
+        return v
+
+    @field_validator("range", mode="before")
+    @classmethod
+    def _range(cls, v: object) -> ipaddress.IPv4Network:
+        try:
+            net = ipaddress.IPv4Network(str(v), strict=True)
+        except ValueError as err:
+            raise ValueError(f"must be an IPv4 network with its host bits zero, e.g. '10.100.100.0/24' ({err})") from None
+        if net.prefixlen > 29:
+            raise ValueError("must be a /29 or larger (whereabouts hands out its host addresses, one per pod)")
+        return net
+
+    @field_validator("nccl_env")
+    @classmethod
+    def _nccl_env(cls, v: dict[str, str]) -> dict[str, str]:
+        for name, value in v.items():
+            if not _NCCL_VAR.fullmatch(name):
+                raise ValueError(f"{name!r} is not an NCCL variable: names are NCCL_ followed by A-Z 0-9 _")
+            if name in ROCE_MANAGED_NCCL:
+                raise ValueError(f"{name} is set by the program: {ROCE_MANAGED_NCCL[name]}")
+            if not isinstance(value, str) or "\n" in value or len(value) > 1024:
+                raise ValueError(f"{name}: the value must be one line of text (quote numbers: '106')")
+        return v
+
+
 class NetworkConfig(Model):
     """The network between GPU nodes, as declared (what the acceptance test holds it to)."""
 
     link_gbps: float | None = Field(default=None, gt=0, le=3200, description="Per-node link rate in Gbit/s.")
     rdma: bool = Field(default=False, description="NCCL must use RDMA (IB/RoCE), not sockets.")
+    roce: RoceConfig | None = Field(
+        default=None,
+        description="lab, dev with network.rdma: the RoCE NIC moved into training pods (interface, pciAddress, hca, "
+                    "driver, gidIndex, range, ncclEnv, minLinkFraction).",
+    )
 
-    _optional = field_validator("link_gbps", mode="before")(classmethod(lambda cls, v: empty_to_none(v)))
+    _optional = field_validator("link_gbps", "roce", mode="before")(classmethod(lambda cls, v: empty_to_none(v)))
 
 
 def training_problems(t: TrainingConfig, acc: AcceptanceConfig, network: NetworkConfig, gpu: GpuConfig) -> Problems:
@@ -158,6 +262,19 @@ def training_problems(t: TrainingConfig, acc: AcceptanceConfig, network: Network
     if runs and t.image is None:
         what = "training.enabled" if t.enabled else "acceptance.nccl"
         problems.append(("training.image", f"{what} needs the workload image, pinned ('registry/trainer:1.0.0')"))
+    if network.roce is not None:
+        roce = network.roce
+        if not network.rdma:
+            problems.append(("network.roce", "moves an RDMA NIC into training pods: set network.rdma true with it"))
+        if t.nccl.socket_ifname is not None:
+            problems.append(("training.nccl.socketIfname",
+                             f"with network.roce the pods' NCCL and Gloo traffic uses {POD_RDMA_INTERFACE}: leave it unset"))
+        if t.image is None:
+            problems.append(("training.image", "network.roce runs the RDMA exporter and link test from the workload image, "
+                                               "pinned ('registry/trainer:1.0.0')"))
+        hosts = roce.range.num_addresses - 2
+        if runs and t.nodes > hosts:
+            problems.append(("network.roce.range", f"{roce.range} has {hosts} host addresses for training.nodes {t.nodes} pods"))
     if acc.nccl:
         if t.nodes < 2:
             problems.append(("acceptance.nccl", "measures the network between nodes; needs training.nodes >= 2"))

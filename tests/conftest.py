@@ -46,6 +46,15 @@ def upstream_dir() -> Path:
     return path
 
 
+# Seed 002's RoCE NIC (Intel E810, irdma, GID index 1 for RoCE v2 over IPv4; the PCI address is
+# an example: the post does not print it) and a range for the pods' net1. Not the seed's
+# 10.100.100.0/30: that lies inside kubeadm's default serviceCidr 10.96.0.0/12 (refused).
+SEED_002_ROCE: dict[str, Any] = {
+    "interface": "ens192", "pciAddress": "0000:3b:00.0", "hca": "irdma0", "driver": "ice",
+    "gidIndex": 1, "range": "192.168.100.0/24",
+}
+
+
 def host(name: str, address: str, role: str = "worker", gpus: int = 0, **extra: Any) -> dict[str, Any]:
     return {"name": name, "address": address, "role": role, "gpus": gpus, "hostKey": ED25519, **extra}
 

@@ -13,7 +13,7 @@ from config.addons import Addons
 from config.fields import quantity_value
 from config.lab import NfsExport
 from config.training import RDMA_MIN_BUSBW_FRACTION, SOCKET_MIN_BUSBW_FRACTION, Launcher, NcclDebug
-from tests.conftest import PROJECT_DIR, host, lab_raw
+from tests.conftest import PROJECT_DIR, SEED_002_ROCE, host, lab_raw
 
 IMAGE = "registry.example.com/gpu-cluster/trainer:0.1.0"
 DIGEST = "registry.example.com/trainer@sha256:" + "a" * 64
@@ -67,12 +67,12 @@ def test_full_lab_training_config_parses():
         training={"enabled": True, "image": IMAGE, "nodes": 2, "gpusPerNode": 1, "launcher": "pytorchjob",
                   "elastic": {"enabled": True, "minNodes": 1}, "nccl": {"debug": "INFO", "socketIfname": "^lo,docker"}},
         acceptance={"nccl": False, "minBusbwFraction": 0.8},
-        network={"linkGbps": 25, "rdma": True},
+        network={"linkGbps": 25, "rdma": False},
         storage={"nfs": {"server": "nas.lab.example", "path": "/export/gpu"}},
     ))
     assert cfg.training.world_size == 2
     assert cfg.training.nccl.debug is NcclDebug.INFO
-    assert cfg.network.link_gbps == 25.0 and cfg.network.rdma
+    assert cfg.network.link_gbps == 25.0 and not cfg.network.rdma
     assert cfg.storage.nfs == NfsExport(server="nas.lab.example", path="/export/gpu")
 
 

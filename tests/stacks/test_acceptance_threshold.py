@@ -22,7 +22,7 @@ from config.training import RDMA_MIN_BUSBW_FRACTION, SOCKET_MIN_BUSBW_FRACTION
 from render import program
 from render.__main__ import kubernetes_objects
 from stacks.addons import ACCEPTANCE_JOB
-from tests.conftest import PROJECT_DIR, lab_raw
+from tests.conftest import PROJECT_DIR, SEED_002_ROCE, lab_raw
 
 WORKLOADS = PROJECT_DIR / "workloads"
 if str(WORKLOADS) not in sys.path:
@@ -92,7 +92,7 @@ def test_seed_002_passes_the_committed_lab_threshold() -> None:
 
 
 def test_seed_002_passes_the_rdma_default_with_margin() -> None:
-    args = bench_args(network={"rdma": True})
+    args = bench_args(network={"rdma": True, "roce": SEED_002_ROCE})
     assert args.rdma and args.min_busbw_fraction == RDMA_MIN_BUSBW_FRACTION
     v = verdict(args, nccl.parse_sweep(SEED_TABLE), SEED_NCCL_INFO)
     assert v.passed, v.reasons
@@ -112,20 +112,20 @@ def test_socket_lab_default_passes_a_realistic_vxlan_result(busbw: float) -> Non
 @pytest.mark.parametrize("rdma", [False, True], ids=["sockets", "rdma"])
 @pytest.mark.parametrize("busbw", [0.5, 0.11], ids=["0.5GB/s", "1GbE-path"])
 def test_a_broken_link_still_fails(rdma: bool, busbw: float) -> None:
-    args = bench_args(network={"rdma": rdma})
+    args = bench_args(network={"rdma": rdma, **({"roce": SEED_002_ROCE} if rdma else {})})
     v = verdict(args, sweep(busbw), SEED_NCCL_INFO if rdma else SOCKET_INFO)
     assert v.exit_code == nccl.EXIT_LOW_BUSBW, v
 
 
 def test_rdma_declared_still_fails_a_socket_fallback_at_seed_speed() -> None:
-    args = bench_args(network={"rdma": True})
+    args = bench_args(network={"rdma": True, "roce": SEED_002_ROCE})
     v = verdict(args, nccl.parse_sweep(SEED_TABLE), SOCKET_INFO)
     assert v.exit_code == nccl.EXIT_SOCKET_FALLBACK
 
 
 @pytest.mark.parametrize("rdma", [False, True])
 def test_an_explicit_fraction_wins_over_both_defaults(rdma: bool) -> None:
-    args = bench_args(acceptance={"minBusbwFraction": 0.95}, network={"rdma": rdma})
+    args = bench_args(acceptance={"minBusbwFraction": 0.95}, network={"rdma": rdma, **({"roce": SEED_002_ROCE} if rdma else {})})
     assert args.min_busbw_fraction == 0.95
     assert not verdict(args, nccl.parse_sweep(SEED_TABLE), SEED_NCCL_INFO).passed
 

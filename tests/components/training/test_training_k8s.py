@@ -45,7 +45,7 @@ from config.training import Launcher, TrainingConfig
 from render import program
 from render.__main__ import kubernetes_objects
 from stacks.addons import ACCEPTANCE_JOB, TRAINING_JOB, acceptance_args
-from tests.conftest import PROJECT_DIR
+from tests.conftest import PROJECT_DIR, SEED_002_ROCE
 
 IMAGE = "registry.example.com/gpu-cluster/trainer:0.1.0"
 JOB = "kubernetes:batch/v1:Job"
@@ -71,7 +71,7 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     # pytorchjob: acceptance and training in one `up` are rejected (the PyTorchJob is not awaited)
     "lab-pytorchjob": ("lab", {"training": {"launcher": "pytorchjob"}, "acceptance": {"nccl": False}}),
     "lab-pytorchjob-acceptance": ("lab", {"training": {"launcher": "pytorchjob", "enabled": False},
-                                          "network": {"linkGbps": 100, "rdma": True}}),
+                                          "network": {"linkGbps": 100, "rdma": True, "roce": SEED_002_ROCE}}),
     "lab-pytorchjob-elastic": ("lab", {"training": {"launcher": "pytorchjob", "elastic": {"enabled": True, "minNodes": 1}},
                                        "acceptance": {"nccl": False},
                                        "storage": {"provision": False, "nfs": {"server": "nas.lab.example", "path": "/export/gpu"}}}),
@@ -518,7 +518,7 @@ def test_acceptance_args_format() -> None:
                {"name": "g1", "address": "192.0.2.11", "role": "worker", "gpus": 1, "hostKey": _key()},
                {"name": "g2", "address": "192.0.2.12", "role": "worker", "gpus": 1, "hostKey": _key()}],
         training={"image": IMAGE, "nodes": 2}, acceptance={"nccl": True, "minBusbwFraction": 0.75, "maxBytes": 2**31},
-        network={"linkGbps": 12.5, "rdma": True}, storage={"provision": True},
+        network={"linkGbps": 12.5, "rdma": True, "roce": SEED_002_ROCE}, storage={"provision": True},
     )
     assert acceptance_args(cfg) == ("--link-gbps", "12.5", "--min-busbw-fraction", "0.75",
                                     "--max-bytes", str(2**31), "--rdma")
