@@ -176,6 +176,21 @@ def torchrun_command(spec: LaunchSpec) -> list[str]:
     return ["/bin/sh", "-c", launch_script(spec)]
 
 
+def secondary_network_env(
+    interface: str, hca: str, gid_index: int, nccl_env: tuple[tuple[str, str], ...] = ()
+) -> tuple[tuple[str, str], ...]:
+    """LaunchSpec.extra_env for pods with an RDMA NIC as their secondary `interface` (network.roce):
+    NCCL's bootstrap and socket fallback and Gloo's collectives on it, NCCL's IB transport on the
+    HCA and GID of its RoCE v2 address, then the user's further NCCL variables."""
+    return (
+        ("NCCL_SOCKET_IFNAME", interface),
+        ("GLOO_SOCKET_IFNAME", interface),
+        ("NCCL_IB_HCA", hca),
+        ("NCCL_IB_GID_INDEX", str(gid_index)),
+        *sorted(nccl_env),
+    )
+
+
 def pod_env(spec: LaunchSpec) -> list[dict[str, str]]:
     """The container `env` (name/value pairs). The Job controller adds JOB_COMPLETION_INDEX; the
     training operator adds MASTER_ADDR, MASTER_PORT, RANK and WORLD_SIZE for a PyTorchJob."""
