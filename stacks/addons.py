@@ -2,9 +2,10 @@
 add-ons config and the platform's cluster contract (stacks/contract.py), nothing platform-specific.
 
 Order: monitoring (its CRDs come first: the DCGM exporter's ServiceMonitor needs them) -> GPU
-software stack -> GPU-ready gate -> namespace NetworkPolicies -> (pytorchjob: the training
-operator) -> NCCL acceptance Job (acceptance.nccl) -> training job (training.enabled). Both jobs
-depend on the gate, so no pod asks for a GPU before every GPU node passed.
+software stack -> GPU-ready gate -> (network.roce: the RDMA network) -> namespace NetworkPolicies
+-> (pytorchjob: the training operator) -> (network.roce with acceptance.nccl: the RDMA link test)
+-> NCCL acceptance Job (acceptance.nccl) -> training job (training.enabled). Every job depends on
+the gate, so no pod asks for a GPU before every GPU node passed.
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ import pulumi
 
 from components import scheduling_contract
 from components.gpu_stack import GpuSoftwareStack, GpuSoftwareStackArgs
+from components.monitoring import NAMESPACE as MONITORING_NAMESPACE
 from components.monitoring import Monitoring, MonitoringArgs
+from components.rdma_network import NETWORK_NAME, RDMA_RESOURCE, RdmaNetwork, RdmaNetworkArgs, pod_rdma
 from components.ready_gate import GpuReadyGate, GpuReadyGateArgs
 from components.storage_contract import TRAINING_NAMESPACE
 from components.training import launch
@@ -21,13 +24,17 @@ from components.training.job import TrainingJob, TrainingJobArgs, TrainingOperat
 from components.training.namespace_policies import NamespacePolicies
 from config.addons import Addons
 from config.gpu import MigStrategy, SharingMode
-from config.training import Launcher
+from config.training import POD_RDMA_INTERFACE, Launcher
 from stacks.contract import Cluster
 
 ACCEPTANCE_JOB = "nccl-acceptance"
+RDMA_LINK_JOB = "rdma-link"
 TRAINING_JOB = "train"
 # How long `up` waits for the acceptance sweep (image pull included) before reporting failure.
 ACCEPTANCE_AWAIT_MINUTES = 30
+# The RDMA link test: a server and a client pod on two RDMA nodes.
+RDMA_LINK_PODS = 2
+RDMA_LINK_AWAIT_MINUTES = 20
 
 
 def gpu_resource(cfg: Addons) -> str:
@@ -47,6 +54,21 @@ def acceptance_args(cfg: Addons) -> tuple[str, ...]:
         "--min-busbw-fraction", f"{acc.busbw_fraction(net.rdma):g}",
         "--max-bytes", str(acc.max_bytes),
         *(("--rdma",) if net.rdma else ()),  # a socket fallback then fails the verdict
+    )
+
+
+def rdma_link_command(cfg: Addons) -> tuple[str, ...]:
+    """The RDMA link test's command (workloads/trainer/rdma_link.py): ib_write_bw between the two
+    pods' RDMA devices, held to network.roce.minLinkFraction x network.linkGbps."""
+    roce, net = cfg.network.roce, cfg.network
+    assert roce is not None and net.link_gbps is not None  # the config model requires both here
+    return (
+        "python", "-m", "trainer.rdma_link",
+        f"--interface={POD_RDMA_INTERFACE}",
+        f"--hca={roce.hca}",
+        f"--gid-index={roce.gid_index}",
+        f"--link-gbps={net.link_gbps:g}",
+        f"--min-fraction={roce.min_link_fraction:g}",
     )
 
 
@@ -97,6 +119,28 @@ def deploy(cfg: Addons, cluster: Cluster) -> dict[str, object]:
         outputs["grafanaAdminPassword"] = monitoring.grafana_admin_password
         outputs["grafanaPortForward"] = monitoring.grafana_port_forward
 
+    rdma, pod_net = None, None
+    roce = cfg.network.roce
+    if roce is not None:
+        if cluster.training_namespace is None or cfg.training.image is None:  # the config and wiring make both
+            raise ValueError("network.roce needs the training namespace and training.image")
+        rdma = RdmaNetwork(
+            "rdma",
+            RdmaNetworkArgs(roce=roce, image=cfg.training.image,
+                            monitoring_namespace=MONITORING_NAMESPACE if monitoring is not None else None),
+            training_namespace=cluster.training_namespace,
+            opts=opts if monitoring is None else pulumi.ResourceOptions(
+                provider=provider, depends_on=[*after, monitoring.release]
+            ),
+        )
+        pod_net = pod_rdma(roce, cfg.training.image if monitoring is not None else None)
+        outputs["rdmaNetwork"] = {
+            "network": f"{TRAINING_NAMESPACE}/{NETWORK_NAME}",
+            "resource": RDMA_RESOURCE,
+            "range": str(roce.range),
+            "podInterface": POD_RDMA_INTERFACE,
+        }
+
     claim = cluster.shared_claim
     if claim is not None:
         outputs["sharedClaim"] = {"claim": f"{claim.namespace}/{claim.name}", "backend": claim.backend}
@@ -110,7 +154,29 @@ def deploy(cfg: Addons, cluster: Cluster) -> dict[str, object]:
     before_jobs: list[pulumi.Resource] = [ns, policies, *after, *([gate] if gate is not None else [])]
     if t.launcher is Launcher.PYTORCHJOB:
         before_jobs.append(TrainingOperator("training-operator", opts=opts))
+    if rdma is not None:
+        before_jobs += rdma.ready
     acceptance = None
+    if cfg.acceptance.nccl and pod_net is not None:
+        # Before the NCCL sweep: a link that fails ib_write_bw cannot pass it, and says why sooner.
+        link = TrainingJob(
+            RDMA_LINK_JOB,
+            TrainingJobArgs(
+                training=t.model_copy(update={"launcher": Launcher.INDEXED_JOB}),
+                claim=claim,
+                command=rdma_link_command(cfg),
+                pods=RDMA_LINK_PODS,
+                await_minutes=RDMA_LINK_AWAIT_MINUTES,
+                gpu_resource=gpu_resource(cfg),
+                rdma=pod_net,
+            ),
+            opts=pulumi.ResourceOptions(provider=provider, depends_on=list(before_jobs)),
+        )
+        before_jobs = [*before_jobs, link]
+        outputs["rdmaLinkTest"] = {
+            "job": f"{TRAINING_NAMESPACE}/{RDMA_LINK_JOB}",
+            "result": rank0_logs(Launcher.INDEXED_JOB, RDMA_LINK_JOB),
+        }
     if cfg.acceptance.nccl:
         acceptance = TrainingJob(
             ACCEPTANCE_JOB,
@@ -121,6 +187,7 @@ def deploy(cfg: Addons, cluster: Cluster) -> dict[str, object]:
                 module_args=acceptance_args(cfg),
                 await_minutes=ACCEPTANCE_AWAIT_MINUTES,
                 gpu_resource=gpu_resource(cfg),
+                rdma=pod_net,
             ),
             opts=pulumi.ResourceOptions(provider=provider, depends_on=before_jobs),
         )
@@ -133,7 +200,7 @@ def deploy(cfg: Addons, cluster: Cluster) -> dict[str, object]:
         # stop the run before it starts.
         TrainingJob(
             TRAINING_JOB,
-            TrainingJobArgs(training=t, claim=claim, gpu_resource=gpu_resource(cfg)),
+            TrainingJobArgs(training=t, claim=claim, gpu_resource=gpu_resource(cfg), rdma=pod_net),
             opts=pulumi.ResourceOptions(
                 provider=provider, depends_on=[*before_jobs, *([acceptance] if acceptance else [])]
             ),

@@ -130,8 +130,8 @@ def build(cfg: LabStack, secrets: StackSecrets) -> dict[str, object]:
 
     namespace, claim = None, None
     st = cfg.storage
-    if st.configured or cfg.runs_jobs:
-        namespace = training_namespace(cp.provider, depends_on=[cni])
+    if st.configured or cfg.runs_jobs or cfg.network.roce is not None:  # roce: its network lives there
+        namespace = training_namespace(cp.provider, depends_on=[cni], rdma=cfg.network.roce is not None)
     if st.configured:
         assert namespace is not None
         # An existing export (storage.nfs), or one set up on the first control plane once that

@@ -25,13 +25,16 @@ What `pulumi up` waits for: the Service and the Job's creation only; a training 
 (indexed-job) is the exception: `up` waits for it to pass (its podFailurePolicy turns a failed
 verdict into a failed Job, and `up` reports it) before the training job is submitted.
 
-Does not manage: gang scheduling/queueing (Kueue, Volcano), image builds, multi-NIC/RDMA
-device plumbing (Multus, SR-IOV), experiment tracking.
+network.roce: the pods ask for the `roce` network (Multus adds net1), `rdma/roce` (the
+/dev/infiniband devices), IPC_LOCK, and take NCCL/Gloo's environment on net1; with monitoring a
+native sidecar exports their RDMA device's counters (components/rdma_network.py says why).
+
+Does not manage: gang scheduling/queueing (Kueue, Volcano), image builds, SR-IOV, experiment
+tracking.
 """
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,11 +42,11 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components import versions
+from components.cluster_addon import tolerate_control_plane
+from components.rdma_network import NETWORKS_ANNOTATION, PodRdma, exporter_sidecar
 from components.scheduling_contract import (
     GPU_NODE_SELECTOR_TERMS,
     GPU_RESOURCE,
-    addon_affinity,
-    addon_tolerations,
     gpu_tolerations,
     prefer_workers,
     training_job_labels,
@@ -73,6 +76,15 @@ class TrainingJobArgs:
     await_minutes: int | None = None
     # The GPU resource the pods ask for (a MIG slice type under the mixed strategy).
     gpu_resource: str = GPU_RESOURCE
+    # network.roce: the RDMA NIC as the pods' secondary interface (components/rdma_network.py).
+    rdma: PodRdma | None = None
+    # A command other than torchrun (the RDMA link test), with its own number of pods.
+    command: tuple[str, ...] | None = None
+    pods: int | None = None
+
+    @property
+    def nodes(self) -> int:
+        return self.pods if self.pods is not None else self.training.nodes
 
 
 def service_name(job: str) -> str:
@@ -85,7 +97,7 @@ def launch_spec(job: str, args: TrainingJobArgs) -> launch.LaunchSpec:
         job=job,
         service=service_name(job),
         namespace=TRAINING_NAMESPACE,
-        nodes=t.nodes,
+        nodes=args.nodes,
         gpus_per_node=t.gpus_per_node,
         launcher=t.launcher.value,
         max_restarts=t.max_restarts,
@@ -99,6 +111,7 @@ def launch_spec(job: str, args: TrainingJobArgs) -> launch.LaunchSpec:
         checkpoint_every_steps=t.checkpoint_every_steps,
         nccl_debug=t.nccl.debug.value,
         nccl_socket_ifname=t.nccl.socket_ifname,
+        extra_env=args.rdma.env if args.rdma is not None else (),
     )
 
 
@@ -106,26 +119,29 @@ def pod_template(job: str, args: TrainingJobArgs) -> dict[str, Any]:
     t = args.training
     spec = launch_spec(job, args)
     labels = training_job_labels(job)
+    limits: dict[str, Any] = {args.gpu_resource: t.gpus_per_node, "cpu": t.cpu_limit, "memory": t.memory_limit}
+    security: dict[str, Any] = {"allowPrivilegeEscalation": False}
+    if args.rdma is not None:
+        limits[args.rdma.resource] = 1  # the /dev/infiniband devices, from the RDMA device plugin
+        # RDMA memory registration pins the buffers it registers: beyond the default memlock limit.
+        security["capabilities"] = {"add": ["IPC_LOCK"]}
     container: dict[str, Any] = {
         "name": CONTAINER[t.launcher],
         "image": t.image,
-        "command": list(launch.torchrun_command(spec)),
+        "command": list(args.command) if args.command else list(launch.torchrun_command(spec)),
         "env": launch.pod_env(spec),
         "ports": [{
             "name": PYTORCHJOB_PORT_NAME if t.launcher is Launcher.PYTORCHJOB else "rdzv",
             "containerPort": RDZV_PORT,
             "protocol": "TCP",
         }],
-        "resources": {
-            "requests": {"cpu": t.cpu_request, "memory": t.memory_request},
-            "limits": {args.gpu_resource: t.gpus_per_node, "cpu": t.cpu_limit, "memory": t.memory_limit},
-        },
+        "resources": {"requests": {"cpu": t.cpu_request, "memory": t.memory_request}, "limits": limits},
         "volumeMounts": [{"name": SHM_VOLUME, "mountPath": "/dev/shm"}]
         + [
             {"name": SHARED_VOLUME, "mountPath": mount_path, "subPath": sub_path}
             for sub_path, mount_path in MOUNTS.values()
         ],
-        "securityContext": {"allowPrivilegeEscalation": False},
+        "securityContext": security,
     }
     pod: dict[str, Any] = {
         "affinity": {
@@ -152,7 +168,12 @@ def pod_template(job: str, args: TrainingJobArgs) -> dict[str, Any]:
         # podFailurePolicy requires Never: each failure is a new pod the policy can judge.
         pod["restartPolicy"] = "Never"
         pod["subdomain"] = service_name(job)
-    return {"metadata": {"labels": labels}, "spec": pod}
+    metadata: dict[str, Any] = {"labels": labels}
+    if args.rdma is not None:
+        metadata["annotations"] = {NETWORKS_ANNOTATION: args.rdma.network}
+        if args.rdma.exporter_image:
+            pod["initContainers"] = [exporter_sidecar(args.rdma.exporter_image)]
+    return {"metadata": metadata, "spec": pod}
 
 
 def headless_service_manifest(job: str) -> dict[str, Any]:
@@ -187,8 +208,8 @@ def indexed_job_manifest(job: str, args: TrainingJobArgs) -> dict[str, Any]:
         },
         "spec": {
             "completionMode": "Indexed",
-            "completions": t.nodes,
-            "parallelism": t.nodes,
+            "completions": args.nodes,
+            "parallelism": args.nodes,
             "backoffLimitPerIndex": t.backoff_limit_per_index,
             # DDP cannot finish without every rank: one index out of retries ends the Job.
             "maxFailedIndexes": 0,
@@ -244,28 +265,6 @@ def pytorchjob_manifest(job: str, args: TrainingJobArgs) -> dict[str, Any]:
         },
         "spec": spec,
     }
-
-
-DEPLOYMENT_TYPE = "kubernetes:apps/v1:Deployment"
-
-
-def as_cluster_addon(manifest: dict[str, Any]) -> dict[str, Any]:
-    """A copy of a Deployment whose pods tolerate the control-plane taint and prefer a node without
-    GPUs (components/scheduling_contract.py); upstream's own tolerations and affinity are kept."""
-    manifest = copy.deepcopy(manifest)
-    pod = manifest.setdefault("spec", {}).setdefault("template", {}).setdefault("spec", {})
-    tolerations = list(pod.get("tolerations") or [])
-    pod["tolerations"] = tolerations + [t for t in addon_tolerations() if t not in tolerations]
-    if not pod.get("affinity"):
-        pod["affinity"] = addon_affinity()
-    return manifest
-
-
-def tolerate_control_plane(args: pulumi.ResourceTransformArgs) -> pulumi.ResourceTransformResult | None:
-    """Pulumi transform for the kustomize Directory's children: its Deployment becomes a cluster add-on."""
-    if args.type_ != DEPLOYMENT_TYPE:
-        return None
-    return pulumi.ResourceTransformResult(props=as_cluster_addon(dict(args.props)), opts=args.opts)
 
 
 class TrainingOperator(pulumi.ComponentResource):

@@ -1,6 +1,6 @@
 """Every Kubernetes object the cluster would receive from a plan: the program's own objects, each
-Helm release rendered offline with the pinned upstream chart (CRDs and hooks included), and each
-kustomize directory expanded from the pinned upstream copy.
+Helm release rendered offline with the pinned upstream chart (CRDs and hooks included), each
+kustomize directory expanded and each install manifest read from the pinned upstream copy.
 
 Charts are rendered by Helm's own Go SDK (the PyPI package helm-python-sdk: no helm binary, no
 network) with the release's values, name, namespace and the stack's Kubernetes version, as
@@ -22,7 +22,9 @@ from render import program
 
 # Resource types that are bundles the provider expands, or patches of objects that already exist.
 RELEASE_TYPE = "kubernetes:helm.sh/v3:Release"
+CHART_V4_TYPE = "kubernetes:helm.sh/v4:Chart"
 KUSTOMIZE_TYPES = ("kubernetes:kustomize/v2:Directory", "kubernetes:kustomize:Directory")
+CONFIGFILE_TYPES = ("kubernetes:yaml/v2:ConfigFile",)
 NODE_PATCH_TYPE = "kubernetes:core/v1:NodePatch"
 HOOK_ANNOTATION = "helm.sh/hook"
 
@@ -107,7 +109,10 @@ def _parsed(text: str) -> list[dict[str, Any]]:
 
 
 def chart_dir(upstream: Path, chart: str, version: str) -> Path:
-    """The vendored copy of `chart` at `version`: upstream/charts/<chart>-<version>."""
+    """The vendored copy of `chart` at `version`: upstream/charts/<chart>-<version> (an OCI chart
+    reference `oci://registry/path/<chart>` by its last path segment)."""
+    if chart.startswith("oci://"):
+        chart = chart.rstrip("/").rsplit("/", 1)[-1]
     path = upstream / "charts" / f"{chart}-{version}"
     if not (path / "Chart.yaml").is_file():
         raise CheckSetupError(
@@ -205,13 +210,25 @@ def _namespaced_guess(doc: dict[str, Any]) -> bool:
 # expands the vendored copy of that overlay with the few kustomize features it uses (resources,
 # namespace, images, labels, secretGenerator, strategic-merge patches of whole objects).
 
+def _addon(d: dict[str, Any]) -> dict[str, Any]:
+    from components.cluster_addon import as_cluster_addon
+
+    return as_cluster_addon(d) if d.get("kind") == "Deployment" else d
+
+
 def _kustomize_transforms() -> dict[str, Any]:
     """directory -> the program's own `transforms` function for its children, applied here as
     Pulumi applies it (a transform's effect is not in the plan: only that one is registered)."""
     from components import versions
-    from components.training.job import as_cluster_addon
 
-    return {versions.TRAINING_OPERATOR_KUSTOMIZE: lambda d: as_cluster_addon(d) if d.get("kind") == "Deployment" else d}
+    return {versions.TRAINING_OPERATOR_KUSTOMIZE: _addon}
+
+
+def _chart_transforms() -> dict[str, Any]:
+    """helm/v4 chart -> the program's `transforms` function for its children (as above)."""
+    from components import versions
+
+    return {versions.WHEREABOUTS_CHART: _addon}
 
 
 KUSTOMIZE_SOURCES = {
@@ -298,6 +315,29 @@ def _containers(doc: dict[str, Any]) -> list[dict[str, Any]]:
     return [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]
 
 
+# --- manifest files ------------------------------------------------------------------------------
+# Upstream install manifests the program applies from a pinned URL (yaml/v2 ConfigFile): the check
+# reads the vendored copy of the same file and applies the program's own transform.
+
+def _configfile_sources() -> dict[str, tuple[str, Any]]:
+    """URL -> (vendored path under upstream/charts, the program's transform of each document)."""
+    from components import rdma_network, versions
+
+    return {versions.MULTUS_MANIFEST: ("multus-v4.3.0/multus-daemonset-thick.yml", rdma_network.pin_multus)}
+
+
+def configfile_documents(file: str, upstream: Path, transforms: bool) -> list[dict[str, Any]]:
+    source = _configfile_sources().get(file)
+    if source is None:
+        raise CheckSetupError(f"yaml ConfigFile {file}: no vendored copy known to the check (render/cluster/objects.py)")
+    vendored, transform = source
+    path = upstream / "charts" / vendored
+    if not path.is_file():
+        raise CheckSetupError(f"yaml ConfigFile {file}: no pinned copy at {path} (see ../shared/upstream/SOURCES.md)")
+    docs = parse_documents(path.read_text())
+    return [transform(d) for d in docs] if transforms else docs
+
+
 # --- the plan ------------------------------------------------------------------------------------
 
 def collect(plan: program.Plan, upstream: Path, kube_version: str,
@@ -306,7 +346,19 @@ def collect(plan: program.Plan, upstream: Path, kube_version: str,
     for r in plan.resources:
         if not r.type.startswith("kubernetes:") or r.type.startswith("pulumi:providers:"):
             continue
-        if r.type == RELEASE_TYPE:
+        if r.type == CHART_V4_TYPE:
+            objs = _release_objects(r, upstream, kube_version)
+            if r.transforms:
+                transform = _chart_transforms().get(str(r.inputs.get("chart", "")))
+                if transform is None:
+                    raise CheckSetupError(f"{r.name}: its children are changed by a transform the check does not know")
+                for o in objs:
+                    o.body = transform(o.body)
+            for o in objs:
+                o.self_ordered = True  # a v4 Chart applies its CRDs and namespaces first, like yaml/v2
+            out.objects += objs
+            out.releases[r.urn] = str(chart_dir(upstream, str(r.inputs.get("chart")), str(r.inputs.get("version"))))
+        elif r.type == RELEASE_TYPE:
             out.objects += _release_objects(r, upstream, kube_version)
             out.releases[r.urn] = str(chart_dir(upstream, str(r.inputs.get("chart")), str(r.inputs.get("version"))))
         elif r.type in KUSTOMIZE_TYPES:
@@ -318,6 +370,9 @@ def collect(plan: program.Plan, upstream: Path, kube_version: str,
                     raise CheckSetupError(f"{r.name}: its children are changed by a transform the check does not know")
                 docs = [transform(d) for d in docs]
             out.objects += [Obj(d, r.urn, f"kustomize {r.name}", self_ordered=True) for d in docs]
+        elif r.type in CONFIGFILE_TYPES:
+            docs = configfile_documents(str(r.inputs.get("file", "")), upstream, bool(r.transforms))
+            out.objects += [Obj(d, r.urn, f"manifest {r.name}", self_ordered=True) for d in docs]
         elif r.type == NODE_PATCH_TYPE:
             out.node_patches.append(r.inputs)
         elif r.type.endswith("Patch"):

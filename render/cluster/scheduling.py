@@ -294,6 +294,9 @@ def daemonsets(cfg: StackConfig, nodes: list[Node], loads: list[Workload], gke: 
     for n in nodes:
         if any(results[id(w)].nodes.count(n.name) for w in ds if w.device_plugin):
             n.extended.update(_advertise(cfg, n))
+        for w in ds:
+            if w.advertises and n.name in results[id(w)].nodes:
+                n.extended.update(w.advertises)
     return [results[id(w)] for w in ds]
 
 

@@ -6,6 +6,7 @@ StatefulSets; NVIDIA GPU Operator: the ClusterPolicy's DaemonSets).
 from __future__ import annotations
 
 import copy
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,6 +43,8 @@ class Workload:
     via: str = ""  # "from ClusterPolicy cluster-policy" for operator-made pods
     device_plugin: bool = False
     labels_nodes: dict[str, str] | None = None  # node labels this DaemonSet sets where it runs
+    # extended resources this DaemonSet (a device plugin other than NVIDIA's) advertises where it runs
+    advertises: dict[str, float] | None = None
 
     @property
     def ref(self) -> str:
@@ -62,6 +65,30 @@ def _node_labeller(name: str, spec: dict[str, Any]) -> tuple[bool, dict[str, str
     if "k8s-device-plugin" in images and "feature-discovery" not in name and "mps" not in name:
         return True, None
     return False, None
+
+
+RDMA_SHARED_DEVICE_PLUGIN = "k8s-rdma-shared-dev-plugin"
+RDMA_SHARED_CONFIG = "config.json"
+
+
+def _rdma_shared_resources(o: Obj, spec: dict[str, Any], objects: list[Obj]) -> dict[str, float] | None:
+    """What the RDMA shared device plugin advertises per node: each configList entry's
+    `<resourcePrefix, default "rdma">/<resourceName>`, rdmaHcaMax of it, from the ConfigMap its
+    config volume mounts (k8s-rdma-shared-dev-plugin README, "RDMA Shared Device Plugin
+    Configurations"). None when the DaemonSet is not that plugin."""
+    if not any(RDMA_SHARED_DEVICE_PLUGIN in image for image in _images(spec)):
+        return None
+    maps = {v["configMap"]["name"] for v in spec.get("volumes") or [] if (v.get("configMap") or {}).get("name")}
+    out: dict[str, float] = {}
+    for cm in objects:
+        if cm.kind != "ConfigMap" or cm.name not in maps or (cm.namespace or "default") != (o.namespace or "default"):
+            continue
+        text = (cm.body.get("data") or {}).get(RDMA_SHARED_CONFIG)
+        if not isinstance(text, str):
+            continue
+        for entry in json.loads(text).get("configList") or []:
+            out[f"{entry.get('resourcePrefix') or 'rdma'}/{entry['resourceName']}"] = float(entry.get("rdmaHcaMax", 0))
+    return out
 
 
 def _template_workload(o: Obj, template: dict[str, Any], pods: int, **kw: Any) -> Workload:
@@ -124,7 +151,8 @@ def workloads(objects: list[Obj]) -> list[Workload]:
         elif kind == "DaemonSet":
             template = spec.get("template") or {}
             plugin, labels = _node_labeller(o.name, template.get("spec") or {})
-            out.append(_template_workload(o, template, 1, daemon=True, device_plugin=plugin, labels_nodes=labels))
+            out.append(_template_workload(o, template, 1, daemon=True, device_plugin=plugin, labels_nodes=labels,
+                                          advertises=_rdma_shared_resources(o, template.get("spec") or {}, objects)))
         elif kind == "Job":
             parallelism = int(spec.get("parallelism", 1) if spec.get("parallelism") is not None else 1)
             completions = spec.get("completions")

@@ -16,7 +16,7 @@ import config
 from components.training import launch
 from config.fields import check_host_key, host_dir_problem
 from render import program
-from tests.conftest import ED25519, PROJECT_DIR, host, lab_raw
+from tests.conftest import ED25519, PROJECT_DIR, SEED_002_ROCE, host, lab_raw
 
 IMAGE = "registry.example.com/gpu-cluster/trainer:0.1.0"
 GCP = {"gcp:project": "my-gpu-project", "gcp:region": "us-central1"}
@@ -45,6 +45,11 @@ def lab_training(hosts: list[dict[str, Any]] | None = None, **training: Any) -> 
     if hosts is not None:
         raw["hosts"] = hosts
     return raw
+
+
+def roce(**changes: Any) -> dict[str, Any]:
+    """network with rdma and seed 002's NIC, keys of network.roce changed."""
+    return {"linkGbps": 25, "rdma": True, "roce": {**SEED_002_ROCE, **changes}}
 
 
 def dev(**overrides: Any) -> dict[str, Any]:
@@ -382,6 +387,39 @@ ROWS: list[Row] = [
     ("gke: maxUnavailable set", lambda: gke(top={"maxUnavailable": 3}), "maxUnavailable",
      "is a lab key; this stack's platform is gke"),
     ("dev: allowRebuild set", lambda: dev(allowRebuild=True), "allowRebuild", "is a lab key; this stack's platform is dev"),
+    # 14. network.rdma / network.roce (issue 14)
+    ("gke: network.rdma", lambda: gke(top={"network": {"rdma": True}}), "network.rdma", "GPUDirect-TCPX/RDMA need A3"),
+    ("gke: network.roce", lambda: gke(top={"network": {"roce": SEED_002_ROCE}}), "network.roce", "A3 machine families"),
+    ("lab: rdma without roce", lambda: lab(network={"rdma": True}), "network.roce", "interface, pciAddress, hca"),
+    ("dev: rdma without roce", lambda: dev(network={"rdma": True}), "network.roce", "interface, pciAddress, hca"),
+    ("roce without rdma", lambda: lab(network={"roce": SEED_002_ROCE}), "network.roce", "set network.rdma true"),
+    ("roce range in serviceCidr", lambda: lab(network=roce(range="10.100.100.0/24")), "network.roce.range",
+     "overlaps serviceCidr 10.96.0.0/12"),
+    ("roce range in podCidr", lambda: lab(network=roce(range="10.244.8.0/24")), "network.roce.range", "overlaps podCidr"),
+    ("roce range holds a host", lambda: lab(network=roce(range="192.0.2.0/24")), "network.roce.range",
+     "contains hosts[0].address 192.0.2.10"),
+    ("roce range host bits", lambda: lab(network=roce(range="192.168.100.1/24")), "network.roce.range", "host bits zero"),
+    ("roce range too small", lambda: lab(network=roce(range="192.168.100.0/30")), "network.roce.range", "/29 or larger"),
+    ("roce range < pods", lambda: lab(network=roce(range="192.168.100.0/29"), storage={"provision": True},
+                                      training={"enabled": True, "image": IMAGE, "nodes": 7}),
+     "network.roce.range", "has 6 host addresses for training.nodes 7"),
+    ("roce interface net1", lambda: lab(network=roce(interface="net1")), "network.roce.interface", "name the host's NIC"),
+    ("roce interface too long", lambda: lab(network=roce(interface="a" * 16)), "network.roce.interface", "1-15 characters"),
+    ("roce interface + newline", lambda: lab(network=roce(interface="ens192\n")), "network.roce.interface", "Linux interface"),
+    ("roce PCI without domain", lambda: lab(network=roce(pciAddress="3b:00.0")), "network.roce.pciAddress", "domain included"),
+    ("roce hca with space", lambda: lab(network=roce(hca="irdma 0")), "network.roce.hca", "RDMA device name"),
+    ("roce driver upper case", lambda: lab(network=roce(driver="ICE")), "network.roce.driver", "kernel driver name"),
+    ("roce gidIndex negative", lambda: lab(network=roce(gidIndex=-1)), "network.roce.gidIndex", "greater than or equal to 0"),
+    ("roce ncclEnv not NCCL_", lambda: lab(network=roce(ncclEnv={"LD_PRELOAD": "/x.so"})), "network.roce.ncclEnv",
+     "is not an NCCL variable"),
+    ("roce ncclEnv managed", lambda: lab(network=roce(ncclEnv={"NCCL_IB_HCA": "mlx5_1"})), "network.roce.ncclEnv",
+     "set network.roce.hca"),
+    ("roce ncclEnv number", lambda: lab(network=roce(ncclEnv={"NCCL_IB_TC": 106})), "network.roce.ncclEnv", "valid string"),
+    ("roce minLinkFraction > 1", lambda: lab(network=roce(minLinkFraction=1.5)), "network.roce.minLinkFraction",
+     "less than or equal to 1"),
+    ("roce with socketIfname", lambda: lab(network=roce(), training={"image": IMAGE, "nccl": {"socketIfname": "eth0"}}),
+     "training.nccl.socketIfname", "uses net1"),
+    ("roce without image", lambda: lab(network=roce()), "training.image", "RDMA exporter and link test"),
 ]
 
 
