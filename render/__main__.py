@@ -45,8 +45,9 @@ import yaml
 from config import ConfigError
 from render import program, update
 
-# Releases and kustomize directories are bundles expanded by the provider, not objects themselves.
-NOT_OBJECTS = ("kubernetes:helm.sh/", "pulumi:providers:", "kubernetes:kustomize/")
+# Releases, charts, kustomize directories and manifest files are bundles the provider expands,
+# not objects themselves.
+NOT_OBJECTS = ("kubernetes:helm.sh/", "pulumi:providers:", "kubernetes:kustomize/", "kubernetes:yaml/")
 
 
 def _urn_name(urn: str) -> str:
@@ -151,7 +152,7 @@ def write(plan: program.Plan, out: Path, verdict: str = "", update_section: str 
         md = obj["metadata"]
         fname = _safe(f"{obj.get('kind', 'Object').lower()}-{md.get('namespace', 'cluster')}-{md['name']}.yaml")
         put(out / "kubernetes" / fname, yaml.safe_dump(obj, sort_keys=False))
-    releases = plan.of_type("kubernetes:helm.sh/v3:Release")
+    releases = plan.of_type("kubernetes:helm.sh/v3:Release") + plan.of_type("kubernetes:helm.sh/v4:Chart")
     for r in releases:
         put(out / "helm" / _safe(f"{r.inputs.get('name', r.name)}.yaml"), yaml.safe_dump(r.inputs, sort_keys=False))
     # Every PrometheusRule's groups as one plain Prometheus rule file (for `promtool check/test rules`).

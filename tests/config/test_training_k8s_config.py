@@ -239,6 +239,8 @@ def test_readme_lists_every_new_key():
     for key in ("training.enabled", "training.launcher", "training.image", "training.nodes", "training.gpusPerNode",
                 "training.maxRestarts", "training.backoffLimitPerIndex", "training.shmSize", "training.nccl.debug",
                 "training.nccl.socketIfname", "acceptance.nccl", "acceptance.minBusbwFraction", "acceptance.maxBytes",
-                "network.linkGbps", "network.rdma", "storage.size", "storage.nfs", "storage.provision",
+                "network.linkGbps", "network.rdma", "network.roce.interface", "network.roce.pciAddress",
+                "network.roce.hca", "network.roce.driver", "network.roce.gidIndex", "network.roce.range",
+                "network.roce.ncclEnv", "network.roce.minLinkFraction", "storage.size", "storage.nfs", "storage.provision",
                 "storage.exportPath", "storage.hostPath", "storage.useDefaultClass"):
         assert f"| `{key}`" in readme, key

@@ -44,8 +44,9 @@ from config import ConfigError
 from config.training import Launcher, TrainingConfig
 from render import program
 from render.__main__ import kubernetes_objects
-from stacks.addons import ACCEPTANCE_JOB, TRAINING_JOB, acceptance_args
+from stacks.addons import ACCEPTANCE_JOB, RDMA_LINK_JOB, TRAINING_JOB, acceptance_args
 from tests.conftest import PROJECT_DIR, SEED_002_ROCE
+from tests.monitoring_crd_schema import is_custom_resource, validate_custom_resource
 
 IMAGE = "registry.example.com/gpu-cluster/trainer:0.1.0"
 JOB = "kubernetes:batch/v1:Job"
@@ -133,6 +134,12 @@ def jobs_of(case: str) -> list[str]:
     return [name for name, on in ((ACCEPTANCE_JOB, acc.get("nccl")), (TRAINING_JOB, t.get("enabled"))) if on]
 
 
+def rdma_case(case: str) -> bool:
+    """network.roce: an RDMA link test (always an Indexed Job: tests/stacks/test_rdma_network.py)."""
+    stack, overrides = CASES[case]
+    return "roce" in json.loads(_with(stack, **overrides)[0].get("gpu-cluster:network", "{}"))
+
+
 # ---------------------------------------------------------------------------------------------
 # validity
 
@@ -146,11 +153,14 @@ def _training_params() -> list[Any]:
 
 
 @pytest.mark.parametrize(("case", "index"), _training_params())
-def test_object_valid_for_every_supported_minor(case: str, index: int, pytorchjob_schema) -> None:
+def test_object_valid_for_every_supported_minor(case: str, index: int, pytorchjob_schema, upstream_dir) -> None:
     obj = training_objects(case)[index]
     if obj["kind"] == "PyTorchJob":
         errors = sorted(e.message for e in pytorchjob_schema.iter_errors(obj))
         assert errors == [], errors
+        return
+    if is_custom_resource(obj):  # NetworkAttachmentDefinition, ServiceMonitor, PodMonitor (network.roce)
+        validate_custom_resource(obj, upstream_dir)
         return
     for minor in versions.KUBERNETES_SUPPORTED_MINORS:
         used = kubernetes_validate.validate(obj, minor, strict=True)
@@ -366,13 +376,15 @@ def test_training_operator_pin_matches_upstream_notes(upstream_dir: Path) -> Non
 def test_pods_resources_shm_claim_nccl(case: str) -> None:
     stack, overrides = CASES[case]
     t = json.loads(_with(stack, **overrides)[0]["gpu-cluster:training"])
+    rdma = "roce" in overrides.get("network", {})  # network.roce: the RDMA device and IPC_LOCK too
     for name in jobs_of(case):
         for template in pod_specs(job_object(case, name)):
             pod = template["spec"]
             (container,) = pod["containers"]
             assert container["image"] == IMAGE
             res = container["resources"]
-            assert res["limits"] == {"nvidia.com/gpu": 1, "cpu": t["cpuLimit"], "memory": t["memoryLimit"]}
+            assert res["limits"] == {"nvidia.com/gpu": 1, "cpu": t["cpuLimit"], "memory": t["memoryLimit"],
+                                     **({"rdma/roce": 1} if rdma else {})}
             assert res["requests"] == {"cpu": t["cpuRequest"], "memory": t["memoryRequest"]}
             assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
             anti = pod["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
@@ -387,7 +399,8 @@ def test_pods_resources_shm_claim_nccl(case: str) -> None:
                 assert m["subPath"] == sub_path
                 assert volumes[m["name"]]["persistentVolumeClaim"] == {"claimName": CLAIM_NAME}
             assert env_of(container)["NCCL_DEBUG"] == t.get("nccl", {}).get("debug", "WARN")
-            assert container["securityContext"] == {"allowPrivilegeEscalation": False}
+            assert container["securityContext"] == {"allowPrivilegeEscalation": False, **(
+                {"capabilities": {"add": ["IPC_LOCK"]}} if rdma else {})}
             assert not pod.get("hostNetwork") and "privileged" not in container["securityContext"]
 
 
@@ -418,7 +431,7 @@ def test_jobs_depend_on_gate_claim_and_policies(case: str) -> None:
                 if r.inputs["metadata"]["name"] == CLAIM_NAME]
     (policies,) = p.of_type("gpucluster:training:NamespacePolicies")
     jobs = {r.name: r for r in p.of_type(TRAINING_JOB_TYPE)}
-    assert sorted(jobs) == sorted(jobs_of(case))
+    assert sorted(jobs) == sorted(jobs_of(case) + ([RDMA_LINK_JOB] if rdma_case(case) else []))
     for job in jobs.values():
         assert depends_on(p, job, policies)
         if case == "lab-gate-disabled":
@@ -684,7 +697,9 @@ def test_dev_host_path_and_default_class() -> None:
 def test_training_namespace_once_with_baseline_pod_security() -> None:
     for case in CASES:
         (ns,) = [o for o in objects(case) if o["kind"] == "Namespace" and o["metadata"]["name"] == TRAINING_NAMESPACE]
-        assert ns["metadata"]["labels"] == {"pod-security.kubernetes.io/enforce": "baseline"}
+        # network.roce: IPC_LOCK is outside baseline's capabilities; privileged is the lowest that admits it
+        level = "privileged" if rdma_case(case) else "baseline"
+        assert ns["metadata"]["labels"] == {"pod-security.kubernetes.io/enforce": level}
 
 
 def test_no_training_layer_when_nothing_is_configured() -> None:
