@@ -13,7 +13,7 @@ from config.addons import Addons
 from config.fields import quantity_value
 from config.lab import NfsExport
 from config.training import RDMA_MIN_BUSBW_FRACTION, SOCKET_MIN_BUSBW_FRACTION, Launcher, NcclDebug
-from tests.conftest import PROJECT_DIR, SEED_002_ROCE, host, lab_raw
+from tests.conftest import PROJECT_DIR, host, lab_raw
 
 IMAGE = "registry.example.com/gpu-cluster/trainer:0.1.0"
 DIGEST = "registry.example.com/trainer@sha256:" + "a" * 64
