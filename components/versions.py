@@ -70,6 +70,15 @@ CUDA_VECTORADD_IMAGE = "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0"
 
 # The training workload image's base (workloads/Dockerfile's FROM; a test keeps them equal).
 TRAINING_BASE_IMAGE = "nvcr.io/nvidia/pytorch:25.06-py3"
+# What workloads/Dockerfile adds to that base (Ubuntu 24.04; versions from noble-updates and noble
+# universe, packages.ubuntu.com): rping and ib_write_bw for the RDMA link test, the Prometheus
+# client of the RDMA exporter. A test keeps the Dockerfile's pins equal to these.
+WORKLOAD_IMAGE_APT = {
+    "ibverbs-utils": "50.0-2ubuntu0.2",
+    "rdmacm-utils": "50.0-2ubuntu0.2",
+    "perftest": "24.01.0+0.38-1build2",
+}
+WORKLOAD_IMAGE_PIP = {"prometheus-client": "0.26.0"}
 
 # Shared storage on lab: the NFS CSI driver chart (its images are pinned by the chart version).
 CSI_DRIVER_NFS_CHART = "csi-driver-nfs"

@@ -295,6 +295,14 @@ def test_launch_script_passes_shellcheck(tmp_path):
         assert proc.returncode == 0, proc.stdout
 
 
+def test_dockerfile_pins_the_packages_versions_lists():
+    text = (WORKLOADS / "Dockerfile").read_text()
+    apt = dict(re.findall(r"^\s+([a-z0-9.+-]+)=([0-9][A-Za-z0-9.+~:-]*) \\$", text, flags=re.M))
+    assert apt == versions.WORKLOAD_IMAGE_APT
+    (pins,) = re.findall(r"pip install --no-cache-dir (.+)$", text, flags=re.M)
+    assert dict(pin.split("==") for pin in pins.split()) == versions.WORKLOAD_IMAGE_PIP
+
+
 def test_dockerfile_base_image_is_the_pinned_one():
     froms = re.findall(r"^FROM\s+(\S+)", (WORKLOADS / "Dockerfile").read_text(), flags=re.M)
     assert froms == [versions.TRAINING_BASE_IMAGE]
