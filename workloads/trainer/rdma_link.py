@@ -111,7 +111,7 @@ def verdict(bw_gbps: float | None, *, link_gbps: float, min_fraction: float, rpi
         raise ValueError(f"need link_gbps > 0 and min_fraction in (0, 1], got {link_gbps} and {min_fraction}")
     why = list(reasons)
     fraction = bw_gbps / link_gbps if bw_gbps is not None else None
-    if not rping_ok:
+    if not rping_ok and not why:
         why.append("rping failed")
     if bw_gbps is None:
         why.append("no BW average[Gb/sec] in ib_write_bw's output")
