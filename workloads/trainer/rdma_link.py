@@ -259,10 +259,20 @@ class _ConfigProblem(Exception):
     """A configuration error found during the run (either pod's interface): both pods exit 3."""
 
 
+def listen(port: int) -> socket.socket:
+    """All addresses, IPv6 and IPv4 where the pod network has both (MASTER_ADDR may be either)."""
+    if socket.has_dualstack_ipv6():
+        try:
+            return socket.create_server(("", port), family=socket.AF_INET6, dualstack_ipv6=True)
+        except OSError:
+            pass
+    return socket.create_server(("", port))
+
+
 def serve(args: argparse.Namespace, workdir: Path) -> tuple[Verdict, dict]:
     ip = interface_ipv4(args.interface)
     extra: dict = {"role": "server", "server_address": ip, "interface": args.interface}
-    with socket.create_server(("", args.port)) as listener:
+    with listen(args.port) as listener:
         listener.settimeout(args.connect_timeout)
         tools: list[Tool] = []
         if ip is not None:
@@ -279,7 +289,7 @@ def serve(args: argparse.Namespace, workdir: Path) -> tuple[Verdict, dict]:
                 return verdict(None, link_gbps=args.link_gbps, min_fraction=args.min_fraction, rping_ok=False,
                                reasons=[f"no client within {args.connect_timeout:.0f} s on port {args.port}"]), extra
             with conn:
-                extra["client"] = peer[0]
+                extra["client"] = peer[0].removeprefix("::ffff:")
                 if ip is None:
                     reason = f"server: {interface_problem(args)}"
                     _send(conn, {"error": reason})
