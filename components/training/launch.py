@@ -35,13 +35,16 @@ RDZV_PORT = 29500
 TRAINER_MODULE = "trainer.train"
 BENCH_MODULE = "trainer.allreduce_bench"
 
-# Mirrors workloads/trainer (EXIT_CONFIG_ERROR and trainer.nccl's verdict codes); a test keeps
-# them equal. Retrying cannot change any of them, so the Job fails on them at once.
+# Mirrors workloads/trainer (EXIT_CONFIG_ERROR, trainer.nccl's and trainer.rdma_link's verdict
+# codes); a test keeps them equal. Retrying cannot change any of them, so the Job fails on them at once.
 EXIT_CONFIG_ERROR = 3
 EXIT_LOW_BUSBW = 10
 EXIT_SOCKET_FALLBACK = 11
 EXIT_NO_TRANSPORT_INFO = 12
-FATAL_EXIT_CODES = frozenset({EXIT_CONFIG_ERROR, EXIT_LOW_BUSBW, EXIT_SOCKET_FALLBACK, EXIT_NO_TRANSPORT_INFO})
+EXIT_RDMA_BELOW_FRACTION = 13  # rdma_link: ib_write_bw's average below the link fraction
+EXIT_RDMA_TOOL_FAILED = 14  # rdma_link: rping or ib_write_bw failed, or no result
+FATAL_EXIT_CODES = frozenset({EXIT_CONFIG_ERROR, EXIT_LOW_BUSBW, EXIT_SOCKET_FALLBACK, EXIT_NO_TRANSPORT_INFO,
+                              EXIT_RDMA_BELOW_FRACTION, EXIT_RDMA_TOOL_FAILED})
 
 # The env var holding this pod's node rank, per launcher.
 NODE_RANK_VAR = {"indexed-job": "JOB_COMPLETION_INDEX", "pytorchjob": "RANK"}

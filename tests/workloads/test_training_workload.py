@@ -21,7 +21,7 @@ if str(WORKLOADS) not in sys.path:
     sys.path.insert(0, str(WORKLOADS))
 
 import trainer  # noqa: E402
-from trainer import allreduce_bench, nccl  # noqa: E402
+from trainer import allreduce_bench, nccl, rdma_link  # noqa: E402
 from trainer import train as trainer_train  # noqa: E402
 
 SEED_002 = PROJECT.parent / "shared" / "seeds" / "002_8bd1413468bb1312.txt"
@@ -216,7 +216,9 @@ def test_exit_codes_agree_between_launch_and_the_workload():
     assert launch.EXIT_CONFIG_ERROR == trainer.EXIT_CONFIG_ERROR
     assert (launch.EXIT_LOW_BUSBW, launch.EXIT_SOCKET_FALLBACK, launch.EXIT_NO_TRANSPORT_INFO) == (
         nccl.EXIT_LOW_BUSBW, nccl.EXIT_SOCKET_FALLBACK, nccl.EXIT_NO_TRANSPORT_INFO)
-    assert launch.FATAL_EXIT_CODES == {3, 10, 11, 12}
+    assert (launch.EXIT_RDMA_BELOW_FRACTION, launch.EXIT_RDMA_TOOL_FAILED) == (
+        rdma_link.EXIT_LINK_BELOW_FRACTION, rdma_link.EXIT_LINK_TOOL_FAILED)
+    assert launch.FATAL_EXIT_CODES == {3, 10, 11, 12, 13, 14}
     # none is a code torchrun, a shell or a signal uses
     assert all(1 < c < 126 for c in launch.FATAL_EXIT_CODES)
 
