@@ -120,3 +120,22 @@ WHEREABOUTS_IMAGE_TAG = "v0.9.4"
 RDMA_CNI_IMAGE = "ghcr.io/k8snetworkplumbingwg/rdma-cni:v1.6.0"
 # The RDMA shared device plugin: /dev/infiniband/* for pods asking for its resource (no privileged pods).
 RDMA_SHARED_DEVICE_PLUGIN_IMAGE = "ghcr.io/mellanox/k8s-rdma-shared-dev-plugin:v1.5.3"
+
+# Lab GPU hosts with network.rdma and network.roce (node prep): the RDMA userspace from Ubuntu 22.04
+# (jammy) itself, installed at these versions and held like the kube packages. Both sources have
+# one version in jammy and none in jammy-updates or jammy-security (packages.ubuntu.com, jammy:
+# rdma-core 39.0-1, perftest 4.4+0.37-1); ibverbs-utils and perftest are in universe.
+#   rdma-core          udev rules and units that load the RDMA kernel modules at boot
+#   ibverbs-providers  the userspace verbs drivers (libirdma for the E810, libmlx5 for ConnectX)
+#   ibverbs-utils      ibv_devinfo, ibv_devices: what the host's RDMA devices and GIDs are
+#   perftest           ib_write_bw and friends: the link test of seed 002
+# infiniband-diags (ibstat, ibnetdiscover) is left out: it queries an InfiniBand subnet manager,
+# which RoCE has none of. The `rdma` tool itself is iproute2's, part of every Ubuntu install.
+RDMA_CORE_JAMMY = "39.0-1"
+PERFTEST_JAMMY = "4.4+0.37-1"
+ROCE_HOST_PACKAGES = (
+    ("rdma-core", RDMA_CORE_JAMMY),
+    ("ibverbs-providers", RDMA_CORE_JAMMY),
+    ("ibverbs-utils", RDMA_CORE_JAMMY),
+    ("perftest", PERFTEST_JAMMY),
+)

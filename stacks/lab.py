@@ -21,7 +21,7 @@ from components.lab.control_plane import ControlPlane, ControlPlaneArgs
 from components.lab.kubeadm import KubeadmSettings
 from components.lab.nfs_storage import NfsServerArgs, NfsSharedStorage, NfsSharedStorageArgs
 from components.lab.node_join import Membership, MembershipArgs, NodeJoin, NodeJoinArgs, join_token_id
-from components.lab.node_prep import HostSoftware, NodePrep, NodePrepArgs
+from components.lab.node_prep import HostSoftware, NodePrep, NodePrepArgs, RoceHost
 from components.lab.upgrade import UpgradePolicy
 from components.training_namespace import training_namespace
 from config import ConfigError, LabStack, StackSecrets
@@ -48,7 +48,16 @@ def host_software(cfg: LabStack) -> HostSoftware:
         nvidia_driver=cfg.nvidia_driver,
         install_driver=cfg.host_installs_driver,
         host_toolkit=cfg.gpu.stack is GpuStack.DEVICE_PLUGIN,
+        roce=roce_host(cfg),
     )
+
+
+def roce_host(cfg: LabStack) -> RoceHost | None:
+    """network.rdma with network.roce: the NIC node prep readies on every GPU host."""
+    roce = cfg.network.roce
+    if not cfg.network.rdma or roce is None:
+        return None
+    return RoceHost(interface=roce.interface, pci_address=roce.pci_address, hca=roce.hca, driver=roce.driver)
 
 
 def upgrade_policy(cfg: LabStack) -> UpgradePolicy:

@@ -8,12 +8,16 @@
                                          SSH host keys, which no script needs) with an Ubuntu
                                          22.04 os-release and, if given, a test fstab
   root/tmp                               TMPDIR of the scripts (mktemp)
+  root/sys, root/opt                     with HostSim(hardware=True) only: bind-mounted over /sys
+                                         and /opt, empty until a test adds a NIC (add_pci_nic)
+                                         or a file (add_file); not compared by snapshot()
   sim/bin                                stand-ins for every tool that touches packages, the
                                          kernel or services (first on PATH); kubectl is
                                          tests/fake_kubectl.py, a small API server in a file
   sim/calls.log                          one record per stand-in call: its name and argv
   sim/state                              what the stand-ins remember (installed packages, holds,
-                                         loaded modules, GPU count; k8s.json: nodes and ConfigMaps)
+                                         loaded modules, GPU count, the RDMA netns mode;
+                                         k8s.json: nodes and ConfigMaps)
 
 `root` holds the trees the scripts may write (compared by `snapshot()`); `sim` is outside them.
 `run(command)` runs a command line the way the SSH session would (`bash -c <command>`), so the
@@ -41,7 +45,7 @@ TIMEOUT = 60  # seconds, per command
 STAND_INS = (
     "apt-get", "apt-mark", "dpkg-query", "dpkg", "modprobe", "sysctl", "swapoff", "swapon",
     "systemctl", "systemd-run", "update-initramfs", "nvidia-smi", "nvidia-ctk", "containerd",
-    "curl", "gpg", "lsmod", "kubeadm", "kubectl", "openssl", "sudo", "reboot", "sleep",
+    "curl", "gpg", "lsmod", "kubeadm", "kubectl", "openssl", "sudo", "reboot", "sleep", "rdma",
 )
 
 # Trees under `root` that are bind-mounted over the host's (real path -> directory name).
@@ -148,6 +152,31 @@ dpkg-query)
   ;;
 dpkg)
   case "$*" in *--print-architecture*) echo amd64 ;; esac
+  if [ "${1:-}" = -S ]; then
+    # The CNI plugins under /opt/cni/bin belong to kubernetes-cni once that is installed.
+    case ${2:-} in
+      /opt/cni/bin/*)
+        if [ -f "$PKGS/kubernetes-cni" ]; then echo "kubernetes-cni: $2"; exit 0; fi ;;
+    esac
+    echo "dpkg-query: no path found matching pattern ${2:-}" >&2
+    exit 1
+  fi
+  ;;
+rdma)
+  # iproute2's rdma: the subsystem's netns mode in state/rdma-netns; with state/rdma-netns-busy
+  # the kernel refuses to change it (other network namespaces exist).
+  mode=$(cat "$STATE/rdma-netns" 2>/dev/null || echo shared)
+  case "$*" in
+    "system show"|"system") echo "netns $mode copy-on-fork on" ;;
+    "system set netns exclusive"|"system set netns shared")
+      if [ -f "$STATE/rdma-netns-busy" ]; then
+        echo "error: Device or resource busy" >&2
+        exit 1
+      fi
+      echo "$4" >"$STATE/rdma-netns"
+      ;;
+    *) echo "rdma stand-in: unsupported: $*" >&2; exit 1 ;;
+  esac
   ;;
 modprobe)
   for m in "$@"; do
@@ -298,6 +327,12 @@ root=$1 sim=$2 line=$3
 mount --bind "$root/etc" /etc
 mount --bind "$root/var_lib" /var/lib
 mount --bind "$root/var_log" /var/log
+# A simulated machine's /sys and /opt, where the test gave it some (HostSim(hardware=True)).
+for tree in sys opt; do
+  if [ -d "$root/$tree" ]; then
+    mount --bind "$root/$tree" "/$tree"
+  fi
+done
 export PATH="$sim/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 hash -r
 for tool in @STAND_INS@; do
@@ -367,9 +402,14 @@ def _copy_etc(dst: Path) -> None:
 
 
 class HostSim:
-    def __init__(self, base: Path, fstab: str | None = None, gpus: int = 2, real_tools: tuple[str, ...] = ()):
+    def __init__(
+        self, base: Path, fstab: str | None = None, gpus: int = 2, real_tools: tuple[str, ...] = (),
+        hardware: bool = False,
+    ):
         """`real_tools`: stand-ins left out, so the host's own tool runs (e.g. openssl, to hash a
-        real certificate); only tools that write nothing outside the isolated trees belong here."""
+        real certificate); only tools that write nothing outside the isolated trees belong here.
+        `hardware`: the host gets its own, empty /sys and /opt (root/sys, root/opt), to be filled
+        with add_pci_nic() and the like."""
         unknown = set(real_tools) - set(STAND_INS)
         if unknown:
             raise ValueError(f"not stand-ins: {sorted(unknown)}")
@@ -382,6 +422,9 @@ class HostSim:
         self.log = self.sim / "calls.log"
         for d in (self.bin, self.state / "pkgs", self.root / "var_lib", self.root / "var_log", self.root / "tmp"):
             d.mkdir(parents=True)
+        if hardware:
+            (self.root / "sys").mkdir()
+            (self.root / "opt").mkdir()
         self.log.touch()
         _copy_etc(self.root / "etc")
         etc = self.root / "etc"
@@ -455,6 +498,46 @@ class HostSim:
         state = self.k8s()
         state[name] = on
         self._save_k8s(state)
+
+    def add_pci_nic(self, interface: str | None, pci: str, driver: str | None, hca: str | None, ports: int = 1) -> None:
+        """A NIC in the simulated /sys as the kernel lays it out: the PCI device under
+        devices/pci0000:00/, /sys/bus/pci/devices/<pci> a link to it, its driver a link into
+        bus/pci/drivers, its netdev (if any) under net/ with /sys/class/net/<if> a link to that,
+        and its RDMA device (if any) under infiniband/<hca> with `ports` ports. None: left out
+        (not bound, or in another network namespace)."""
+        sys = self.root / "sys"
+        if not sys.is_dir():
+            raise ValueError("HostSim(hardware=True) has a /sys")
+        dev = sys / "devices" / "pci0000:00" / pci
+        dev.mkdir(parents=True)
+        (dev / "vendor").write_text("0x8086\n")
+        bus = sys / "bus" / "pci" / "devices"
+        bus.mkdir(parents=True, exist_ok=True)
+        (bus / pci).symlink_to(f"../../../devices/pci0000:00/{pci}")
+        if driver is not None:
+            (sys / "bus" / "pci" / "drivers" / driver).mkdir(parents=True, exist_ok=True)
+            (dev / "driver").symlink_to(f"../../../bus/pci/drivers/{driver}")
+        if interface is not None:
+            (dev / "net" / interface).mkdir(parents=True)
+            (dev / "net" / interface / "device").symlink_to("../../../" + pci)
+            cls = sys / "class" / "net"
+            cls.mkdir(parents=True, exist_ok=True)
+            (cls / interface).symlink_to(f"../../devices/pci0000:00/{pci}/net/{interface}")
+        if hca is not None:
+            (dev / "infiniband" / hca / "ports").mkdir(parents=True)
+            for port in range(1, ports + 1):
+                (dev / "infiniband" / hca / "ports" / str(port)).mkdir()
+
+    def add_file(self, real: str, text: str = "", mode: int = 0o755) -> None:
+        """A file of the simulated /opt or /sys (HostSim(hardware=True)), e.g. a CNI plugin."""
+        for tree in ("opt", "sys"):
+            if real.startswith(f"/{tree}/"):
+                path = self.root / tree / real[len(tree) + 2:]
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(text)
+                path.chmod(mode)
+                return
+        raise ValueError(f"{real} is not under /opt or /sys")
 
     def installed(self) -> dict[str, str]:
         return {p.name: p.read_text().strip() for p in (self.state / "pkgs").iterdir()}

@@ -2,6 +2,7 @@
 
 Steps (each a remote.Command with create and delete, scripts in `scripts.py`), ONE chain per host:
   kernel -> [GPU: nvidia-driver -> driver-ready] -> [nvidia-toolkit] -> containerd -> kube-packages
+  -> [GPU with network.roce: rdma -> rdma-ready]
 Every step that installs packages runs after the previous one, so no two steps on a host contend
 for the apt/dpkg lock and the driver step's reboot never interrupts another step's dpkg run
 (the scripts also wait up to 5 minutes for a lock someone else, e.g. unattended-upgrades, holds).
@@ -17,6 +18,22 @@ reboots (driver-ready waits and uncordons), that of a worker leaves it to the wo
 upgrade (NodeJoin's join step). Steps without one (kernel, toolkit, containerd) run their create again. Renaming a host is a remove plus an add, in two `pulumi up` runs (README, lab step
 6): within one run Pulumi would create the new name's steps before deleting the old name's, and
 those deletes would purge from the live host what the new steps had just installed.
+
+RDMA (network.rdma with network.roce, GPU hosts only; seed 002): `rdma` checks the NIC against the
+config (interface -> PCI address -> driver -> RDMA device with a port) and that the host-device CNI
+plugin is there (from kubernetes-cni, which kubelet depends on), pins the RDMA userspace
+(versions.ROCE_HOST_PACKAGES), writes `options ib_core netns_mode=0` and puts the RDMA subsystem
+in exclusive network-namespace mode, which the rdma CNI needs to move a device into a pod: at once
+if the kernel allows (it refuses while other network namespaces exist), else by a reboot as the
+driver step's; `rdma-ready` dials through it and checks the mode and the NIC again. A host that
+has already joined is not rebooted: the step fails and says how to reboot it drained. Its delete
+removes the option and returns to shared mode now, or at the next boot when the kernel refuses
+(it does not reboot). A change of network.roce or of the pinned versions is an update; neither
+step has an `update` command, so each whose script changed runs its create again: the NIC checked
+with the new values, the packages moved to the new pins; removing network.roce (or network.rdma)
+deletes both steps. While a training pod holds the NIC (host-device and the
+rdma CNI move the netdev and the RDMA device out of the host's namespace) the check cannot see it
+and fails, saying to drain the node first.
 
 Does not manage: the OS itself, apt mirrors, firewalls, or removing the NVIDIA driver on destroy
 (the hold is released; the driver stays, see scripts.nvidia_driver_delete).
@@ -36,6 +53,16 @@ from config.lab import Bastion, Host, NvidiaDriver, Role
 
 
 @dataclass(frozen=True)
+class RoceHost:
+    """The RoCE NIC of every GPU host (network.roce): what node prep checks and prepares."""
+
+    interface: str  # host netdev, e.g. ens192
+    pci_address: str  # sysfs form, 0000:3b:00.0
+    hca: str  # its RDMA device, e.g. irdma0
+    driver: str  # the netdev's kernel driver, e.g. ice
+
+
+@dataclass(frozen=True)
 class HostSoftware:
     """What NodePrep installs on every host (stacks/lab.py fills it from the lab config)."""
 
@@ -48,6 +75,8 @@ class HostSoftware:
     # GPU hosts: the NVIDIA container toolkit as containerd's default runtime (device-plugin path;
     # with the GPU Operator its toolkit container adds the runtime).
     host_toolkit: bool
+    # GPU hosts with network.rdma: the RoCE NIC moved into training pods (None: no RDMA steps).
+    roce: RoceHost | None = None
 
     @property
     def kubernetes_minor(self) -> str:
@@ -158,6 +187,22 @@ class NodePrep(pulumi.ComponentResource):
                 sw.kubernetes_version, sw.kubernetes_minor, versions.KUBE_PACKAGE_REVISION
             ),
         )
+        if host.is_gpu and sw.roce is not None:
+            nic = (host.name, sw.roce.interface, sw.roce.pci_address, sw.roce.hca, sw.roce.driver)
+            last = step(
+                "rdma",
+                scripts.roce_host(*nic, versions.ROCE_HOST_PACKAGES),
+                scripts.roce_host_delete(versions.ROCE_HOST_PACKAGES),
+                [last],
+            )
+            # A check with nothing to undo; it keeps dialing while the host reboots into exclusive mode.
+            last = step(
+                "rdma-ready",
+                scripts.roce_ready(*nic),
+                None,
+                [last],
+                connection=ssh.connection(host, args.private_key, args.bastion, survive_reboot=True),
+            )
         # The end of the chain: everything on this host is prepared once it is done.
         self.done = [last]
         self.register_outputs({"host": host.name, "gpu": host.is_gpu})

@@ -344,6 +344,212 @@ def kube_packages_delete() -> str:
 
 
 # --------------------------------------------------------------------------------------------
+# node prep, GPU hosts with network.roce: the RDMA NIC training pods get (seed 002)
+
+ROCE_MODPROBE = "/etc/modprobe.d/gpu-cluster-rdma-exclusive.conf"
+_ROCE_MARKER = "$STATE_DIR/rdma-packages.installed-by-gpu-cluster"
+HOST_DEVICE_CNI = "/opt/cni/bin/host-device"
+# roce_ready: how long a rebooted host has to load its RDMA driver (30 x 5 s).
+ROCE_READY_TRIES = 30
+
+# Shell functions over the NIC's sysfs entries. The PCI device directory is always visible; the
+# netdev (net/) and the RDMA device (infiniband/) only in the network namespace that holds them.
+_ROCE_NIC = r"""
+# fail MESSAGE: exit 1 naming the host and the interface.
+fail() {
+  echo "$host: network.roce interface $iface: $*" >&2
+  exit 1
+}
+
+# names DIR: the entries of DIR, space separated ('none' if it has none or does not exist).
+names() {
+  local out
+  out=$(find "$1" -mindepth 1 -maxdepth 1 -printf '%f ' 2>/dev/null || true)
+  out=${out% }
+  printf '%s\n' "${out:-none}"
+}
+
+# nic_ok: whether the NIC is what network.roce says; if not, `problem` says what was found.
+nic_ok() {
+  local dev=/sys/bus/pci/devices/$pci net=/sys/class/net/$iface have
+  problem=
+  if [ -e "$net" ]; then
+    if [ ! -e "$net/device" ]; then
+      problem="is not a PCI device's interface (network.roce.pciAddress is $pci)"
+    elif have=$(basename "$(readlink -f "$net/device")") && [ "$have" != "$pci" ]; then
+      problem="is PCI device $have, not $pci (network.roce.pciAddress)"
+    fi
+  elif [ ! -e "$dev" ]; then
+    problem="not found, and there is no PCI device $pci (network.roce.pciAddress)"
+  elif [ "$(names "$dev/net")" != none ]; then
+    problem="not found; PCI device $pci has $(names "$dev/net") (network.roce.interface)"
+  else
+    problem="not in the host's network namespace, and PCI device $pci shows no interface: a training pod may hold it (host-device moves it in as net1); drain the node and run pulumi up again"
+  fi
+  if [ -n "$problem" ]; then
+    return 1
+  fi
+  if [ ! -e "$dev/driver" ]; then
+    problem="PCI device $pci has no driver bound (network.roce.driver is $driver)"
+  elif have=$(basename "$(readlink -f "$dev/driver")") && [ "$have" != "$driver" ]; then
+    problem="PCI device $pci is driven by $have, not $driver (network.roce.driver)"
+  elif [ ! -d "$dev/infiniband/$hca" ]; then
+    problem="PCI device $pci has no RDMA device $hca (network.roce.hca), it has: $(names "$dev/infiniband") (is its RDMA driver loaded? irdma for ice, mlx5_ib for mlx5_core)"
+  elif [ "$(names "$dev/infiniband/$hca/ports")" = none ]; then
+    problem="RDMA device $hca of PCI device $pci has no port"
+  fi
+  [ -z "$problem" ]
+}
+
+# netns_mode: the RDMA subsystem's network-namespace mode, shared or exclusive ('' if unknown).
+netns_mode() {
+  local out
+  out=$(rdma system show 2>/dev/null || true)
+  sed -n 's/^netns \([a-z]*\).*/\1/p' <<<"$out" | head -n 1
+}
+"""
+
+
+def _roce_vars(host: str, interface: str, pci_address: str, hca: str, driver: str) -> str:
+    values = {"host": host, "iface": interface, "pci": pci_address, "hca": hca, "driver": driver}
+    return "\n".join(f"{k}={shlex.quote(v)}" for k, v in values.items())
+
+
+def roce_host(
+    host: str, interface: str, pci_address: str, hca: str, driver: str, packages: tuple[tuple[str, str], ...]
+) -> str:
+    """A GPU host's RDMA step: the NIC checked against network.roce, the host-device CNI plugin
+    found, the RDMA userspace pinned, and the RDMA subsystem in exclusive network-namespace mode
+    (the rdma CNI can move a device only then): now if the kernel allows, else at a reboot, as the
+    driver step reboots (roce_ready, the next step, waits for it). A host that has joined a cluster
+    is never rebooted here: it may run pods; the step fails saying how to reboot it drained."""
+    specs = " ".join(f"{p}={v}" for p, v in packages)
+    names = " ".join(p for p, _ in packages)
+    return _script(
+        rf"""
+        {_embed(_roce_vars(host, interface, pci_address, hca, driver))}
+        {_embed(_ROCE_NIC)}
+        nic_ok || fail "$problem"
+        echo "$host: $iface is PCI device $pci ($driver) with RDMA device $hca"
+        # Multus hands the pods' network to host-device: kubernetes-cni, which the kubelet package
+        # depends on, puts it in /opt/cni/bin.
+        cni={HOST_DEVICE_CNI}
+        if [ ! -x "$cni" ]; then
+          echo "$host: $cni is missing; it comes with the kubernetes-cni package, which the kubelet package (kube-packages step) depends on" >&2
+          exit 1
+        fi
+        owner=$(dpkg -S "$cni" 2>/dev/null || true)
+        owner=${{owner%%:*}}
+        if [ -n "$owner" ]; then
+          echo "$host: $cni from $owner $(dpkg-query -W -f='${{Version}}' "$owner" 2>/dev/null || true)"
+        else
+          echo "$host: $cni is not from a package"
+        fi
+        # Packages absent before the first run are noted: the delete purges only those.
+        new=()
+        for pkg in {names}; do
+          if [ "$(dpkg-query -W -f='${{Status}}' "$pkg" 2>/dev/null || true)" != "install ok installed" ]; then
+            new+=("$pkg")
+          fi
+        done
+        if [ "${{#new[@]}}" -gt 0 ]; then
+          mine=$({{ cat "{_ROCE_MARKER}" 2>/dev/null || true; printf '%s\n' "${{new[@]}}"; }} | sort -u)
+          put_file "{_ROCE_MARKER}" 0644 <<<"$mine" || true
+        fi
+        apt_pin {specs}
+        # ib_core reads netns_mode when it loads, possibly from the initramfs: 0 is exclusive.
+        if put_file {ROCE_MODPROBE} 0644 <<'EOF'; then
+        # gpu-cluster (network.roce): RDMA devices in exclusive network-namespace mode, so that the
+        # rdma CNI can move one into a training pod's namespace
+        options ib_core netns_mode=0
+        EOF
+          update-initramfs -u
+        fi
+        if [ "$(netns_mode)" = exclusive ]; then
+          echo "$host: RDMA subsystem in exclusive mode"
+          exit 0
+        fi
+        # The kernel refuses (EBUSY) while any network namespace besides the host's exists.
+        if err=$(rdma system set netns exclusive 2>&1); then
+          echo "$host: RDMA subsystem switched to exclusive mode"
+          exit 0
+        fi
+        if [ -f /etc/kubernetes/kubelet.conf ]; then
+          echo "$host: the kernel refuses exclusive RDMA mode now (${{err:-busy}}) and this node has joined the cluster: drain it (kubectl drain $host --ignore-daemonsets --delete-emptydir-data), reboot it, uncordon it and run pulumi up again ({ROCE_MODPROBE} sets the mode at boot)" >&2
+          exit 1
+        fi
+        # Reboot as the driver step does: refuse new SSH sessions first, so the next step cannot
+        # connect before the reboot, then reboot in a few seconds (once per boot).
+        boot=$(cat /proc/sys/kernel/random/boot_id)
+        if [ "$(cat "$STATE_DIR/reboot-requested" 2>/dev/null || true)" != "$boot" ]; then
+          printf '%s\n' "$boot" >"$STATE_DIR/reboot-requested"
+          systemctl stop ssh.socket ssh.service 2>/dev/null || true
+          systemd-run --on-active=5 --unit=gpu-cluster-reboot systemctl reboot
+        fi
+        echo "$host: rebooting for exclusive RDMA mode (the kernel refuses it now: ${{err:-busy}})"
+        """
+    )
+
+
+def roce_ready(host: str, interface: str, pci_address: str, hca: str, driver: str) -> str:
+    """After roce_host, over a connection that survives its reboot: the RDMA subsystem is in
+    exclusive mode and the NIC and its RDMA device are back (the driver loads during boot)."""
+    return _script(
+        rf"""
+        {_embed(_roce_vars(host, interface, pci_address, hca, driver))}
+        {_embed(_ROCE_NIC)}
+        mode=
+        problem=
+        for _ in $(seq 1 {ROCE_READY_TRIES}); do
+          mode=$(netns_mode)
+          if [ "$mode" = exclusive ] && nic_ok; then
+            break
+          fi
+          sleep 5
+        done
+        rm -f "$STATE_DIR/reboot-requested"
+        if [ "$mode" != exclusive ]; then
+          echo "$host: rdma system show says netns ${{mode:-unknown}}, not exclusive; is {ROCE_MODPROBE} overridden by another options line for ib_core?" >&2
+          exit 1
+        fi
+        nic_ok || fail "$problem"
+        echo "$host: RDMA subsystem exclusive; $iface and $hca ready"
+        """
+    )
+
+
+def roce_host_delete(packages: tuple[tuple[str, str], ...]) -> str:
+    """Undo roce_host: the modprobe option removed, the RDMA subsystem back in shared mode (now if
+    the kernel allows, else from the next boot on: the host is not rebooted), the holds released
+    and the packages that roce_host installed purged (ones the host had before stay)."""
+    names = " ".join(p for p, _ in reversed(packages))
+    return _script(
+        rf"""
+        if [ -f {ROCE_MODPROBE} ]; then
+          rm -f {ROCE_MODPROBE}
+          update-initramfs -u
+        fi
+        out=$(rdma system show 2>/dev/null || true)
+        if grep -q '^netns exclusive' <<<"$out"; then
+          if rdma system set netns shared >/dev/null 2>&1; then
+            echo "RDMA subsystem back in shared mode"
+          else
+            echo "RDMA subsystem stays in exclusive mode until the next boot (the kernel refuses to switch while other network namespaces exist)"
+          fi
+        fi
+        for pkg in {names}; do
+          if grep -qx "$pkg" "{_ROCE_MARKER}" 2>/dev/null; then
+            apt_unpin_purge "$pkg"
+          elif apt-mark showhold | grep -qx "$pkg"; then
+            apt-mark unhold "$pkg" >/dev/null
+          fi
+        done
+        rm -f "{_ROCE_MARKER}"
+        """
+    )
+
+
+# --------------------------------------------------------------------------------------------
 # cluster membership
 
 _KUBECTL = "kubectl --kubeconfig /etc/kubernetes/admin.conf"

@@ -5,6 +5,8 @@
   - node prep run twice in an isolated root (tests/hostsim.py) changes nothing the second time,
     installs the pinned versions, and the delete scripts undo it;
   - the NVIDIA driver's reboot path and driver_ready's GPU count check;
+  - the RDMA step of GPU hosts with network.roce (a simulated /sys with the NIC, a stand-in `rdma`):
+    exclusive mode at once or by a reboot, idempotent, NIC mismatches named, undone by delete;
   - the join script hands kubeadm the complete config it receives (token, CA hash, certificate
     key), refuses one without them and removes it afterwards;
   - readiness runs on the host with the kubelet's credentials; the drain of removed hosts runs
@@ -33,7 +35,7 @@ from config import LabStack
 from config.lab import Host
 from render import program
 from stacks.lab import kubeadm_settings
-from tests.conftest import host, lab_config
+from tests.conftest import SEED_002_ROCE, host, lab_config
 from tests.hostsim import TIMEOUT, HostSim, isolation_unavailable, snapshot
 
 DRIVER_EXACT = "570.172.08-0ubuntu0.22.04.1"
@@ -44,6 +46,9 @@ FSTAB = (
     "#/old.swap none swap sw 0 0\n"
 )
 JOIN_CONFIG = "/etc/gpu-cluster/kubeadm-join.yaml"
+# (host, interface, PCI address, RDMA device, driver) as NodePrep passes network.roce (seed 002's E810).
+ROCE_NIC = ("gpu-1", SEED_002_ROCE["interface"], SEED_002_ROCE["pciAddress"], SEED_002_ROCE["hca"],
+            SEED_002_ROCE["driver"])
 
 
 def _host(cfg: LabStack, name: str) -> Host:
@@ -107,6 +112,10 @@ def _script_cases() -> dict[str, str]:
         "nvidia_driver_deferred": scripts.nvidia_driver_deferred("gpu-1", "580", None),
         "nvidia_driver_self_upgrade": scripts.nvidia_driver_self_upgrade("cp-1", "580", DRIVER_EXACT, 180),
         "driver_ready_uncordon": scripts.driver_ready_uncordon("cp-1", 2, "580", None),
+        # GPU hosts with network.roce (seed 002's NIC)
+        "roce_host": scripts.roce_host(*ROCE_NIC, versions.ROCE_HOST_PACKAGES),
+        "roce_ready": scripts.roce_ready(*ROCE_NIC),
+        "roce_host_delete": scripts.roce_host_delete(versions.ROCE_HOST_PACKAGES),
     }
 
 
@@ -831,3 +840,221 @@ def test_no_host_command_text_contains_a_secret():
         assert cmd.inputs["connection"]["privateKey"] == program.SECRET_MARKER
     assert canary not in json.dumps([r.inputs for r in plan.resources])
     assert canary not in json.dumps(plan.outputs, default=str)
+
+
+# ---------------------------------------------------------------------------------------------
+# 6. RDMA (network.roce): the NIC in a simulated /sys, the RDMA subsystem's mode in the `rdma` stand-in
+
+ROCE_MODPROBE = "/etc/modprobe.d/gpu-cluster-rdma-exclusive.conf"
+ROCE_MARKER = "/var/lib/gpu-cluster/rdma-packages.installed-by-gpu-cluster"
+REBOOT_MARKER = "/var/lib/gpu-cluster/reboot-requested"
+ROCE_PINNED = {f"{p}={v}" for p, v in versions.ROCE_HOST_PACKAGES}
+_, IFACE, PCI, HCA, NIC_DRIVER = ROCE_NIC
+
+
+def _roce_sim(tmp_path: Path, *, busy: bool, nic: bool = True) -> HostSim:
+    """A GPU host after kube-packages: the E810 with irdma0, kubernetes-cni's host-device plugin;
+    `busy`: other network namespaces exist, so the kernel refuses to switch the RDMA mode."""
+    sim = HostSim(tmp_path, hardware=True)
+    if nic:
+        sim.add_pci_nic(IFACE, PCI, NIC_DRIVER, HCA)
+    sim.add_file(scripts.HOST_DEVICE_CNI, "#!/bin/sh\n")
+    (sim.state / "pkgs" / "kubernetes-cni").write_text("1.7.1-1.1\n")  # kubelet's dependency
+    sim.flag("rdma-netns-busy", busy)
+    return sim
+
+
+def _rdma_mode(sim: HostSim) -> str:
+    path = sim.state / "rdma-netns"
+    return path.read_text().strip() if path.exists() else "shared"
+
+
+ROCE_CREATE = scripts.as_root(scripts.roce_host(*ROCE_NIC, versions.ROCE_HOST_PACKAGES))
+ROCE_READY = scripts.as_root(scripts.roce_ready(*ROCE_NIC))
+ROCE_DELETE = scripts.as_root(scripts.roce_host_delete(versions.ROCE_HOST_PACKAGES))
+
+
+@needs_isolation
+def test_roce_host_reboots_into_exclusive_mode_when_the_kernel_refuses(tmp_path, real_machine_untouched):
+    sim = _roce_sim(tmp_path, busy=True)
+    original = sim.snapshot()
+
+    start = sim.mark()
+    result = sim.run(ROCE_CREATE)
+    assert result.returncode == 0, result.stderr
+    calls = sim.calls_since(start)
+    assert "gpu-1: ens192 is PCI device 0000:3b:00.0 (ice) with RDMA device irdma0" in result.stdout
+    assert f"gpu-1: {scripts.HOST_DEVICE_CNI} from kubernetes-cni 1.7.1-1.1" in result.stdout
+    assert "gpu-1: rebooting for exclusive RDMA mode" in result.stdout
+    assert "Device or resource busy" in result.stdout
+    # Pinned jammy versions, held; what was missing noted for the delete.
+    assert _installed_specs(calls) == ROCE_PINNED
+    assert "rdma-core=39.0-1" in ROCE_PINNED and "perftest=4.4+0.37-1" in ROCE_PINNED
+    _assert_apt_waits_for_the_lock(calls)
+    assert set(sim.holds()) == {p for p, _ in versions.ROCE_HOST_PACKAGES}
+    assert sim.path(ROCE_MARKER).read_text().split() == sorted(p for p, _ in versions.ROCE_HOST_PACKAGES)
+    option = sim.path(ROCE_MODPROBE).read_text()
+    assert "options ib_core netns_mode=0\n" in option and option.endswith("netns_mode=0\n")
+    assert _calls(calls, "update-initramfs", "-u"), "ib_core may load from the initramfs"
+    # Tried at once, refused; then the driver step's reboot: SSH stopped first, reboot delayed.
+    assert _calls(calls, "rdma", "system", "set", "netns", "exclusive")
+    stop = calls.index(["systemctl", "stop", "ssh.socket", "ssh.service"])
+    reboot = calls.index(["systemd-run", "--on-active=5", "--unit=gpu-cluster-reboot", "systemctl", "reboot"])
+    assert stop < reboot and not _calls(calls, "reboot")
+    assert sim.path(REBOOT_MARKER).read_text() == Path("/proc/sys/kernel/random/boot_id").read_text()
+    assert _rdma_mode(sim) == "shared"
+
+    # Not yet rebooted, the ready step gives up: still shared.
+    early = sim.run(ROCE_READY)
+    assert early.returncode != 0
+    assert "gpu-1: rdma system show says netns shared, not exclusive" in early.stderr
+
+    # After the reboot ib_core has read netns_mode=0.
+    (sim.state / "rdma-netns").write_text("exclusive\n")
+    start = sim.mark()
+    ready = sim.run(ROCE_READY)
+    assert ready.returncode == 0, ready.stderr
+    assert "gpu-1: RDMA subsystem exclusive; ens192 and irdma0 ready" in ready.stdout
+    assert not _calls(sim.calls_since(start), "sleep")
+    assert not sim.path(REBOOT_MARKER).exists()
+    after1 = sim.snapshot()
+
+    # The second run changes nothing: no apt, no initramfs, no mode switch, no reboot.
+    start = sim.mark()
+    again = sim.run(ROCE_CREATE)
+    assert again.returncode == 0, again.stderr
+    assert sim.run(ROCE_READY).returncode == 0
+    calls2 = sim.calls_since(start)
+    assert "gpu-1: RDMA subsystem in exclusive mode" in again.stdout
+    assert _changed(after1, sim.snapshot()) == []
+    for tool in ("apt-get", "update-initramfs", "systemd-run", "reboot"):
+        assert not _calls(calls2, tool), f"the second run called {tool}"
+    assert not _calls(calls2, "apt-mark", "hold") and not _calls(calls2, "rdma", "system", "set")
+    assert "updated " not in again.stdout
+
+    # Delete while other namespaces exist: shared from the next boot on, no reboot.
+    start = sim.mark()
+    deleted = sim.run(ROCE_DELETE)
+    assert deleted.returncode == 0, deleted.stderr
+    calls_d = sim.calls_since(start)
+    assert "stays in exclusive mode until the next boot" in deleted.stdout
+    assert not _calls(calls_d, "systemd-run") and not _calls(calls_d, "reboot")
+    assert _calls(calls_d, "update-initramfs", "-u")
+    assert _calls(calls_d, "apt-get", "purge")
+    _assert_apt_waits_for_the_lock(calls_d)
+    assert sim.holds() == [] and set(sim.installed()) == {"kubernetes-cni"}
+    assert _changed(original, sim.snapshot()) == []
+    after_delete = sim.snapshot()
+    start = sim.mark()
+    assert sim.run(ROCE_DELETE).returncode == 0
+    assert _changed(after_delete, sim.snapshot()) == []
+    assert not _calls(sim.calls_since(start), "apt-get") and not _calls(sim.calls_since(start), "update-initramfs")
+
+
+@needs_isolation
+def test_roce_host_switches_at_once_when_the_kernel_allows_and_delete_restores_shared(
+    tmp_path, real_machine_untouched,
+):
+    sim = _roce_sim(tmp_path, busy=False)
+    # The host had rdma-core already (same version): held while prepared, kept on delete.
+    (sim.state / "pkgs" / "rdma-core").write_text(versions.RDMA_CORE_JAMMY + "\n")
+    original = sim.snapshot()
+
+    start = sim.mark()
+    result = sim.run(ROCE_CREATE)
+    assert result.returncode == 0, result.stderr
+    calls = sim.calls_since(start)
+    assert "gpu-1: RDMA subsystem switched to exclusive mode" in result.stdout
+    assert _rdma_mode(sim) == "exclusive"
+    assert not _calls(calls, "systemd-run") and not _calls(calls, "systemctl", "stop")
+    assert not sim.path(REBOOT_MARKER).exists()
+    assert _installed_specs(calls) == ROCE_PINNED - {f"rdma-core={versions.RDMA_CORE_JAMMY}"}
+    assert "rdma-core" in sim.holds()
+    assert "rdma-core" not in sim.path(ROCE_MARKER).read_text().split()
+    # The ready step finds it at once (dialing through no reboot).
+    start = sim.mark()
+    ready = sim.run(ROCE_READY)
+    assert ready.returncode == 0, ready.stderr
+    assert not _calls(sim.calls_since(start), "sleep")
+
+    start = sim.mark()
+    deleted = sim.run(ROCE_DELETE)
+    assert deleted.returncode == 0, deleted.stderr
+    calls_d = sim.calls_since(start)
+    assert "RDMA subsystem back in shared mode" in deleted.stdout
+    assert _calls(calls_d, "rdma", "system", "set", "netns", "shared")
+    assert _rdma_mode(sim) == "shared"
+    assert not sim.path(ROCE_MODPROBE).exists() and not sim.path(ROCE_MARKER).exists()
+    purged = {c[-1] for c in _calls(calls_d, "apt-get", "purge")}
+    assert purged == {p for p, _ in versions.ROCE_HOST_PACKAGES} - {"rdma-core"}
+    assert sim.installed() == {"kubernetes-cni": "1.7.1-1.1", "rdma-core": versions.RDMA_CORE_JAMMY}
+    assert sim.holds() == []
+    assert _changed(original, sim.snapshot()) == []
+
+
+def _nic_other_pci(sim: HostSim) -> None:
+    sim.add_pci_nic(IFACE, "0000:5e:00.0", NIC_DRIVER, HCA)  # ens192 is another port
+    sim.add_pci_nic(None, PCI, NIC_DRIVER, HCA)
+
+
+@needs_isolation
+@pytest.mark.parametrize(
+    ("build", "found"),
+    [
+        (_nic_other_pci, "is PCI device 0000:5e:00.0, not 0000:3b:00.0 (network.roce.pciAddress)"),
+        (lambda sim: sim.add_pci_nic(IFACE, PCI, "i40e", HCA), "PCI device 0000:3b:00.0 is driven by i40e, not ice"),
+        (lambda sim: sim.add_pci_nic(IFACE, PCI, None, HCA), "PCI device 0000:3b:00.0 has no driver bound"),
+        (lambda sim: sim.add_pci_nic(IFACE, PCI, NIC_DRIVER, None),
+         "PCI device 0000:3b:00.0 has no RDMA device irdma0 (network.roce.hca), it has: none"),
+        (lambda sim: sim.add_pci_nic(IFACE, PCI, NIC_DRIVER, "irdma1"), "PCI device 0000:3b:00.0 has no RDMA device irdma0 (network.roce.hca), it has: irdma1 ("),
+        (lambda sim: sim.add_pci_nic(IFACE, PCI, NIC_DRIVER, HCA, ports=0), "RDMA device irdma0 of PCI device 0000:3b:00.0 has no port"),
+        (lambda sim: sim.add_pci_nic("ens1f0", PCI, NIC_DRIVER, HCA),
+         "not found; PCI device 0000:3b:00.0 has ens1f0 (network.roce.interface)"),
+        (lambda sim: None, "not found, and there is no PCI device 0000:3b:00.0"),
+        # host-device and the rdma CNI moved it into a training pod's namespace
+        (lambda sim: sim.add_pci_nic(None, PCI, NIC_DRIVER, None),
+         "not in the host's network namespace, and PCI device 0000:3b:00.0 shows no interface: a training pod may hold it"),
+    ],
+    ids=["other-pci", "other-driver", "no-driver", "no-hca", "other-hca", "no-port", "other-interface", "no-nic",
+         "in-a-pod"],
+)
+def test_roce_host_refuses_a_nic_unlike_the_config(tmp_path, real_machine_untouched, build, found):
+    sim = _roce_sim(tmp_path, busy=False, nic=False)
+    build(sim)
+    original = sim.snapshot()
+    for command in (ROCE_CREATE, ROCE_READY):
+        if command is ROCE_READY:
+            (sim.state / "rdma-netns").write_text("exclusive\n")  # so that the NIC is what fails
+        result = sim.run(command)
+        assert result.returncode != 0
+        assert f"gpu-1: network.roce interface ens192: {found}" in result.stderr, result.stderr
+    # Nothing changed before the check: no packages, no option, no mode switch, no reboot.
+    assert not _calls(sim.calls(), "apt-get") and not _calls(sim.calls(), "rdma", "system", "set")
+    assert not _calls(sim.calls(), "systemd-run")
+    assert _changed(original, sim.snapshot()) == []
+
+
+@needs_isolation
+def test_roce_host_needs_the_host_device_plugin(tmp_path, real_machine_untouched):
+    sim = _roce_sim(tmp_path, busy=False)
+    (sim.root / "opt" / "cni" / "bin" / "host-device").unlink()
+    result = sim.run(ROCE_CREATE)
+    assert result.returncode != 0
+    assert f"gpu-1: {scripts.HOST_DEVICE_CNI} is missing; it comes with the kubernetes-cni package" in result.stderr
+    assert not _calls(sim.calls(), "apt-get")
+
+
+@needs_isolation
+def test_roce_host_never_reboots_a_joined_node(tmp_path, real_machine_untouched):
+    """Adding network.roce to a running cluster: the node may run pods; it is not rebooted undrained."""
+    sim = _roce_sim(tmp_path, busy=True)
+    _joined(sim)
+    result = sim.run(ROCE_CREATE)
+    assert result.returncode != 0
+    assert "this node has joined the cluster: drain it (kubectl drain gpu-1" in result.stderr
+    assert not _calls(sim.calls(), "systemd-run") and not _calls(sim.calls(), "systemctl", "stop")
+    # The option is in place: after the user's drained reboot the next `up` finds exclusive mode.
+    assert "netns_mode=0" in sim.path(ROCE_MODPROBE).read_text()
+    (sim.state / "rdma-netns").write_text("exclusive\n")
+    again = sim.run(ROCE_CREATE)
+    assert again.returncode == 0 and "gpu-1: RDMA subsystem in exclusive mode" in again.stdout

@@ -19,13 +19,13 @@ from components.device_plugin import NvidiaDevicePlugin
 from components.lab import kubeadm
 from components.lab.control_plane import ControlPlane, ControlPlaneArgs
 from components.lab.node_join import Membership, MembershipArgs, NodeJoin, NodeJoinArgs
-from components.lab.node_prep import NodePrep, NodePrepArgs
+from components.lab.node_prep import NodePrep, NodePrepArgs, RoceHost
 from components.scheduling_contract import GPU_NODE_LABEL
 from config.lab import Cni as CniKind
 from render import program
 from render.program import SECRET_MARKER, Plan, RecordingMonitor, Registration
 from stacks.lab import host_software, kubeadm_settings, upgrade_policy
-from tests.conftest import ED25519, host, lab_config
+from tests.conftest import ED25519, SEED_002_ROCE, host, lab_config
 
 BASTION_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIKq7Zb2xN4mP9sV1cR6tY3uW8eL5oJ0hG2fD7aQ1kB9z"
 PRIVATE_KEY = "-----BEGIN OPENSSH PRIVATE KEY-----\nnot-a-real-key\n-----END OPENSSH PRIVATE KEY-----\n"
@@ -264,6 +264,65 @@ def test_node_prep_bastion_is_a_pinned_proxy(mocks):
         assert proxy["hostKey"] == BASTION_KEY
         assert proxy["privateKey"] == SECRET_MARKER
         assert PRIVATE_KEY not in repr(reg.inputs)
+
+
+# network.rdma with network.roce (seed 002's NIC): the RDMA steps on GPU hosts only
+ROCE_CONFIG = {
+    "network": {"rdma": True, "roce": SEED_002_ROCE},
+    "training": {"image": "registry.example/trainer:1.0.0"},  # network.roce needs the workload image
+}
+
+
+def test_host_software_carries_network_roce_only_with_rdma():
+    assert host_software(lab_config()).roce is None
+    roce = host_software(lab_config(**ROCE_CONFIG)).roce
+    assert roce == RoceHost(interface="ens192", pci_address="0000:3b:00.0", hca="irdma0", driver="ice")
+
+
+@pytest.mark.parametrize("gpu_control_plane", [False, True], ids=["gpu-worker", "gpu-control-plane"])
+def test_node_prep_rdma_steps_only_on_gpu_hosts_after_kube_packages(mocks, gpu_control_plane):
+    hosts = [host("cp-1", "192.0.2.10", "control-plane", gpus=2 if gpu_control_plane else 0),
+             host("gpu-1", "192.0.2.11", gpus=2), host("cpu-1", "192.0.2.12")]
+    cfg = lab_config(hosts=hosts, **ROCE_CONFIG)
+    preps: dict[str, NodePrep] = {}
+    build(lambda: preps.update({h.name: prep(cfg, h.name) for h in cfg.hosts}))
+    plan = mocks.plan
+
+    gpu_hosts = [h.name for h in cfg.hosts if h.is_gpu]
+    assert gpu_hosts == (["cp-1", "gpu-1"] if gpu_control_plane else ["gpu-1"])
+    rdma = {r.name for r in plan.of_type(COMMAND) if "-rdma" in r.name}
+    assert rdma == {f"{n}-{s}" for n in gpu_hosts for s in ("rdma", "rdma-ready")}
+    for name in gpu_hosts:
+        component = one(plan, name, "gpucluster:lab:NodePrep")
+        step, ready = one(plan, f"{name}-rdma"), one(plan, f"{name}-rdma-ready")
+        assert step.parent == component.urn and ready.parent == component.urn
+        # The end of the host's one chain: after kube-packages (and so after every apt step).
+        assert deps(step) == {f"{name}-kube-packages"}
+        assert deps(ready) == {f"{name}-rdma"}
+        assert {f"{name}-containerd", f"{name}-driver-ready"} <= closure(plan, step)
+        assert not [r for r in plan.of_type(COMMAND) if step.urn in r.dependencies and r is not ready]
+        create = step.inputs["create"]
+        assert "ens192" in create and "0000:3b:00.0" in create and "irdma0" in create and "driver=ice" in create
+        assert "options ib_core netns_mode=0" in create
+        assert "apt_pin rdma-core=39.0-1 ibverbs-providers=39.0-1 ibverbs-utils=39.0-1 perftest=4.4+0.37-1" in create
+        assert "rdma system set netns shared" in step.inputs["delete"]
+        assert step.delete_before_replace and name in step.inputs["triggers"]
+        # The ready step dials through the reboot and has nothing to undo.
+        assert ready.inputs["connection"]["dialErrorLimit"] == 60
+        assert step.inputs["connection"].get("dialErrorLimit") != 60
+        assert not ready.inputs.get("delete")
+        assert "netns_mode" not in one(plan, f"{name}-kube-packages").inputs["create"]
+
+    (cpu_done,) = preps["cpu-1"].done
+    (gpu_done,) = preps["gpu-1"].done
+
+    @pulumi.runtime.test
+    def check():
+        return pulumi.Output.all(gpu_done.urn, cpu_done.urn).apply(
+            lambda urns: (assert_is(short(urns[0]), "gpu-1-rdma-ready"), assert_is(short(urns[1]), "cpu-1-kube-packages"))
+        )
+
+    check()
 
 
 # ---------------------------------------------------------------------------------------------
