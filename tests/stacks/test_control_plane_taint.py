@@ -319,6 +319,7 @@ def test_add_on_preference_picks_the_cpu_control_plane() -> None:
 
 def test_training_operator_deployment_fits_a_lab_node(upstream_dir: Path, mocks: Any, monkeypatch: Any) -> None:
     """The upstream kustomize Deployment through the transform TrainingOperator applies to it."""
+    from components import cluster_addon
     from components.training import job as training_job
 
     manifests = upstream_dir / "charts" / f"training-operator-{versions.TRAINING_OPERATOR_VERSION}" / "manifests"
@@ -327,7 +328,7 @@ def test_training_operator_deployment_fits_a_lab_node(upstream_dir: Path, mocks:
     assert [d["metadata"]["name"] for d in deployments] == ["training-operator"]
     (upstream,) = deployments
     assert not where(upstream["spec"]["template"]["spec"], "lab")  # why the issue exists
-    args = pulumi.ResourceTransformArgs(custom=True, type_=training_job.DEPLOYMENT_TYPE, name="training-operator",
+    args = pulumi.ResourceTransformArgs(custom=True, type_=cluster_addon.DEPLOYMENT_TYPE, name="training-operator",
                                         props=upstream, opts=pulumi.ResourceOptions())
     result = training_job.tolerate_control_plane(args)
     assert result is not None
