@@ -15,8 +15,10 @@ alert rules.
   this, Grafana, the operator, Prometheus, Alertmanager and the admission-webhook Jobs stay Pending
   and the release times out.
 
-Seam for more exporters (RDMA counters later): `MonitoringArgs.scrape_targets` adds a ServiceMonitor
-per target, `fleet_panels` / `training_panels` add rows to the dashboards.
+Seam for more exporters: `MonitoringArgs.scrape_targets` adds a ServiceMonitor per target,
+`fleet_panels` / `training_panels` add rows to the dashboards. `rdma` adds the RDMA row to the fleet
+dashboard and the RDMA rule group to the PrometheusRule (components/monitoring/rdma.py, over the
+metrics of workloads/trainer/rdma_exporter.py, whose scrape config is the RDMA layer's).
 
 Does not manage: Alertmanager receivers (alerts are visible in Prometheus and Alertmanager only),
 Grafana persistence (dashboards and data sources are provisioned; UI edits are not kept), ingress.
@@ -33,7 +35,7 @@ import pulumi_kubernetes as k8s
 import pulumi_random as random
 
 from components import versions
-from components.monitoring import alerts, dashboards
+from components.monitoring import alerts, dashboards, rdma
 from components.monitoring.dashboards import PanelGroup
 from components.namespaces import pod_security_namespace
 from components.scheduling_contract import addon_affinity, addon_tolerations
@@ -68,6 +70,11 @@ class MonitoringArgs:
     scrape_targets: tuple[ScrapeTarget, ...] = ()
     fleet_panels: tuple[PanelGroup, ...] = ()
     training_panels: tuple[PanelGroup, ...] = ()
+    # RDMA port metrics (network.rdma): the fleet dashboard's RDMA row and the RDMA alert rules.
+    rdma: bool = False
+    # network.linkGbps: the rate RdmaLinkRateDegraded holds each ACTIVE RDMA port to (None: the
+    # port's own best rate of the last day).
+    rdma_link_gbps: float | None = None
 
 
 def _gib(size: str) -> int:
@@ -134,12 +141,12 @@ def service_monitor(target: ScrapeTarget) -> dict[str, Any]:
     }
 
 
-def prometheus_rule(cfg: MonitoringConfig) -> dict[str, Any]:
+def prometheus_rule(cfg: MonitoringConfig, extra_groups: tuple[dict[str, Any], ...] = ()) -> dict[str, Any]:
     return {
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "PrometheusRule",
         "metadata": {"name": RULE_NAME, "namespace": NAMESPACE, "labels": {"app.kubernetes.io/part-of": "gpu-cluster"}},
-        "spec": {"groups": alerts.rule_groups(cfg.alerts)},
+        "spec": {"groups": [*alerts.rule_groups(cfg.alerts), *extra_groups]},
     }
 
 
@@ -186,10 +193,12 @@ class Monitoring(pulumi.ComponentResource):
         )
         # Custom resources need the chart's CRDs (and the operator) first.
         after_release = pulumi.ResourceOptions(parent=self, depends_on=[self.release])
-        self.rule = _custom_resource(f"{name}-gpu-alerts", prometheus_rule(cfg), after_release)
+        rule_groups = (rdma.rule_group(args.rdma_link_gbps),) if args.rdma else ()
+        self.rule = _custom_resource(f"{name}-gpu-alerts", prometheus_rule(cfg, rule_groups), after_release)
         for target in args.scrape_targets:
             _custom_resource(f"{name}-{target.name}", service_monitor(target), after_release)
-        for board in dashboards.dashboards(args.fleet_panels, args.training_panels):
+        fleet_panels = args.fleet_panels + ((rdma.panel_group(),) if args.rdma else ())
+        for board in dashboards.dashboards(fleet_panels, args.training_panels):
             slug = board.uid.removeprefix("gpu-cluster-")
             k8s.core.v1.ConfigMap(
                 f"{name}-dashboard-{slug}",
