@@ -88,7 +88,14 @@ def deploy(cfg: Addons, cluster: Cluster) -> dict[str, object]:
 
     monitoring = None
     if cfg.monitoring.enabled:
-        monitoring = Monitoring("monitoring", MonitoringArgs(monitoring=cfg.monitoring), opts=opts)
+        # network.roce: the RDMA row and alerts over the RDMA exporter (components/rdma_network.py)
+        rdma_metrics = cfg.network.roce is not None
+        monitoring = Monitoring(
+            "monitoring",
+            MonitoringArgs(monitoring=cfg.monitoring, rdma=rdma_metrics,
+                           rdma_link_gbps=cfg.network.link_gbps if rdma_metrics else None),
+            opts=opts,
+        )
 
     gpu = GpuSoftwareStack(
         "gpu",

@@ -228,3 +228,28 @@ def test_whereabouts_range_holds_every_pod_and_no_cluster_address() -> None:
     rng = cfg.network.roce.range
     assert rng.num_addresses - 2 >= cfg.training.nodes
     assert not rng.overlaps(ipaddress.IPv4Network("10.96.0.0/12")) and not rng.overlaps(ipaddress.IPv4Network("10.244.0.0/16"))
+
+
+def test_rdma_alerts_and_dashboard_row_come_with_the_network() -> None:
+    from components.monitoring import rdma as rdma_monitoring
+
+    def groups(plan: program.Plan) -> set[str]:
+        return {g["name"] for o in _objects(plan) if o.get("kind") == "PrometheusRule" for g in o["spec"]["groups"]}
+
+    def boards(plan: program.Plan) -> str:
+        return json.dumps([o.get("data") for o in _objects(plan) if o.get("kind") == "ConfigMap"])
+
+    assert rdma_monitoring.GROUP in groups(_plan("lab")) and rdma_monitoring.GROUP not in groups(program.run("lab"))
+    assert f'"title": "{rdma_monitoring.TITLE}"' in boards(_plan("lab")).replace('\\"', '"')
+    # the link-rate alert holds ports to the declared network.linkGbps (25 Gbit/s = 2.5e10 bits/s)
+    (group,) = [g for o in _objects(_plan("lab")) if o.get("kind") == "PrometheusRule"
+                for g in o["spec"]["groups"] if g["name"] == rdma_monitoring.GROUP]
+    assert any("25000000000" in str(r.get("expr")) or "2.5e+10" in str(r.get("expr")) for r in group["rules"]), group
+
+
+def test_exporters_are_scraped_with_the_node_label_the_queries_group_by() -> None:
+    plan = _plan("lab")
+    for kind, key in (("ServiceMonitor", "endpoints"), ("PodMonitor", "podMetricsEndpoints")):
+        (endpoint,) = _one(plan, kind, rdma_network.EXPORTER_NAME)["spec"][key]
+        assert endpoint["port"] == rdma_network.EXPORTER_PORT_NAME
+        assert {"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "node", "action": "replace"} in endpoint["relabelings"]
