@@ -1,6 +1,6 @@
 """dev: an existing cluster (minikube --gpus all, kind, ...). `DevStack` holds the shared keys
 (addons.Addons) and dev's own: the kubeconfig context, the GPU nodes to label and the shared
-storage (a node directory or a claim on the cluster's default StorageClass)."""
+storage (a node directory, a claim on the cluster's default StorageClass, or an existing NFS export)."""
 
 from __future__ import annotations
 
@@ -11,25 +11,30 @@ from pydantic import AfterValidator, Field, field_validator
 from config.addons import Addons, Platform, Storage
 from config.errors import Problems
 from config.fields import check_abs_path, check_dns_subdomain, empty_to_none, host_dir_problem
+from config.lab import NfsExport
 
-# lab's storage keys: refused in a dev stack unless left at their defaults.
-_LAB_STORAGE_DEFAULTS: dict[str, Any] = {"nfs": None, "provision": False, "exportPath": "/srv/gpu-cluster/shared"}
+# lab's own storage keys (the program's NFS server): refused in a dev stack unless left at their defaults.
+_LAB_STORAGE_DEFAULTS: dict[str, Any] = {"provision": False, "exportPath": "/srv/gpu-cluster/shared"}
 
 
 class DevStorage(Storage):
-    """dev: a node directory (single-node clusters), or a claim on the cluster's default class."""
+    """dev: a node directory (single-node clusters), a claim on the cluster's default class, or an
+    existing NFS export as a static PersistentVolume (seed 003: the host's nfs-kernel-server)."""
 
     host_path: str | None = Field(default=None, description="A node directory (single-node clusters).")
     use_default_class: bool = Field(default=False, description="A claim on the cluster's default class.")
+    nfs: NfsExport | None = Field(
+        default=None, description="An existing NFS export {server, path} every node can mount (seed 003)."
+    )
 
-    _optional = field_validator("host_path", mode="before")(classmethod(lambda cls, v: empty_to_none(v)))
+    _optional = field_validator("host_path", "nfs", mode="before")(classmethod(lambda cls, v: empty_to_none(v)))
     # Syntax here; which directories are refused (host_dir_problem) is a stack check, so that a
     # refused directory is reported together with the other storage problems.
     _abs = field_validator("host_path")(classmethod(lambda cls, v: v if v is None else check_abs_path(v)))
 
     @property
     def configured(self) -> bool:
-        return bool(self.host_path or self.use_default_class)
+        return bool(self.host_path or self.use_default_class or self.nfs)
 
 
 class DevStack(Addons):
@@ -63,7 +68,8 @@ class DevStack(Addons):
         if not isinstance(v, dict):
             return v
         if any(v.get(key, default) not in (default, "", {}) for key, default in _LAB_STORAGE_DEFAULTS.items()):
-            raise ValueError("nfs and provision are lab keys; dev uses storage.hostPath or storage.useDefaultClass")
+            raise ValueError("provision and exportPath are lab keys (a server the program sets up); dev uses "
+                             "storage.hostPath, storage.useDefaultClass or an existing export, storage.nfs")
         return {key: value for key, value in v.items() if key not in _LAB_STORAGE_DEFAULTS}
 
     @field_validator("gpu_nodes")
@@ -92,10 +98,15 @@ class DevStack(Addons):
             problems.append(("storage.hostPath", problem))
         if st.host_path and st.use_default_class:
             problems.append(("storage.useDefaultClass", "choose one: storage.hostPath or useDefaultClass"))
+        if st.nfs and (st.host_path or st.use_default_class):
+            other = "hostPath" if st.host_path else "useDefaultClass"
+            problems.append(("storage.nfs", f"choose one: storage.nfs (an existing export) or storage.{other}"))
         if self.runs_jobs and not st.configured:
-            problems.append(("storage", "training needs shared storage: set storage.hostPath or storage.useDefaultClass: true"))
+            problems.append(("storage", "training needs shared storage: set storage.hostPath, storage.useDefaultClass: true "
+                                        "or storage.nfs {server, path}"))
         if self.runs_jobs and st.host_path and self.training.nodes > 1:
-            problems.append(("storage.hostPath", "a node directory is not shared between nodes; use useDefaultClass with training.nodes > 1"))
+            problems.append(("storage.hostPath", "a node directory is not shared between nodes; use storage.nfs or useDefaultClass "
+                                                  "with training.nodes > 1"))
         if self.network.rdma and self.network.roce is None:
             problems.append(("network.roce", "network.rdma on dev moves each GPU node's RoCE NIC into its training pod: "
                                              "set network.roce {interface, pciAddress, hca, driver, range} (README: RDMA)"))

@@ -48,6 +48,31 @@ class NcclConfig(Model):
         return v
 
 
+class Dataset(enum.StrEnum):
+    """What trainer.train reads (--dataset)."""
+
+    AUTO = "auto"  # today's behaviour: train.pt/train.npz in the data mount when present, else synthetic
+    SYNTHETIC = "synthetic"
+    CIFAR10 = "cifar10"  # <data mount>/cifar-10-batches-py/ (the python version of the archive)
+    FASHION_MNIST = "fashion-mnist"  # <data mount>/fashion-mnist/*-ubyte.gz
+
+    @property
+    def downloadable(self) -> bool:
+        """A public dataset that trainer.prepare can fetch (training.prepareData)."""
+        return self in (Dataset.CIFAR10, Dataset.FASHION_MNIST)
+
+
+class ModelKind(enum.StrEnum):
+    MLP = "mlp"
+    # ResNet-18 with the small-image stem: built from the samples' shape (channels included), so
+    # it takes CIFAR-10 (3x32x32) and Fashion-MNIST (1x28x28) alike.
+    RESNET18 = "resnet18"
+
+
+# The trainer's own default learning rate (workloads/trainer/train.py --lr).
+DEFAULT_LEARNING_RATE = 0.05
+
+
 class ElasticConfig(Model):
     """pytorchjob: torch elastic (the job keeps running with between minNodes and nodes pods)."""
 
@@ -74,6 +99,26 @@ class TrainingConfig(Model):
     checkpoint_every: int = Field(default=1, ge=1, description="Checkpoint interval in epochs.")
     checkpoint_every_steps: int = Field(default=0, ge=0, description="Also checkpoint every N steps (0: off).")
     shm_size: str = Field(default="8Gi", description="Size of the /dev/shm memory volume (dataloader workers).")
+    dataset: Dataset = Field(
+        default=Dataset.AUTO,
+        description="auto (train.pt/train.npz in the data mount when present, else synthetic), synthetic, "
+                    "cifar10 or fashion-mnist (read from the data mount).",
+    )
+    model: ModelKind = Field(default=ModelKind.RESNET18, description="mlp or resnet18.")
+    learning_rate: float = Field(
+        default=DEFAULT_LEARNING_RATE, description="Peak learning rate (trainer --lr), in (0, 10]."
+    )
+    warmup_epochs: float = Field(
+        default=0.0, description="Linear warm-up to learningRate over this many epochs (0: none); less than epochs."
+    )
+    weight_decay: float | None = Field(
+        default=None, description="Weight decay in [0, 1) (unset: the trainer's default)."
+    )
+    prepare_data: bool = Field(
+        default=False,
+        description="cifar10, fashion-mnist: a Job downloads the dataset into the data mount before training "
+                    "(false: copy the files in yourself).",
+    )
     elastic: ElasticConfig = Field(default_factory=ElasticConfig)
     nccl: NcclConfig = Field(default_factory=NcclConfig)
 
@@ -86,6 +131,30 @@ class TrainingConfig(Model):
     @classmethod
     def _image(cls, v: str | None) -> str | None:
         return None if v is None else check_pinned_image(v)
+
+    @field_validator("learning_rate")
+    @classmethod
+    def _learning_rate(cls, v: float) -> float:
+        # NaN fails both comparisons; above 10 is a typo for any optimizer this trainer has.
+        if not 0 < v <= 10:
+            raise ValueError("must be in (0, 10], e.g. 0.05 (SGD) or 0.001 (Adam-like)")
+        return v
+
+    @field_validator("warmup_epochs")
+    @classmethod
+    def _warmup(cls, v: float) -> float:
+        if not 0 <= v < float("inf"):
+            raise ValueError("must be a number of epochs >= 0 (0: no warm-up)")
+        return v
+
+    _optional_decay = field_validator("weight_decay", mode="before")(classmethod(lambda cls, v: empty_to_none(v)))
+
+    @field_validator("weight_decay")
+    @classmethod
+    def _weight_decay(cls, v: float | None) -> float | None:
+        if v is not None and not 0 <= v < 1:
+            raise ValueError("must be in [0, 1), e.g. 0.0005 (or leave it unset)")
+        return v
 
     @property
     def world_size(self) -> int:
@@ -251,6 +320,12 @@ def training_problems(t: TrainingConfig, acc: AcceptanceConfig, network: Network
             problems.append((f"training.{key}Request", f"{req} is more than training.{key}Limit {lim}"))
     if quantity_value(t.shm_size) > quantity_value(t.memory_limit):
         problems.append(("training.shmSize", f"{t.shm_size} exceeds training.memoryLimit {t.memory_limit} (shm counts as memory)"))
+    if t.warmup_epochs and t.warmup_epochs >= t.epochs:
+        problems.append(("training.warmupEpochs",
+                         f"{t.warmup_epochs:g} is not less than training.epochs {t.epochs}: the run would end in warm-up"))
+    if t.prepare_data and not t.dataset.downloadable:
+        problems.append(("training.prepareData",
+                         f"downloads a public dataset: set training.dataset cifar10 or fashion-mnist (is {t.dataset.value})"))
     if t.elastic.enabled and t.launcher is not Launcher.PYTORCHJOB:
         problems.append(("training.elastic.enabled", "elastic training needs training.launcher pytorchjob"))
     if runs and gpu.sharing.mode is SharingMode.MIG and t.gpus_per_node > 1:

@@ -4,8 +4,9 @@ add-ons config and the platform's cluster contract (stacks/contract.py), nothing
 Order: monitoring (its CRDs come first: the DCGM exporter's ServiceMonitor needs them) -> GPU
 software stack -> GPU-ready gate -> (network.roce: the RDMA network) -> namespace NetworkPolicies
 -> (pytorchjob: the training operator) -> (network.roce with acceptance.nccl: the RDMA link test)
--> NCCL acceptance Job (acceptance.nccl) -> training job (training.enabled). Every job depends on
-the gate, so no pod asks for a GPU before every GPU node passed.
+-> NCCL acceptance Job (acceptance.nccl), and beside it (training.prepareData) the dataset download
+Job -> training job (training.enabled). Every GPU job depends on the gate, so no pod asks for a GPU
+before every GPU node passed.
 """
 
 from __future__ import annotations
@@ -22,14 +23,17 @@ from components.storage_contract import TRAINING_NAMESPACE
 from components.training import launch
 from components.training.job import TrainingJob, TrainingJobArgs, TrainingOperator
 from components.training.namespace_policies import NamespacePolicies
+from components.training.prepare import PrepareData, PrepareDataArgs
 from config.addons import Addons
 from config.gpu import MigStrategy, SharingMode
+from config.lab import LabStack
 from config.training import POD_RDMA_INTERFACE, Launcher
 from stacks.contract import Cluster
 
 ACCEPTANCE_JOB = "nccl-acceptance"
 RDMA_LINK_JOB = "rdma-link"
 TRAINING_JOB = "train"
+PREPARE_JOB = "prepare-data"
 # How long `up` waits for the acceptance sweep (image pull included) before reporting failure.
 ACCEPTANCE_AWAIT_MINUTES = 30
 # The RDMA link test: a server and a client pod on two RDMA nodes.
@@ -201,6 +205,23 @@ def deploy(cfg: Addons, cluster: Cluster) -> dict[str, object]:
         outputs["ncclAcceptance"] = {
             "job": f"{TRAINING_NAMESPACE}/{ACCEPTANCE_JOB}",
             "result": rank0_logs(t.launcher, ACCEPTANCE_JOB),
+        }
+    if t.enabled and t.prepare_data and t.dataset.downloadable:
+        # training.prepareData: the dataset downloaded into the data mount and awaited before training
+        # starts. It needs no GPU, so neither the gate nor the acceptance sweep holds it back. Only
+        # lab knows the cluster's own ranges; the egress policy leaves private ranges out everywhere.
+        assert t.image is not None  # the config model requires it with training.enabled
+        cluster_cidrs = (str(cfg.pod_cidr), str(cfg.service_cidr)) if isinstance(cfg, LabStack) else ()
+        prepare = PrepareData(
+            PREPARE_JOB,
+            PrepareDataArgs(image=t.image, dataset=t.dataset.value, claim=claim, cluster_cidrs=cluster_cidrs),
+            opts=pulumi.ResourceOptions(provider=provider, depends_on=[ns, policies, *after]),
+        )
+        before_jobs = [*before_jobs, prepare]
+        outputs["prepareData"] = {
+            "job": f"{TRAINING_NAMESPACE}/{PREPARE_JOB}",
+            "dataset": t.dataset.value,
+            "logs": f"kubectl -n {TRAINING_NAMESPACE} logs job/{PREPARE_JOB}",
         }
     if t.enabled:
         # After the acceptance Job: both want the same GPUs, and a failed network check should

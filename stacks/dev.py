@@ -27,8 +27,10 @@ def build(cfg: DevStack, secrets: StackSecrets) -> dict[str, object]:
         assert namespace is not None
         storage = DevSharedStorage(
             "shared-storage",
-            # hostPath: single-node clusters; otherwise a claim on the cluster's default class
-            DevSharedStorageArgs(namespace=namespace, size=st.size, host_path=st.host_path),
+            # hostPath: single-node clusters; nfs: an existing export (seed 003); otherwise a claim on
+            # the cluster's default class
+            DevSharedStorageArgs(namespace=namespace, size=st.size, host_path=st.host_path,
+                                 nfs=(st.nfs.server, st.nfs.path) if st.nfs else None),
             opts=pulumi.ResourceOptions(provider=existing.provider, depends_on=labels),
         )
         claim = storage.claim

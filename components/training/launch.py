@@ -54,6 +54,23 @@ EXIT_CODE_FILE = '"${TMPDIR:-/tmp}/trainer-exit-code"'
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 _MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 _NCCL_DEBUG = ("NONE", "VERSION", "WARN", "INFO", "TRACE")
+# trainer.train's --dataset, --model and --augment choices (config/training.py mirrors the first two).
+DATASETS = ("auto", "synthetic", "cifar10", "fashion-mnist")
+MODELS = ("mlp", "resnet18")
+AUGMENT = ("auto", "on", "off")
+
+# Every library cache of a pod under the shared claim's cache mount (seed 003 mounts its NFS cache at
+# ~/.cache): weights, datasets and wheels are downloaded once per cluster, not once per pod or run.
+# XDG_CACHE_HOME is that ~/.cache itself; the others are named because their libraries do not all
+# follow it (torch.hub reads TORCH_HOME, pip PIP_CACHE_DIR, Hugging Face HF_HOME: its datasets and
+# hub caches live under it, so HF_DATASETS_CACHE and the deprecated TRANSFORMERS_CACHE stay unset).
+CACHE_ROOT = MOUNTS["cache"][1]
+CACHE_ENV = (
+    ("XDG_CACHE_HOME", CACHE_ROOT),
+    ("HF_HOME", f"{CACHE_ROOT}/huggingface"),
+    ("TORCH_HOME", f"{CACHE_ROOT}/torch"),
+    ("PIP_CACHE_DIR", f"{CACHE_ROOT}/pip"),
+)
 
 
 @dataclass(frozen=True)
@@ -78,7 +95,12 @@ class LaunchSpec:
     checkpoint_every: int = 1  # epochs
     checkpoint_every_steps: int = 0  # also every N steps (0: off)
     data_dir: str = MOUNTS["data"][1]
+    dataset: str = "auto"
     model: str = "resnet18"
+    learning_rate: float = 0.05
+    warmup_epochs: float = 0.0
+    weight_decay: float | None = None  # None: the trainer's default
+    augment: str = "auto"
     # NCCL
     nccl_debug: str = "WARN"
     nccl_socket_ifname: str | None = None
@@ -102,6 +124,13 @@ class LaunchSpec:
             problems.append(f"module {self.module!r} is not a dotted Python module name")
         if self.epochs < 1 or self.batch_size < 1 or self.checkpoint_every < 0 or self.checkpoint_every_steps < 0:
             problems.append("epochs and batch_size must be >= 1, checkpoint intervals >= 0")
+        if self.dataset not in DATASETS or self.model not in MODELS or self.augment not in AUGMENT:
+            problems.append(f"dataset {self.dataset!r}, model {self.model!r} or augment {self.augment!r} is not one of "
+                            f"{DATASETS}, {MODELS}, {AUGMENT}")
+        if not 0 < self.learning_rate <= 10 or not self.warmup_epochs >= 0:
+            problems.append("learning_rate must be in (0, 10], warmup_epochs >= 0")
+        if self.weight_decay is not None and not 0 <= self.weight_decay < 1:
+            problems.append("weight_decay must be in [0, 1)")
         if self.nccl_debug.upper() not in _NCCL_DEBUG:
             problems.append(f"nccl_debug {self.nccl_debug!r} is not one of {', '.join(_NCCL_DEBUG)}")
         if problems:
@@ -120,10 +149,16 @@ class LaunchSpec:
 def trainer_args(spec: LaunchSpec) -> list[str]:
     """`python -m trainer.train` arguments (one `--key=value` token each)."""
     checkpoint_dir = spec.checkpoint_dir or f"{MOUNTS['checkpoints'][1]}/{spec.job}"
+    decay = [] if spec.weight_decay is None else [f"--weight-decay={spec.weight_decay:g}"]
     return [
         f"--epochs={spec.epochs}",
         f"--batch-size={spec.batch_size}",
+        f"--dataset={spec.dataset}",
         f"--model={spec.model}",
+        f"--lr={spec.learning_rate:g}",
+        f"--warmup-epochs={spec.warmup_epochs:g}",
+        *decay,
+        f"--augment={spec.augment}",
         f"--data-dir={spec.data_dir}",
         f"--checkpoint-dir={checkpoint_dir}",
         f"--checkpoint-every={spec.checkpoint_every}",
@@ -205,6 +240,7 @@ def pod_env(spec: LaunchSpec) -> list[dict[str, str]]:
     # (found by the kill-and-resume test). Without sharing, rank 0 publishes a store every round.
     env += [("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")]
     env += [("PYTHONUNBUFFERED", "1"), ("NCCL_DEBUG", spec.nccl_debug.upper())]
+    env += list(CACHE_ENV)
     if spec.nccl_socket_ifname:
         env.append(("NCCL_SOCKET_IFNAME", spec.nccl_socket_ifname))
     names = {name for name, _ in env}

@@ -13,13 +13,20 @@ plugin do that from the node's network, not the pod's); RDMA traffic (IB verbs b
 IP stack). Enforcement needs a CNI that implements NetworkPolicy (calico does; flannel accepts
 the objects but does not enforce them).
 
-Does not manage: egress to the internet (datasets are read from the shared volume, never
-downloaded at run time), to a metrics or experiment-tracking endpoint (add a policy if the
-workload needs one).
+- `<job>-internet` for the data preparation Job only (training.prepareData,
+  components/training/prepare.py): egress on TCP 443 and 80 to public addresses, that is every
+  IPv4 address except the private, shared and link-local ranges (the node's metadata server
+  included) and the cluster's own pod and Service ranges where the platform knows them (lab).
+
+Does not manage: egress to the internet for training pods (datasets are read from the shared
+volume, prepared before the run, never downloaded at run time), to a metrics or
+experiment-tracking endpoint (add a policy if the workload needs one), IPv6 egress, an HTTP proxy
+on a private address (the internet policy leaves private ranges out).
 """
 
 from __future__ import annotations
 
+import ipaddress
 from typing import Any
 
 from components.scheduling_contract import JOB_LABEL
@@ -34,6 +41,10 @@ EPHEMERAL_PORTS = (1024, 65535)
 # namespaceSelector alone would not match.
 NODE_LOCAL_DNS = "169.254.20.10/32"
 DNS_PORTS = [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]
+# Never "the internet": RFC 1918, carrier-grade NAT (RFC 6598), loopback and link-local (cloud
+# metadata servers, NodeLocal DNSCache). Cluster ranges usually fall inside them; lab adds its own.
+NON_PUBLIC_IPV4 = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16")
+INTERNET_PORTS = [{"protocol": "TCP", "port": 443}, {"protocol": "TCP", "port": 80}]
 
 
 def _policy(name: str, spec: dict[str, Any]) -> dict[str, Any]:
@@ -81,5 +92,29 @@ def job_peers(job: str) -> dict[str, Any]:
             "policyTypes": ["Ingress", "Egress"],
             "ingress": [{"from": [{"podSelector": selector}], "ports": ports}],
             "egress": [{"to": [{"podSelector": selector}], "ports": ports}],
+        },
+    )
+
+
+def internet_except(cluster_cidrs: tuple[str, ...] = ()) -> list[str]:
+    """The ranges the internet policy leaves out: NON_PUBLIC_IPV4 and the cluster's own, each
+    range once (one inside another is dropped)."""
+    nets = [ipaddress.IPv4Network(c) for c in (*NON_PUBLIC_IPV4, *cluster_cidrs)]
+    kept = [n for i, n in enumerate(nets)
+            if not any(n != m and n.subnet_of(m) for m in nets) and n not in nets[:i]]
+    return [str(n) for n in kept]
+
+
+def job_internet(job: str, cluster_cidrs: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Egress to public addresses on HTTPS and HTTP, for job `job`'s pods only."""
+    return _policy(
+        f"{job}-internet",
+        {
+            "podSelector": {"matchLabels": {JOB_LABEL: job}},
+            "policyTypes": ["Egress"],
+            "egress": [{
+                "to": [{"ipBlock": {"cidr": "0.0.0.0/0", "except": internet_except(cluster_cidrs)}}],
+                "ports": INTERNET_PORTS,
+            }],
         },
     )

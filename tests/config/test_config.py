@@ -428,11 +428,11 @@ def test_each_platform_type_holds_only_its_keys():
                             "nvidiaDriver", "gpuTaint", "bastion", "storage", "maxUnavailable", "allowRebuild"}
     assert dev - shared == {"kubeContext", "gpuNodes", "storage"}
     assert gke - shared == {"gke", "gcp:project", "gcp:region"}
-    # The two storage sections share only the size.
+    # The two storage sections share the size and an existing NFS export.
     assert set(config.LabStack.model_fields["storage"].annotation.model_fields) == {
         "size", "nfs", "provision", "export_path"}
     assert set(config.DevStack.model_fields["storage"].annotation.model_fields) == {
-        "size", "host_path", "use_default_class"}
+        "size", "host_path", "use_default_class", "nfs"}
 
 
 _GKE_BASE = {

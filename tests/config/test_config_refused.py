@@ -364,7 +364,7 @@ ROWS: list[Row] = [
     ("dev: cni set", lambda: dev(cni="calico"), "cni", "is a lab key; this stack's platform is dev"),
     ("dev: nvidiaDriver set", lambda: dev(nvidiaDriver={"branch": "550"}), "nvidiaDriver", "is a lab key"),
     ("dev: gke set", lambda: dev(gke={"gpuPools": [L4]}), "gke", "is a gke key; this stack's platform is dev"),
-    ("dev: storage.provision set", lambda: dev(storage={"provision": True}), "storage", "nfs and provision are lab keys"),
+    ("dev: storage.provision set", lambda: dev(storage={"provision": True}), "storage", "provision and exportPath are lab keys"),
     ("gke: hosts set", lambda: gke(top={"hosts": [host("cp-1", "192.0.2.10", "control-plane")]}), "hosts",
      "is a lab key; this stack's platform is gke (GPU nodes come from gke.gpuPools)"),
     ("gke: podCidr set", lambda: gke(top={"podCidr": "10.32.0.0/16"}), "podCidr", "is a lab key; this stack's platform is gke"),
