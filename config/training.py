@@ -108,8 +108,10 @@ class TrainingConfig(Model):
     learning_rate: float = Field(
         default=DEFAULT_LEARNING_RATE, description="Peak learning rate (trainer --lr), in (0, 10]."
     )
-    warmup_epochs: float = Field(
-        default=0.0, description="Linear warm-up to learningRate over this many epochs (0: none); less than epochs."
+    warmup_epochs: float | None = Field(
+        default=None,
+        description="Linear warm-up to learningRate over this many epochs, then cosine decay to 0; less than "
+                    "epochs (unset: a constant learningRate, today's behaviour).",
     )
     weight_decay: float | None = Field(
         default=None, description="Weight decay in [0, 1) (unset: the trainer's default)."
@@ -140,14 +142,16 @@ class TrainingConfig(Model):
             raise ValueError("must be in (0, 10], e.g. 0.05 (SGD) or 0.001 (Adam-like)")
         return v
 
+    _optional_schedule = field_validator("warmup_epochs", "weight_decay", mode="before")(
+        classmethod(lambda cls, v: empty_to_none(v))
+    )
+
     @field_validator("warmup_epochs")
     @classmethod
-    def _warmup(cls, v: float) -> float:
-        if not 0 <= v < float("inf"):
-            raise ValueError("must be a number of epochs >= 0 (0: no warm-up)")
+    def _warmup(cls, v: float | None) -> float | None:
+        if v is not None and not 0 <= v < float("inf"):
+            raise ValueError("must be a number of epochs >= 0 (0: cosine decay from the first step; unset: constant)")
         return v
-
-    _optional_decay = field_validator("weight_decay", mode="before")(classmethod(lambda cls, v: empty_to_none(v)))
 
     @field_validator("weight_decay")
     @classmethod
@@ -320,7 +324,7 @@ def training_problems(t: TrainingConfig, acc: AcceptanceConfig, network: Network
             problems.append((f"training.{key}Request", f"{req} is more than training.{key}Limit {lim}"))
     if quantity_value(t.shm_size) > quantity_value(t.memory_limit):
         problems.append(("training.shmSize", f"{t.shm_size} exceeds training.memoryLimit {t.memory_limit} (shm counts as memory)"))
-    if t.warmup_epochs and t.warmup_epochs >= t.epochs:
+    if t.warmup_epochs is not None and t.warmup_epochs >= t.epochs:
         problems.append(("training.warmupEpochs",
                          f"{t.warmup_epochs:g} is not less than training.epochs {t.epochs}: the run would end in warm-up"))
     if t.prepare_data and not t.dataset.downloadable:

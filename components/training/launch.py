@@ -98,7 +98,7 @@ class LaunchSpec:
     dataset: str = "auto"
     model: str = "resnet18"
     learning_rate: float = 0.05
-    warmup_epochs: float = 0.0
+    warmup_epochs: float | None = None  # None: constant learning rate; set: warm-up, then cosine decay
     weight_decay: float | None = None  # None: the trainer's default
     augment: str = "auto"
     # NCCL
@@ -127,7 +127,7 @@ class LaunchSpec:
         if self.dataset not in DATASETS or self.model not in MODELS or self.augment not in AUGMENT:
             problems.append(f"dataset {self.dataset!r}, model {self.model!r} or augment {self.augment!r} is not one of "
                             f"{DATASETS}, {MODELS}, {AUGMENT}")
-        if not 0 < self.learning_rate <= 10 or not self.warmup_epochs >= 0:
+        if not 0 < self.learning_rate <= 10 or (self.warmup_epochs is not None and not self.warmup_epochs >= 0):
             problems.append("learning_rate must be in (0, 10], warmup_epochs >= 0")
         if self.weight_decay is not None and not 0 <= self.weight_decay < 1:
             problems.append("weight_decay must be in [0, 1)")
@@ -149,6 +149,8 @@ class LaunchSpec:
 def trainer_args(spec: LaunchSpec) -> list[str]:
     """`python -m trainer.train` arguments (one `--key=value` token each)."""
     checkpoint_dir = spec.checkpoint_dir or f"{MOUNTS['checkpoints'][1]}/{spec.job}"
+    # Unset: left out, so the trainer's own default applies (its schedule: a constant rate).
+    warmup = [] if spec.warmup_epochs is None else [f"--warmup-epochs={spec.warmup_epochs:g}"]
     decay = [] if spec.weight_decay is None else [f"--weight-decay={spec.weight_decay:g}"]
     return [
         f"--epochs={spec.epochs}",
@@ -156,7 +158,7 @@ def trainer_args(spec: LaunchSpec) -> list[str]:
         f"--dataset={spec.dataset}",
         f"--model={spec.model}",
         f"--lr={spec.learning_rate:g}",
-        f"--warmup-epochs={spec.warmup_epochs:g}",
+        *warmup,
         *decay,
         f"--augment={spec.augment}",
         f"--data-dir={spec.data_dir}",

@@ -272,15 +272,31 @@ def test_acceptance_sweep_never_restarts_and_gets_no_trainer_args():
 
 def test_trainer_args_parse_in_the_trainer():
     spec = _spec(epochs=7, batch_size=32, checkpoint_every=2, checkpoint_every_steps=500, model="mlp",
-                 checkpoint_dir="/ckpt", data_dir="/data")
+                 checkpoint_dir="/ckpt", data_dir="/data", dataset="fashion-mnist", learning_rate=0.0125,
+                 warmup_epochs=1.5, weight_decay=0.0005)
     args = trainer_train.parse_args(launch.trainer_args(spec))
     assert (args.epochs, args.batch_size, args.checkpoint_every, args.checkpoint_every_steps, args.model,
             args.checkpoint_dir, args.data_dir) == (7, 32, 2, 500, "mlp", "/ckpt", "/data")
+    assert (args.dataset, args.lr, args.warmup_epochs, args.weight_decay, args.augment) == (
+        "fashion-mnist", 0.0125, 1.5, 0.0005, "auto")
+
+
+def test_trainer_args_carry_the_training_keys():
+    """The contract with trainer.train (issue 15): one `--flag=value` per training key; warm-up and
+    weight decay only when set, so the trainer's own defaults (a constant rate) apply otherwise."""
+    args = launch.trainer_args(_spec())
+    assert [a for a in args if a.split("=")[0] in ("--dataset", "--model", "--lr", "--augment")] == [
+        "--dataset=auto", "--model=resnet18", "--lr=0.05", "--augment=auto"]
+    assert not any(a.startswith(("--weight-decay", "--warmup-epochs")) for a in args)
+    args = launch.trainer_args(_spec(dataset="cifar10", learning_rate=1e-5, weight_decay=0.0, warmup_epochs=0.0))
+    assert {"--dataset=cifar10", "--lr=1e-05", "--weight-decay=0", "--warmup-epochs=0"} <= set(args)
 
 
 @pytest.mark.parametrize("bad", [
     dict(launcher="mpijob"), dict(job="Train"), dict(nodes=0), dict(gpus_per_node=0), dict(max_restarts=-1),
     dict(min_nodes=5), dict(module="trainer train"), dict(epochs=0), dict(nccl_debug="LOUD"), dict(rdzv_port=0),
+    dict(dataset="imagenet"), dict(model="vit"), dict(augment="maybe"), dict(learning_rate=0.0),
+    dict(learning_rate=11.0), dict(warmup_epochs=-1.0), dict(weight_decay=1.0),
 ])
 def test_launch_spec_rejects_bad_input(bad):
     with pytest.raises(ValueError, match="LaunchSpec"):
