@@ -18,6 +18,7 @@ from typing import Any
 
 import kubernetes_validate
 import pytest
+import yaml
 
 import config
 from components import versions
@@ -29,6 +30,7 @@ from render import program
 from render.__main__ import kubernetes_objects
 from render.cluster.pod_security import violations
 from stacks.addons import PREPARE_JOB, TRAINING_JOB
+from tests.conftest import PROJECT_DIR
 
 SEED_003_NFS = {"server": "192.168.49.1", "path": "/srv/nfs/kubedata"}
 TRAINING_KEYS = {"dataset": "cifar10", "model": "resnet18", "learningRate": 0.1, "warmupEpochs": 2,
@@ -297,3 +299,20 @@ def test_pod_env_caches_come_from_the_storage_contract() -> None:
                              gpus_per_node=1, extra_env=(("HF_HOME", "/elsewhere"), ("NCCL_IB_HCA", "mlx5_0")))
     names = [e["name"] for e in launch.pod_env(spec)]
     assert names.count("HF_HOME") == 1 and "NCCL_IB_HCA" in names
+
+
+def test_the_commented_dev_example_parses() -> None:
+    """Pulumi.dev.yaml's commented NFS and dataset example, uncommented, is a dev stack that comes up."""
+    lines = (PROJECT_DIR / "Pulumi.dev.yaml").read_text().splitlines()
+    start = lines.index("  # gpu-cluster:storage:")
+    storage_lines = [line.replace("  # ", "  ", 1) for line in lines[start:start + 5]]
+    storage = yaml.safe_load("\n".join(storage_lines))["gpu-cluster:storage"]
+    keys = lines.index("  # (add to gpu-cluster:training above):")
+    training_lines = [line.replace("  #   ", "", 1) for line in lines[keys + 1:keys + 7]]
+    extra = yaml.safe_load("\n".join(training_lines))
+    example = program.run("dev", config=_with("dev", storage={"hostPath": "", **storage}, training=extra))
+    cfg = example.config
+    assert isinstance(cfg, config.DevStack)
+    assert cfg.storage.nfs is not None and cfg.storage.nfs.path == "/srv/nfs/kubedata"
+    assert cfg.training.prepare_data and cfg.training.dataset.value == "cifar10"
+    assert example.outputs["sharedClaim"]["backend"].startswith("nfs://")
