@@ -12,8 +12,8 @@ import yaml
 import config
 from config.wandb import WandbConfig
 from render import program
-from tests.conftest import PROJECT_DIR, lab_raw
 from tests.config.test_config_refused import gke
+from tests.conftest import PROJECT_DIR, lab_raw
 
 IMAGE = "registry.example.com/gpu-cluster/trainer:0.1.0"
 WANDB = {"enabled": True, "entity": "ml-team", "queue": "gpu-queue"}
