@@ -86,7 +86,7 @@ def test_the_key_reaches_the_cluster_only_as_secret_secrets(plan: program.Plan) 
 # --- the chart, rendered offline ----------------------------------------------------------------
 
 
-@pytest.mark.parametrize("stack", ["dev", "lab"])
+@pytest.mark.parametrize("stack", ["dev", "lab", "gke"])
 def test_the_stack_comes_up_with_the_agent(stack: str, upstream_dir: Path) -> None:
     plan = program.run(stack, config=wandb_config(stack))
     report = cluster.check(plan, plan.config, upstream_dir)
