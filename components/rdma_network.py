@@ -218,9 +218,10 @@ def device_plugin_config(roce: RoceConfig) -> dict[str, Any]:
             "resourcePrefix": RDMA_RESOURCE_PREFIX,
             "resourceName": RDMA_RESOURCE_NAME,
             "rdmaHcaMax": RDMA_PODS_PER_NODE,
-            # By driver, not interface name: in exclusive mode the netdev leaves the host's view
-            # while a pod holds it, the PCI function and its driver do not.
-            "selectors": {"drivers": [roce.driver], "linkTypes": ["ether"]},
+            # By driver only, not by interface name or link type (both read from the netdev): in
+            # exclusive mode the netdev leaves the host's view while a pod holds it, the PCI
+            # function and its driver do not.
+            "selectors": {"drivers": [roce.driver]},
         }],
     }
     return {

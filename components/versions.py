@@ -139,3 +139,11 @@ ROCE_HOST_PACKAGES = (
     ("ibverbs-utils", RDMA_CORE_JAMMY),
     ("perftest", PERFTEST_JAMMY),
 )
+
+# wandb.enabled: W&B's launch agent (chart wandb/launch-agent, repository wandb/helm-charts). The
+# agent image is the chart's own default at this version, set explicitly so that a chart bump
+# never changes it unseen.
+WANDB_LAUNCH_AGENT_CHART = "launch-agent"
+WANDB_LAUNCH_AGENT_CHART_VERSION = "0.13.12"
+WANDB_LAUNCH_AGENT_CHART_REPO = "https://charts.wandb.ai"
+WANDB_LAUNCH_AGENT_IMAGE = "wandb/launch-agent:0.17.3"

@@ -11,7 +11,7 @@ Pulumi hands every stack the defaults Pulumi.yaml declares, for every key: a gke
 `hosts: []` and `storage: {size: 100Gi}`. A key of another platform is therefore ignored while it
 holds its declared default (or is empty), and refused, naming the platform it belongs to, once set.
 
-Secret values (the SSH private key, a dev kubeconfig) are never part of the model: they stay
+Secret values (the SSH private key, a dev kubeconfig, the W&B API key) are never part of the model: they stay
 `pulumi.Output` secrets in `StackSecrets`, and the model only records that they were given.
 """
 
@@ -31,6 +31,7 @@ from config.dev import DevStack
 from config.errors import NAMESPACE, ConfigError, Problems, describe, key_path
 from config.gke import GkeStack
 from config.lab import LabStack
+from config.wandb import API_KEY as WANDB_API_KEY
 
 __all__ = [
     "NAMESPACE", "SECRET_KEYS", "ConfigError", "DevStack", "GkeStack", "LabStack", "Platform", "StackConfig",
@@ -46,9 +47,9 @@ STACK_TYPES: dict[Platform, type[LabStack] | type[DevStack] | type[GkeStack]] = 
 }
 _STACK_KEYS = {platform: stack_type.keys() for platform, stack_type in STACK_TYPES.items()}
 
-# Top-level keys holding secrets: read with get_secret, never parsed into the model. Each belongs
-# to one platform.
-SECRET_KEYS = ("sshPrivateKey", "kubeconfig")
+# Top-level keys holding secrets: read with get_secret, never parsed into the model. Most belong
+# to one platform; the W&B API key (wandb.enabled) to every one.
+SECRET_KEYS = ("sshPrivateKey", "kubeconfig", WANDB_API_KEY)
 _SECRET_PLATFORM = {"sshPrivateKey": Platform.LAB, "kubeconfig": Platform.DEV}
 
 # The Google Cloud provider's keys gke reads (gke.GkeStack.project, .region); other platforms
@@ -62,6 +63,7 @@ class StackSecrets:
 
     ssh_private_key: pulumi.Output[str] | None = None
     kubeconfig: pulumi.Output[str] | None = None
+    wandb_api_key: pulumi.Output[str] | None = None
 
 
 def parse(raw: Mapping[str, Any], secret_keys: Iterable[str] = frozenset()) -> StackConfig:
@@ -127,8 +129,9 @@ def _set_aside_foreign_keys(
         elif not any(_holds_default(STACK_TYPES[p], key, value) for p in owners):
             problems.append((key, _foreign(stack_type, key, owners)))
     for key in sorted(secrets):
-        if _SECRET_PLATFORM[key] is not platform:
-            problems.append((key, _foreign(stack_type, key, [_SECRET_PLATFORM[key]])))
+        owner = _SECRET_PLATFORM.get(key)
+        if owner is not None and owner is not platform:
+            problems.append((key, _foreign(stack_type, key, [owner])))
     return own, problems
 
 
@@ -159,7 +162,7 @@ def _adapter(stack_type: type[Addons], name: str) -> TypeAdapter[Any]:
 # Keys whose values are structured: Pulumi hands them over as JSON text. Every other value is
 # a string (pydantic reads "22" or "true" as the declared int or bool), so a version such as
 # "1.34" never turns into a float.
-_STRUCTURED_KEYS = ("hosts", "nvidiaDriver", "bastion", "gpuNodes", "gpu", "training", "acceptance", "network", "storage", "monitoring", "gke")
+_STRUCTURED_KEYS = ("hosts", "nvidiaDriver", "bastion", "gpuNodes", "gpu", "training", "acceptance", "network", "storage", "monitoring", "gke", "wandb")
 
 
 def _decode(key: str, value: Any) -> Any:
@@ -199,5 +202,6 @@ def load(config: pulumi.Config | None = None) -> tuple[StackConfig, StackSecrets
     secrets = StackSecrets(
         ssh_private_key=config.get_secret("sshPrivateKey") if "sshPrivateKey" in secret_keys else None,
         kubeconfig=config.get_secret("kubeconfig") if "kubeconfig" in secret_keys else None,
+        wandb_api_key=config.get_secret(WANDB_API_KEY) if WANDB_API_KEY in secret_keys else None,
     )
     return cfg, secrets

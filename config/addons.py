@@ -19,6 +19,7 @@ from config.fields import Model, check_quantity
 from config.gpu import GpuConfig, gpu_problems
 from config.monitoring import MonitoringConfig, monitoring_problems
 from config.training import AcceptanceConfig, NetworkConfig, TrainingConfig, training_problems
+from config.wandb import WandbConfig, wandb_problems
 
 
 class Platform(enum.StrEnum):
@@ -53,6 +54,9 @@ class Addons(Model):
     )
     network: NetworkConfig = Field(
         default_factory=NetworkConfig, description="The GPU nodes' network as declared (link rate, RDMA)."
+    )
+    wandb: WandbConfig = Field(
+        default_factory=WandbConfig, description="W&B Launch: an agent running a queue's runs as training Jobs."
     )
 
     # Keys of the other platforms: why this one has no use for them (added to their refusal).
@@ -98,6 +102,9 @@ class Addons(Model):
             *training_problems(self.training, self.acceptance, self.network, self.gpu),
             *(self._capacity_problems() if self.runs_jobs else []),
             *monitoring_problems(self.monitoring),
+            # gke has no `storage` key: its shared claim is always a Filestore instance.
+            *wandb_problems(self.wandb, self.training, secrets,
+                            shared_storage=getattr(getattr(self, "storage", None), "configured", True)),
             *self._platform_problems(secrets),
         ]
 

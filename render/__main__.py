@@ -10,6 +10,8 @@ Writes:
   DIR/kubernetes/*.yaml       every Kubernetes object as it would be applied
   DIR/helm/<release>.yaml     every Helm release: chart, version, repository, values
   DIR/prometheus/rules.yaml   the alert rules of every PrometheusRule, as a plain rule file
+  DIR/wandb/queue-config.yaml with wandb.enabled: the W&B queue's config (the stack output
+                              wandbQueueConfig), to paste into the queue; .json alike
   DIR/hosts/<host>/<step>.sh  the exact command each host receives (and <step>.delete.sh,
                               <step>.stdin when stdin is not secret)
   DIR/graph.dot               parent (dashed) and dependency (solid) edges
@@ -159,6 +161,10 @@ def write(plan: program.Plan, out: Path, verdict: str = "", update_section: str 
     rule_groups = [g for o in objects if o.get("kind") == "PrometheusRule" for g in o.get("spec", {}).get("groups", [])]
     if rule_groups:
         put(out / "prometheus" / "rules.yaml", yaml.safe_dump({"groups": rule_groups}, sort_keys=False))
+    queue_config = plan.outputs.get("wandbQueueConfig")
+    if isinstance(queue_config, dict):  # never a secret: the program builds it from plain config
+        put(out / "wandb" / "queue-config.yaml", yaml.safe_dump(queue_config, sort_keys=False))
+        put(out / "wandb" / "queue-config.json", json.dumps(queue_config, indent=2) + "\n")
     steps = host_steps(plan)
     for host, host_steps_ in steps.items():
         for step, inputs in host_steps_.items():

@@ -6,7 +6,8 @@ software stack -> GPU-ready gate -> (network.roce: the RDMA network) -> namespac
 -> (pytorchjob: the training operator) -> (network.roce with acceptance.nccl: the RDMA link test)
 -> NCCL acceptance Job (acceptance.nccl), and beside it (training.prepareData) the dataset download
 Job -> training job (training.enabled). Every GPU job depends on the gate, so no pod asks for a GPU
-before every GPU node passed.
+before every GPU node passed. wandb.enabled: the W&B launch agent, once the training namespace and
+shared claim exist (its runs are submitted later, from W&B).
 """
 
 from __future__ import annotations
@@ -24,6 +25,10 @@ from components.training import launch
 from components.training.job import TrainingJob, TrainingJobArgs, TrainingOperator
 from components.training.namespace_policies import NamespacePolicies
 from components.training.prepare import PrepareData, PrepareDataArgs
+from components.training.wandb_launch import AGENT_NAMESPACE as WANDB_NAMESPACE
+from components.training.wandb_launch import DEPLOYMENT as WANDB_AGENT
+from components.training.wandb_launch import WandbLaunch, WandbLaunchArgs, submit_command
+from config import StackSecrets
 from config.addons import Addons
 from config.gpu import MigStrategy, SharingMode
 from config.lab import LabStack
@@ -84,7 +89,33 @@ def rank0_logs(launcher: Launcher, job: str) -> str:
             f"-l {scheduling_contract.JOB_LABEL}={job},batch.kubernetes.io/job-completion-index=0")
 
 
-def deploy(cfg: Addons, cluster: Cluster) -> dict[str, object]:
+def wandb_launch(cfg: Addons, cluster: Cluster, secrets: StackSecrets) -> dict[str, object]:
+    """wandb.enabled: the W&B launch agent (components/training/wandb_launch.py); its outputs,
+    none secret: the queue config is for pasting into the W&B queue."""
+    ns, claim, key = cluster.training_namespace, cluster.shared_claim, secrets.wandb_api_key
+    if ns is None or claim is None or key is None:  # the config and wiring make all three
+        raise ValueError("wandb.enabled needs the training namespace, a shared claim and the wandbApiKey secret")
+    agent = WandbLaunch(
+        "wandb-launch",
+        WandbLaunchArgs(wandb=cfg.wandb, training=cfg.training, claim=claim, api_key=key,
+                        training_namespace=ns, gpu_resource=gpu_resource(cfg)),
+        opts=pulumi.ResourceOptions(provider=cluster.provider, depends_on=[*cluster.ready, ns, *claim.ready]),
+    )
+    return {
+        "wandbLaunch": {
+            "agentNamespace": WANDB_NAMESPACE,
+            "entity": cfg.wandb.entity,
+            "queue": cfg.wandb.queue,
+            "queueConfig": "paste `pulumi stack output wandbQueueConfig --json` into the queue's config "
+                           "(python -m render: wandb/queue-config.yaml)",
+            "submit": submit_command(cfg.wandb),
+            "agentLogs": f"kubectl -n {WANDB_NAMESPACE} logs deploy/{WANDB_AGENT}",
+        },
+        "wandbQueueConfig": agent.queue_config,
+    }
+
+
+def deploy(cfg: Addons, cluster: Cluster, secrets: StackSecrets | None = None) -> dict[str, object]:
     """Register the add-ons on `cluster`; returns the stack outputs they add."""
     provider, after = cluster.provider, cluster.ready
     opts = pulumi.ResourceOptions(provider=provider, depends_on=after)
@@ -155,6 +186,8 @@ def deploy(cfg: Addons, cluster: Cluster) -> dict[str, object]:
     claim = cluster.shared_claim
     if claim is not None:
         outputs["sharedClaim"] = {"claim": f"{claim.namespace}/{claim.name}", "backend": claim.backend}
+    if cfg.wandb.enabled:
+        outputs.update(wandb_launch(cfg, cluster, secrets or StackSecrets()))
     if not cfg.runs_jobs:
         return outputs
     ns = cluster.training_namespace

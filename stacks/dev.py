@@ -43,4 +43,4 @@ def build(cfg: DevStack, secrets: StackSecrets) -> dict[str, object]:
         training_namespace=namespace,
         shared_claim=claim,
     )
-    return {**addons.deploy(cfg, cluster), "kubeContext": cfg.kube_context, "gpuNodes": list(cfg.gpu_nodes)}
+    return {**addons.deploy(cfg, cluster, secrets), "kubeContext": cfg.kube_context, "gpuNodes": list(cfg.gpu_nodes)}

@@ -65,7 +65,7 @@ def build(cfg: GkeStack, secrets: StackSecrets) -> dict[str, object]:
         shared_claim=storage.claim,
     )
     return {
-        **addons.deploy(cfg, cluster),
+        **addons.deploy(cfg, cluster, secrets),
         "kubeconfig": gke_cluster.kubeconfig,
         "clusterName": gke_cluster.cluster.name,
         "location": gke_cluster.location,

@@ -171,7 +171,7 @@ def build(cfg: LabStack, secrets: StackSecrets) -> dict[str, object]:
         shared_claim=claim,
     )
     return {
-        **addons.deploy(cfg, contract),
+        **addons.deploy(cfg, contract, secrets),
         "kubeconfig": cp.kubeconfig,
         "certificates": cp.certificates,
         "apiEndpoint": cfg.api_endpoint,

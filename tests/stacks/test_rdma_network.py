@@ -147,7 +147,7 @@ def test_one_rdma_pod_per_node_is_all_the_device_plugin_offers() -> None:
     (entry,) = json.loads(cm["data"]["config.json"])["configList"]
     assert f"{entry['resourcePrefix']}/{entry['resourceName']}" == "rdma/roce" and entry["rdmaHcaMax"] == 1
     # selected by driver: in exclusive mode the netdev leaves the host's view while a pod holds it
-    assert entry["selectors"] == {"drivers": ["ice"], "linkTypes": ["ether"]}
+    assert entry["selectors"] == {"drivers": ["ice"]}
 
 
 def test_multus_runs_the_release_image_not_the_snapshot(upstream_dir) -> None:

@@ -37,6 +37,7 @@ import yaml
 from components.monitoring import Monitoring, MonitoringArgs, dashboards, prometheus_rule, rdma
 from components.monitoring.alerts import rule_groups
 from config.monitoring import MonitoringConfig
+from tests.components.monitoring.test_monitoring_rules import _expand  # the alert templates' expansion
 from tests.monitoring_crd_schema import validate_custom_resource
 from tests.workloads.test_rdma_exporter import FakeSysfs, running_exporter
 
@@ -122,20 +123,6 @@ OWN_BEST_CASE: Case = (
     [*_both(rdma.PORT_RATE, f"{25 * GBPS}x25"), *_state("4x25"),
      *_both(rdma.PORT_RATE, f"{25 * GBPS}x12 {10 * GBPS}x13", **PORT2), *_state("4x25", **PORT2)],  # not yet 10 min
 )
-
-_TEMPLATE = re.compile(r"\{\{\s*(.*?)\s*\}\}")
-
-
-def _expand(text: str, labels: dict[str, str], value: str) -> str:
-    def one(m: re.Match[str]) -> str:
-        expr = m.group(1)
-        if expr == "$value":
-            return value
-        assert expr.startswith("$labels."), f"template {expr!r}: only $labels.<name> and $value are tested"
-        return labels[expr.removeprefix("$labels.")]
-
-    return _TEMPLATE.sub(one, text)
-
 
 def _rules(link_gbps: float | None = LINK_GBPS) -> dict[str, dict[str, Any]]:
     return {r["alert"]: r for r in rdma.rule_group(link_gbps)["rules"]}
