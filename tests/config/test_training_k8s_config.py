@@ -241,6 +241,8 @@ def test_readme_lists_every_new_key():
                 "training.nccl.socketIfname", "acceptance.nccl", "acceptance.minBusbwFraction", "acceptance.maxBytes",
                 "network.linkGbps", "network.rdma", "network.roce.interface", "network.roce.pciAddress",
                 "network.roce.hca", "network.roce.driver", "network.roce.gidIndex", "network.roce.range",
-                "network.roce.ncclEnv", "network.roce.minLinkFraction", "storage.size", "storage.nfs", "storage.provision",
+                "network.roce.ncclEnv", "network.roce.minLinkFraction", "training.dataset", "training.model",
+                "training.learningRate", "training.warmupEpochs", "training.weightDecay", "training.prepareData",
+                "wandb.enabled", "wandb.maxJobs", "wandb.baseUrl", "storage.size", "storage.nfs", "storage.provision",
                 "storage.exportPath", "storage.hostPath", "storage.useDefaultClass"):
         assert f"| `{key}`" in readme, key
