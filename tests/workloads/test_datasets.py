@@ -362,13 +362,13 @@ def test_evaluate_counts_correct_predictions_exactly():
     labels = torch.tensor([0, 1, 2, 3, 4, 5, 6, 7, 8, 9])
     said = torch.tensor([0, 1, 2, 3, 4, 5, 6, 0, 0, 0])  # 7 right
     test = torch.utils.data.TensorDataset(said.float().view(10, 1), labels)
-    stats = trainer_train.evaluate(_Oracle(), test, list(range(10)), 4, lambda x: x, torch.device("cpu"), distributed=False)
+    stats = trainer_train.evaluate(_Oracle(), test, list(range(10)), 4, torch.device("cpu"), distributed=False)
     right = torch.nn.functional.cross_entropy(torch.tensor([[5.0] + [0.0] * 9]), torch.tensor([0])).item()
     wrong = torch.nn.functional.cross_entropy(torch.tensor([[5.0] + [0.0] * 9]), torch.tensor([1])).item()
     assert (stats["correct"], stats["total"], stats["accuracy"]) == (7, 10, 0.7)
     assert stats["loss"] == pytest.approx((7 * right + 3 * wrong) / 10)
     # a shard: only the indices given
-    part = trainer_train.evaluate(_Oracle(), test, [7, 8, 9, 0], 3, lambda x: x, torch.device("cpu"), distributed=False)
+    part = trainer_train.evaluate(_Oracle(), test, [7, 8, 9, 0], 3, torch.device("cpu"), distributed=False)
     assert (part["correct"], part["total"]) == (1, 4)
 
 
@@ -520,3 +520,13 @@ def test_prepare_official_sources():
     assert cifar.files == (("cifar-10-python.tar.gz", "c58f30108f718f92721af3b95e74349a"),)
     assert "http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/" in fashion.mirrors
     assert all(len(md5) == 32 for _, md5 in fashion.files)
+
+
+def test_augmentation_pads_with_the_fill_given_per_channel():
+    """Normalised images pad with a normalised black pixel (-mean/std), as torchvision's RandomCrop
+    pads the raw image before Normalize."""
+    fill = torch.tensor([-1.5, -2.0, -2.5])
+    batch = torch.ones(256, 3, 4, 4)
+    out = trainer_train.augment_batch(batch, torch.Generator().manual_seed(0), padding=4, fill=fill)
+    values = {tuple(out[i, :, y, x].tolist()) for i in range(256) for y in range(4) for x in range(4)}
+    assert values == {(1.0, 1.0, 1.0), (-1.5, -2.0, -2.5)}  # image pixels or the fill, nothing else

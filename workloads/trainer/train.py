@@ -10,9 +10,9 @@
   --dataset cifar10 / fashion-mnist: the official files in --data-dir (datasets.py), evaluated on
   their test split after every epoch (DistributedSampler shards, correct/total all-reduced). Nothing
   is downloaded here: `python -m trainer.prepare` does that once, onto the shared volume;
-- images stay uint8 until a batch is on the device, where it is augmented (random crop with 4
-  pixels of padding and a horizontal flip, whole batch at once; --augment, on for cifar10) and
-  normalised; on a GPU the whole dataset is kept on the device, so a batch is one gather;
+- images are normalised once at load (on a GPU the whole set is kept on the device, so a batch
+  is one gather); augmentation runs on the device on each whole batch (random crop with 4 pixels
+  of black padding and a horizontal flip; --augment, on for cifar10);
 - SGD (--momentum, --weight-decay); --warmup-epochs W switches the constant --lr to a linear
   warmup over W epochs then a cosine decay to 0, set per optimizer step from the global step (so a
   resumed run continues the same curve);
@@ -229,15 +229,21 @@ def lr_at(step: int, base_lr: float, total_steps: int, warmup_steps: int) -> flo
     return base_lr * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
-def augment_batch(images: Any, generator: Any, padding: int = 4) -> Any:
-    """Random crop to the same size from the zero-padded images and a horizontal flip with
-    probability 1/2, each sample its own, as one gather over the whole batch on its device.
-    Returns [N, C, H, W] laid out channels-last (a permuted view of the gather)."""
+def augment_batch(images: Any, generator: Any, padding: int = 4, fill: Any = None) -> Any:
+    """Random crop to the same size from the padded images and a horizontal flip with probability
+    1/2, each sample its own, as one gather over the whole batch on its device. The padding is 0,
+    or `fill` per channel ([C]: a black pixel once normalised, as torchvision pads before it
+    normalises). Returns [N, C, H, W] laid out channels-last (a permuted view of the gather)."""
     import torch
 
-    n, _, h, w = images.shape
+    n, c, h, w = images.shape
     dev = images.device
-    padded = torch.nn.functional.pad(images, (padding, padding, padding, padding)).permute(0, 2, 3, 1)
+    if fill is None:
+        padded = torch.nn.functional.pad(images, (padding, padding, padding, padding))
+    else:
+        padded = fill.to(images.dtype).view(1, c, 1, 1).repeat(n, 1, h + 2 * padding, w + 2 * padding)
+        padded[:, :, padding:padding + h, padding:padding + w] = images
+    padded = padded.permute(0, 2, 3, 1)
     dy = torch.randint(0, 2 * padding + 1, (n, 1, 1), generator=generator, device=dev)
     dx = torch.randint(0, 2 * padding + 1, (n, 1, 1), generator=generator, device=dev)
     flip = torch.rand((n, 1, 1), generator=generator, device=dev) < 0.5
@@ -253,22 +259,17 @@ def augment_seed(seed: int, rank: int, step: int) -> int:
     return ((seed * 1_000_003 + rank) * 1_000_003 + step) & ((1 << 63) - 1)
 
 
-class BatchInputs:
-    """uint8 images -> float, normalised per channel (after augmentation); float inputs pass through."""
+def normalise_images(images: Any, mean: tuple[float, ...], std: tuple[float, ...], chunk: int = 8192) -> Any:
+    """uint8 [N, C, H, W] -> float32 (x / 255 - mean) / std, on the images' device, a chunk at a
+    time (peak memory: the uint8 set plus the float one). Done once for the whole set, not per batch."""
+    import torch
 
-    def __init__(self, data: TrainData, device: Any) -> None:
-        import torch
-
-        self.scale = self.shift = None
-        if data.mean is not None and data.std is not None:
-            mean = torch.tensor(data.mean, device=device).view(1, -1, 1, 1)
-            std = torch.tensor(data.std, device=device).view(1, -1, 1, 1)
-            self.scale, self.shift = 1.0 / (255.0 * std), mean / std
-
-    def __call__(self, x: Any) -> Any:
-        if self.scale is None or x.is_floating_point():
-            return x
-        return x.float().mul_(self.scale).sub_(self.shift)
+    scale = (1.0 / (255.0 * torch.tensor(std, device=images.device))).view(1, -1, 1, 1)
+    shift = (torch.tensor(mean, device=images.device) / torch.tensor(std, device=images.device)).view(1, -1, 1, 1)
+    out = torch.empty(images.shape, dtype=torch.float32, device=images.device)
+    for start in range(0, len(images), chunk):
+        out[start:start + chunk] = images[start:start + chunk].float().mul_(scale).sub_(shift)
+    return out
 
 
 def eval_indices(n: int, rank: int, world: int) -> list[int]:
@@ -280,8 +281,8 @@ def eval_indices(n: int, rank: int, world: int) -> list[int]:
     return list(sampler)[:len(range(rank, n, world))]
 
 
-def evaluate(model: Any, test: Any, indices: list[int], batch_size: int, inputs: BatchInputs, device: Any,
-             distributed: bool, autocast: bool = False) -> dict[str, float]:
+def evaluate(model: Any, test: Any, indices: list[int], batch_size: int, device: Any, distributed: bool,
+             autocast: bool = False) -> dict[str, float]:
     """Test loss and accuracy over every rank's indices (sums all-reduced)."""
     import torch
     import torch.distributed as dist
@@ -294,7 +295,7 @@ def evaluate(model: Any, test: Any, indices: list[int], batch_size: int, inputs:
         order = torch.tensor(indices, dtype=torch.long)
         for start in range(0, len(order), batch_size):
             ids = order[start:start + batch_size].to(images.device)
-            x = inputs(images[ids].to(device, non_blocking=True))
+            x = images[ids].to(device, non_blocking=True)
             y = labels[ids].to(device, non_blocking=True)
             with torch.autocast(device_type="cuda", dtype=torch.bfloat16, enabled=autocast):
                 logits = model(x)
@@ -415,7 +416,7 @@ def train(args: argparse.Namespace) -> int:
     import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
-    from torch.utils.data import BatchSampler, DataLoader, TensorDataset
+    from torch.utils.data import DataLoader, TensorDataset
     from torch.utils.data.distributed import DistributedSampler
 
     distributed = "RANK" in os.environ and "WORLD_SIZE" in os.environ
@@ -444,22 +445,32 @@ def train(args: argparse.Namespace) -> int:
     augment = args.augment == "on" or (args.augment == "auto" and data.name == "cifar10")
     if augment and len(sample_shape) != 3:
         raise ConfigError(f"--augment on needs image inputs [N, C, H, W], got samples of shape {sample_shape}")
-    # On a GPU a dataset that fits stays there whole: a batch is then one gather, with no host
-    # loader, no per-step copy and no worker processes.
-    on_device = use_cuda and sum(t.nbytes for t in dataset.tensors) <= DEVICE_DATA_MAX_BYTES
-    if on_device:
-        dataset = TensorDataset(*(t.to(device) for t in dataset.tensors))
-    test = data.test
-    if test is not None and use_cuda and sum(t.nbytes for t in test.tensors) <= DEVICE_DATA_MAX_BYTES:
-        test = TensorDataset(*(t.to(device) for t in test.tensors))
-    batch_inputs = BatchInputs(data, device)
+
+    def place(split: Any) -> tuple[Any, bool]:
+        """On a GPU a split that fits stays there whole: a batch is then one gather, with no host
+        loader, no per-step copy and no worker processes. uint8 images are normalised once, here."""
+        x, y = split.tensors
+        float_bytes = x.numel() * 4 + y.nbytes
+        at = device if use_cuda and float_bytes <= DEVICE_DATA_MAX_BYTES else torch.device("cpu")
+        x, y = x.to(at), y.to(at)
+        if data.mean is not None and data.std is not None and not x.is_floating_point():
+            x = normalise_images(x, data.mean, data.std)
+        return TensorDataset(x, y), at.type == "cuda"
+
+    dataset, on_device = place(dataset)
+    test = place(data.test)[0] if data.test is not None else None
+    fill = None  # augmentation pads with black pixels: 0, or their normalised value
+    if data.mean is not None and data.std is not None:
+        fill = torch.tensor([-m / s for m, s in zip(data.mean, data.std, strict=True)], device=device)
 
     torch.manual_seed(args.seed)  # identical initial weights (DDP also broadcasts rank 0's)
     model = build_model(args.model, sample_shape, classes).to(device)
     channels_last = use_cuda and len(sample_shape) == 3
     if channels_last:
         model = model.to(memory_format=torch.channels_last)
-    ddp = DDP(model, device_ids=[local_rank] if use_cuda else None) if distributed else model
+    # A world of 1 has nothing to synchronise: DDP would only add its bucket copies and, on gloo,
+    # an all-reduce per step (measured: more than the step itself for a small model on CPU).
+    ddp = DDP(model, device_ids=[local_rank] if use_cuda else None) if distributed and world > 1 else model
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum, weight_decay=args.weight_decay)
     # Per-rank seeding for anything random from here on (dropout); data order comes from the
     # sampler's own seed + epoch, so it is the same whatever the rank count restarts with, and
@@ -519,13 +530,19 @@ def train(args: argparse.Namespace) -> int:
     ddp.train()
     for epoch in range(start_epoch, args.epochs):
         sampler.set_epoch(epoch)
-        batches = BatchSampler(SkipSampler(sampler, skip_batches * args.batch_size), args.batch_size, drop_last=True)
-        # batch_size=None: each index list is one fancy-indexing read of the tensors, not N reads + stack
-        loader = DataLoader(dataset, batch_size=None, sampler=batches,
-                            num_workers=args.num_workers if use_cuda and not on_device else 0,
-                            pin_memory=use_cuda and not on_device)
-        first_batch, skip_batches = skip_batches, 0
         started = time.perf_counter()
+        # The epoch's order as one index tensor; a batch is one fancy-indexing read of the tensors
+        # through a slice of it (not batch_size reads and a stack, nor a list parsed per step).
+        order = torch.tensor(list(SkipSampler(sampler, skip_batches * args.batch_size)), dtype=torch.long)
+        batches = order[:len(order) // args.batch_size * args.batch_size].split(args.batch_size)
+        if use_cuda and not on_device:  # host memory: pinned, and worker processes if asked for
+            loader: Any = DataLoader(dataset, batch_size=None, sampler=batches, num_workers=args.num_workers,
+                                     pin_memory=True)
+        else:
+            all_inputs, all_targets = dataset.tensors
+            loader = ((all_inputs[ids], all_targets[ids]) for ids in order.to(all_inputs.device).split(args.batch_size)
+                      if len(ids) == args.batch_size)
+        first_batch, skip_batches = skip_batches, 0
         loss_sum = torch.zeros((), device=device)
         seen = 0
         last_saved = -1
@@ -534,8 +551,7 @@ def train(args: argparse.Namespace) -> int:
             inputs, targets = inputs.to(device, non_blocking=True), targets.to(device, non_blocking=True)
             if aug_gen is not None:
                 aug_gen.manual_seed(augment_seed(args.seed, rank, global_step))
-                inputs = augment_batch(inputs, aug_gen)
-            inputs = batch_inputs(inputs)
+                inputs = augment_batch(inputs, aug_gen, fill=fill)
             inputs = inputs.contiguous(memory_format=torch.channels_last if channels_last else torch.contiguous_format)
             if warmup_steps is not None:
                 lr = lr_at(global_step, args.lr, total_steps, warmup_steps)
@@ -569,8 +585,8 @@ def train(args: argparse.Namespace) -> int:
                 **({"lr": lr} if warmup_steps is not None else {}))
         if test is not None:
             started = time.perf_counter()
-            last_eval = {"epoch": epoch + 1, **evaluate(model, test, eval_ids, args.batch_size, batch_inputs, device,
-                                                         distributed, autocast=use_cuda)}
+            last_eval = {"epoch": epoch + 1, **evaluate(model, test, eval_ids, args.batch_size, device, distributed,
+                                                         autocast=use_cuda)}
             if not best or last_eval["accuracy"] > best["accuracy"]:
                 best = dict(last_eval)
             if rank == 0:
