@@ -17,7 +17,8 @@ Each run is a fresh subprocess with --threads torch threads; the two kinds of ru
 samples/s is the training loop's only, after a first epoch that warms up (the trainer's own
 `epoch` events; the bare loop timed the same way), so start-up, reading the files, evaluation and
 checkpoints are outside it; `whole s` is the subprocess's wall time, all of that included.
-overhead % = bare samples/s / trainer samples/s - 1, on the medians. Prints Markdown and exits 0.
+overhead % = bare samples/s / trainer samples/s - 1, on the medians, and the median of the
+same ratio taken repeat by repeat (paired). Prints Markdown and exits 0.
 
 With a CUDA device it also trains ResNet-18 (the CIFAR variant) at batch 128 on a 50,000 / 10,000
 image CIFAR-format set for --gpu-epochs epochs and prints seconds per epoch beside seed 002's
@@ -206,13 +207,17 @@ def main() -> int:
                 out, wall = run_child(kind, args, data_dir, _free_port())
                 rates[kind].append(statistics.median(out["samples_per_s"][1:] or out["samples_per_s"]))
                 walls[kind].append(wall)
-        print("| run | samples/s min | median | max | overhead % (median) | whole s (median) |")
-        print("|---|---|---|---|---|---|")
+        print("| run | samples/s min | median | max | overhead % (medians) | overhead % (paired) | whole s (median) |")
+        print("|---|---|---|---|---|---|---|")
         base = statistics.median(rates["bare"]) if "bare" in rates else None
         for kind in kinds:
             med = statistics.median(rates[kind])
-            over = f"{(base / med - 1) * 100:+.1f}" if base and kind != "bare" else "-"
-            print(f"| {kind} | {min(rates[kind]):.0f} | {med:.0f} | {max(rates[kind]):.0f} | {over} | "
+            over = paired = "-"
+            if base and kind != "bare":
+                over = f"{(base / med - 1) * 100:+.1f}"
+                # repeat by repeat (the bare run just before): robust to the machine's drift
+                paired = f"{(statistics.median(b / t for b, t in zip(rates['bare'], rates[kind], strict=True)) - 1) * 100:+.1f}"
+            print(f"| {kind} | {min(rates[kind]):.0f} | {med:.0f} | {max(rates[kind]):.0f} | {over} | {paired} | "
                   f"{statistics.median(walls[kind]):.2f} |")
 
         print()
