@@ -21,6 +21,7 @@ import argparse
 import contextlib
 import fcntl
 import hashlib
+import http.client
 import json
 import shutil
 import sys
@@ -105,7 +106,8 @@ def download(source: Source, name: str, md5: str, dest: Path, args: argparse.Nam
                 fetch(url, dest, md5, args.timeout)
                 say("downloaded", url=url, bytes=dest.stat().st_size, md5=md5)
                 return
-            except (OSError, PrepareError) as exc:  # URLError, HTTPError, timeouts are OSErrors
+            # URLError, HTTPError and timeouts are OSErrors; a short body is an IncompleteRead
+            except (OSError, http.client.HTTPException, PrepareError) as exc:
                 errors.append(f"{url} (attempt {attempt}): {exc}")
                 say("retry" if attempt < args.retries else "failed", url=url, attempt=attempt,
                     error=type(exc).__name__)
@@ -213,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     try:
         prepare(args)
-    except (PrepareError, OSError) as exc:
+    except (PrepareError, OSError, tarfile.TarError) as exc:
         print(f"prepare: event=fatal exit=1 reason={str(exc)!r}", file=sys.stderr, flush=True)
         return 1
     return 0

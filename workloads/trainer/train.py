@@ -87,14 +87,15 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--momentum", type=float, default=0.9)
     p.add_argument("--augment", choices=("auto", "on", "off"), default="auto",
                    help="random crop (4 px padding) and horizontal flip on the device; auto: on for cifar10")
-    p.add_argument("--data-dir", default="/mnt/shared/data", help=f"uses {' or '.join(DATA_FILES)} from here when present")
+    p.add_argument("--data-dir", default="/mnt/shared/data", help=f"--dataset auto: {' or '.join(DATA_FILES)} from here when present; cifar10, fashion-mnist: "
+                   "their official files (python -m trainer.prepare puts them here)")
     p.add_argument("--synthetic-samples", type=int, default=8192, help="size of the synthetic dataset")
     p.add_argument("--checkpoint-dir", default="/mnt/shared/checkpoints/default")
     p.add_argument("--checkpoint-every", type=int, default=1, help="epochs between checkpoints (0: only the last epoch)")
     p.add_argument("--checkpoint-every-steps", type=int, default=0, help="also every N optimizer steps (0: off)")
     p.add_argument("--keep-checkpoints", type=int, default=3)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--num-workers", type=int, default=2, help="DataLoader workers per rank (0 on CPU)")
+    p.add_argument("--num-workers", type=int, default=2, help="DataLoader workers per rank, used only on a GPU when the dataset stays in host memory")
     p.add_argument("--backend", choices=("auto", "nccl", "gloo"), default="auto")
     p.add_argument("--throttle-ms", type=float, default=0.0,
                    help="sleep per step; slows a tiny CPU run down so the kill-and-resume test can hit it mid-run")
