@@ -279,7 +279,8 @@ def eval_indices(n: int, rank: int, world: int) -> list[int]:
     the shares equal (a padded sample would be counted twice)."""
     from torch.utils.data.distributed import DistributedSampler
 
-    sampler = DistributedSampler(range(n), num_replicas=world, rank=rank, shuffle=False, drop_last=False)
+    sampler: DistributedSampler[int] = DistributedSampler(
+        range(n), num_replicas=world, rank=rank, shuffle=False, drop_last=False)  # type: ignore[arg-type]  # any sized sequence
     return list(sampler)[:len(range(rank, n, world))]
 
 
@@ -481,7 +482,8 @@ def train(args: argparse.Namespace) -> int:
     random.seed(args.seed + rank)
     aug_gen = torch.Generator(device=device) if augment else None
 
-    sampler = DistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=True, seed=args.seed, drop_last=True)
+    sampler: DistributedSampler[Any] = DistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=True, seed=args.seed,
+                                                          drop_last=True)
     steps_per_epoch = len(sampler) // args.batch_size
     total_steps = steps_per_epoch * args.epochs
     warmup_steps = round(args.warmup_epochs * steps_per_epoch) if args.warmup_epochs is not None else None
