@@ -22,6 +22,7 @@ rendered ones.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -476,3 +477,56 @@ def test_trainer_preflight_rejects_an_unwritable_checkpoint_dir(tmp_path):
     assert proc.returncode == launch.EXIT_CONFIG_ERROR, proc.stderr
     assert "event=fatal exit=3" in proc.stderr and "--checkpoint-dir" in proc.stderr
     assert (tmp_path / "code").read_text().strip() == "3"
+
+
+# --- a real dataset format through the same pods: tiny CIFAR-10, evaluated every epoch ------------
+
+
+def test_cifar10_pods_evaluate_every_epoch_and_rank_0_writes_the_result(tmp_path):
+    """The launch command with the issue-15 flags as module_args (LaunchSpec's config-driven fields
+    are added elsewhere), 2 pods x 1 process, on a CIFAR-10 "python version" set of 200 training
+    and 101 test images (101: the test shards are uneven, so padding would show in the count)."""
+    from tests.workloads.test_datasets import write_cifar10
+
+    flags = ("--dataset=cifar10", "--warmup-epochs=0.5", "--weight-decay=5e-4", "--momentum=0.9", "--augment=auto",
+             "--lr=0.1")
+    spec = launch_pod_spec(launch.TRAINER_MODULE, flags)
+    overrides = {"epochs": "3", "batch-size": "16", "model": "mlp", "num-workers": "0", "checkpoint-every-steps": "0"}
+    command = localize(spec, launch.TRAINER_MODULE, overrides, tmp_path / "shared")
+    assert all(f in command[2] for f in flags)
+    data_dir = Path(re.search(r"--data-dir=(\S+)", command[2])[1].strip("'\""))
+    ckpt_dir = Path(re.search(r"--checkpoint-dir=(\S+)", command[2])[1].strip("'\""))
+    write_cifar10(data_dir, per_batch=40, test=101)
+    port = free_port()
+    pods = [Pod(i, command, pod_env(spec, i, port, tmp_path), tmp_path / f"cifar-{i}.log") for i in range(spec.pods)]
+    try:
+        codes = wait_all(pods, time.monotonic() + 120)
+    finally:
+        for pod in pods:
+            pod.kill()
+    logs = _logs(pods)
+    assert codes == [0, 0], logs
+    # global rank 0 is whichever pod the c10d rendezvous made it, not necessarily index 0
+    reporting = [p for p in pods if p.events("start")]
+    assert len(reporting) == 1, logs
+    rank0, other = reporting[0], next(p for p in pods if p is not reporting[0])
+    start = rank0.events("start")[0]
+    assert (start["samples"], start["test_samples"], start["steps_per_epoch"], start["augment"]) == ("200", "101", "6", "1")
+    assert start["warmup_steps"] == "3" and start["world_size"] == "2"
+    evals = rank0.events("eval")
+    # every test image counted once across the two ranks' shards, after every epoch
+    assert [(e["epoch"], e["total"]) for e in evals] == [("1", "101"), ("2", "101"), ("3", "101")], logs
+    assert not other.events("eval") and not other.events("done")  # rank 0 reports
+    from trainer.train import parse_result
+
+    results = [r for r in map(parse_result, rank0.log.read_text().splitlines()) if r]
+    print("result:", results)
+    saved = json.loads((ckpt_dir / "result.json").read_text())
+    assert results == [saved], logs
+    assert (saved["dataset"], saved["epochs"], saved["world_size"], saved["steps"]) == ("cifar10", 3, 2, 18)
+    assert saved["final_test_accuracy"] == pytest.approx(float(evals[-1]["accuracy"]), rel=1e-5)
+    assert saved["best_test_accuracy"] == pytest.approx(max(float(e["accuracy"]) for e in evals), rel=1e-5)
+    assert saved["final_test_accuracy"] > 0.3, logs  # colour-coded classes: far above chance (0.1)
+    assert saved["samples_per_s"] > 0 and saved["seconds_per_epoch"] > 0
+    lrs = [float(e["lr"]) for e in rank0.events("epoch")]
+    assert lrs[0] > lrs[1] > lrs[2] >= 0  # past the warmup (3 steps), decaying
