@@ -2,14 +2,20 @@
 
 Source: NVIDIA, "Xid Errors" / "Analyzing Xid Errors with the Xid Catalog"
 (https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html, Ampere and newer), column
-"Resolution Bucket (Immediate Action)". Its buckets and what this service does for each:
+"Resolution Bucket (Immediate Action)"; the bucket of each XID below is the catalogue's. Its
+buckets and what this service does for each:
 
-  IGNORE, RESTART_APP      the application (or nothing) is at fault: NONE (the GPU stays in service)
-  RESET_GPU                the GPU needs a reset: RESET_GPU (cordon, taint, drain GPU pods; a person
-                           or the node's tooling resets it, `nvidia-smi -r`)
-  RESTART_BM, RESTART_VM   the machine must be rebooted: REBOOT (cordon, taint, drain; reboot recommended)
-  CONTACT_SUPPORT, CHECK_MECHANICALS, UPDATE_SWFW, WORKFLOW_*
-                           no automatic recovery is named: DRAIN (cordon, taint, drain) or CORDON as noted
+  IGNORE, RESTART_APP      nothing or the application is at fault: NONE (the GPU stays in service)
+  RESET_GPU, WORKFLOW_XID_48, WORKFLOW_NVLINK_ERR ("a GPU reset or node reboot is needed")
+                           RESET_GPU: cordon, taint, drain GPU pods; a GPU reset is recommended
+  RESTART_BM, RESTART_VM   REBOOT: cordon, taint, drain; a reboot of the machine is recommended
+  anything else            (CONTACT_SUPPORT, XID_154, new buckets): the unknown-XID rule below
+
+Where the catalogue says IGNORE / RESTART_APP but the alert rules (components/monitoring/alerts.py
+FATAL_XIDS) call the XID fatal -- 63 (row remap recorded; it takes effect at the next reset), 92
+(high single-bit rate, investigatory CONTACT_SUPPORT), 94 (contained: "reset the GPU when
+convenient") -- the node is CORDONED without a drain: running jobs go on, new ones land elsewhere,
+and the next passing diagnostic (after the reset) brings it back.
 
 This service never resets a GPU or reboots a node itself: RESET_GPU and REBOOT are recommendations,
 written into the node annotation and Event, on top of the drain. Unknown XIDs (not in this table)
@@ -52,30 +58,27 @@ class XidEntry:
 
 
 _E = XidEntry
-# Kept to the XIDs seen on data-centre GPUs in practice, and every XID in
-# components/monitoring/alerts.py FATAL_XIDS (a test checks that each of those drains).
+# The XIDs seen on data-centre GPUs in practice, and every XID in components/monitoring/alerts.py
+# FATAL_XIDS (a test checks that each of those takes the node out of service).
 TABLE: dict[int, XidEntry] = {e.xid: e for e in (
     _E(8, "ROBUST_CHANNEL_FIFO_ERROR_IDLE_TIMEOUT", "RESTART_APP", Action.NONE, "GPU stopped processing"),
     _E(11, "ROBUST_CHANNEL_GR_ERROR_MISSING_HW", "RESTART_APP", Action.NONE, "invalid or corrupted push buffer"),
     _E(13, "ROBUST_CHANNEL_GR_EXCEPTION", "RESTART_APP", Action.NONE, "graphics engine exception (application)"),
     _E(31, "ROBUST_CHANNEL_FIFO_ERROR_MMU_ERR_FLT", "RESTART_APP", Action.NONE, "GPU memory page fault (application)"),
-    _E(32, "ROBUST_CHANNEL_PBDMA_ERROR", "RESTART_APP", Action.NONE, "corrupted push buffer stream"),
-    _E(43, "ROBUST_CHANNEL_RESETCHANNEL_VERIF_ERROR", "RESTART_APP", Action.NONE, "GPU stopped processing (application)"),
+    _E(43, "ROBUST_CHANNEL_RESETCHANNEL_VERIF_ERROR", "IGNORE", Action.NONE, "GPU stopped processing (application)"),
     _E(45, "ROBUST_CHANNEL_PREEMPTIVE_REMOVAL", "IGNORE", Action.NONE, "channels torn down after another fault"),
-    _E(48, "ROBUST_CHANNEL_GPU_ECC_DBE", "RESET_GPU", Action.RESET_GPU, "double-bit ECC error"),
-    _E(63, "ROBUST_CHANNEL_ROW_REMAP_EVENT", "RESET_GPU", Action.RESET_GPU, "row remapping pending: reset to apply"),
-    _E(64, "ROBUST_CHANNEL_ROW_REMAP_FAILURE", "RESET_GPU", Action.RESET_GPU, "row remapping failed (RMA if repeated)"),
-    _E(74, "NVLINK_ERROR", "RESET_GPU", Action.RESET_GPU, "NVLink error"),
+    _E(48, "ROBUST_CHANNEL_GPU_ECC_DBE", "WORKFLOW_XID_48", Action.RESET_GPU, "double-bit ECC error"),
+    _E(62, "PMU_HALT_ERROR", "RESET_GPU", Action.RESET_GPU, "internal micro-controller halt"),
+    _E(63, "INFOROM_DRAM_RETIREMENT_EVENT", "IGNORE", Action.CORDON, "row remapping recorded: reset to apply"),
+    _E(64, "INFOROM_DRAM_RETIREMENT_FAILURE", "RESET_GPU", Action.RESET_GPU, "row remapping failed (RMA if repeated)"),
+    _E(74, "NVLINK_ERROR", "WORKFLOW_NVLINK_ERR", Action.RESET_GPU, "NVLink error"),
     _E(79, "ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS", "RESTART_BM", Action.REBOOT, "GPU fell off the bus"),
-    # The catalogue names no automatic recovery for a high single-bit rate; the alert rules treat
-    # it as fatal, so the node is drained and waits for a passing diagnostic.
-    _E(92, "HIGH_SBE_RATE", "CONTACT_SUPPORT", Action.DRAIN, "high single-bit ECC error rate"),
-    # Contained: only the application that touched the memory failed, the GPU needs a reset at the
-    # next opportunity; the alert stays firing until then, so new work is kept off (no eviction).
+    _E(92, "EXCESSIVE_SBE_INTERRUPTS", "IGNORE", Action.CORDON, "high single-bit ECC error rate"),
     _E(94, "ROBUST_CHANNEL_CONTAINED_ERROR", "RESTART_APP", Action.CORDON, "contained ECC error: reset when idle"),
     _E(95, "ROBUST_CHANNEL_UNCONTAINED_ERROR", "RESET_GPU", Action.RESET_GPU, "uncontained ECC error"),
     _E(119, "GSP_RPC_TIMEOUT", "RESET_GPU", Action.RESET_GPU, "GSP firmware timeout"),
     _E(120, "GSP_ERROR", "RESET_GPU", Action.RESET_GPU, "GSP firmware error"),
+    _E(140, "UNRECOVERABLE_ECC_ERROR_ESCAPE", "RESET_GPU", Action.RESET_GPU, "ECC unrecovered error"),
 )}
 
 UNKNOWN_ACTION = Action.CORDON
