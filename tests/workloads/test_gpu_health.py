@@ -443,3 +443,14 @@ def test_cli(tmp_path: Path) -> None:
     bad_env = subprocess.run(run, capture_output=True, text=True, timeout=60, check=False,
                              env={**env, "GPU_HEALTH_MAX_PERCENT_OUT": "200", "KUBERNETES_SERVICE_HOST": "10.0.0.1"})
     assert bad_env.returncode == 2 and "max-percent-out" in bad_env.stderr
+
+
+def test_dry_run_counts_nodes_already_out(api: tuple[FakeKubeApi, KubeClient]) -> None:
+    """A node a previous (acting) run took out still counts against the breaker in dry run."""
+    fake, kube = api
+    fake.annotate("gpu-3", {svc.ANN_ACTION: "drain", svc.ANN_TIME: svc.fmt_time(T0)})
+    health = service(kube, Clock(), dry_run=True)
+    health.handle_webhook(webhook(alert("gpu-1", 79)))
+    health.reconcile()
+    assert fake.event_reasons("gpu-1") == ["GpuHealthRefused"] and not fake.calls_of("PATCH")
+    assert metric(health, "gpu_health_nodes_out_of_service") == 1

@@ -265,6 +265,7 @@ class GpuHealth:
         self.blocked_reported: set[tuple[str, str]] = set()
         # dry run: node -> (action, time) it would have been taken out with
         self.simulated: dict[str, tuple[Action, dt.datetime]] = {}
+        self.returns_reported: set[tuple[str, str]] = set()  # dry run: (node, diagnostic time)
 
     # -- input -----------------------------------------------------------------------------------
     def handle_webhook(self, payload: dict[str, Any]) -> int:
@@ -391,14 +392,16 @@ class GpuHealth:
         self.metrics.last.set(self.clock().timestamp())
 
     def _out_of_service(self, nodes: dict[str, dict[str, Any]]) -> dict[str, Action]:
-        if self.settings.dry_run:
-            return {k: a for k, (a, _) in self.simulated.items() if k in nodes}
+        """Nodes out of service by this service (their ANN_ACTION), plus, in dry run, those it
+        would have taken out."""
         by_label = {a.label: a for a in Action}
         out = {}
         for name, node in nodes.items():
             value = _annotations(node).get(ANN_ACTION)
             if value:
                 out[name] = by_label.get(value, Action.DRAIN)
+        if self.settings.dry_run:
+            out.update({k: a for k, (a, _) in self.simulated.items() if k in nodes})
         return out
 
     def _take_out(self, node: dict[str, Any], req: Request, escalate: bool) -> bool:
@@ -413,7 +416,7 @@ class GpuHealth:
         spec = node.get("spec") or {}
         stamp = fmt_time(self.clock())
         taints = [t for t in spec.get("taints") or [] if t.get("key") != TAINT_KEY]
-        taints.append({"key": TAINT_KEY, "value": req.taint_value, "effect": "NoSchedule", "timeAdded": stamp})
+        taints.append({"key": TAINT_KEY, "value": req.taint_value, "effect": "NoSchedule"})
         annotations: dict[str, str | None] = {
             ANN_ACTION: req.action.label,
             ANN_REASON: f"{req.reason}{f' gpu {req.gpu}' if req.gpu else ''}: {req.detail}"[:1000],
@@ -486,16 +489,19 @@ class GpuHealth:
         name = node["metadata"]["name"]
         ann = _annotations(node)
         diag = diag_result(ann, now)
-        if self.settings.dry_run:
-            action, since = self.simulated[name]
+        simulated = self.simulated.get(name) if self.settings.dry_run else None
+        if simulated is not None:
+            since = simulated[1]
         else:
-            action_time = parse_time(ann.get(ANN_TIME))
-            since = action_time or now
+            since = parse_time(ann.get(ANN_TIME)) or now
         if diag is None or not diag.passed or diag.time <= since:
             return False
         msg = f"returned to service: {DIAG}=pass at {fmt_time(diag.time)}, newer than the action at {fmt_time(since)}"
         if self.settings.dry_run:
-            del self.simulated[name]
+            self.simulated.pop(name, None)
+            if (name, fmt_time(diag.time)) in self.returns_reported:
+                return False
+            self.returns_reported.add((name, fmt_time(diag.time)))
             self._count("uncordon", DIAG, "dry-run")
             self._event(node, "GpuHealthDryRun", "dry run: would be " + msg + "; nothing changed", warning=False)
             return True
