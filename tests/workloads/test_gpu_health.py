@@ -454,3 +454,19 @@ def test_dry_run_counts_nodes_already_out(api: tuple[FakeKubeApi, KubeClient]) -
     health.reconcile()
     assert fake.event_reasons("gpu-1") == ["GpuHealthRefused"] and not fake.calls_of("PATCH")
     assert metric(health, "gpu_health_nodes_out_of_service") == 1
+
+
+def test_refused_diagnostic_failure_is_dropped_once_it_passes(api: tuple[FakeKubeApi, KubeClient]) -> None:
+    fake, kube = api
+    clock = Clock()
+    health = service(kube, clock)
+    health.handle_webhook(webhook(alert("gpu-1", 79)))
+    diag(fake, "gpu-2", "fail", clock.now)
+    health.reconcile()
+    assert fake.event_reasons("gpu-2") == ["GpuHealthRefused"]
+    clock.advance(5)
+    diag(fake, "gpu-2", "pass", clock.now)  # re-run passed while it waited
+    diag(fake, "gpu-1", "pass", clock.now)  # room frees
+    health.reconcile()
+    health.reconcile()
+    assert not fake.calls_of("PATCH", "gpu-2")

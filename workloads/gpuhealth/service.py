@@ -339,13 +339,16 @@ class GpuHealth:
         self.metrics.limit.set(limit)
         out = self._out_of_service(nodes)
 
-        # Check results: a failing diagnostic newer than the node's last return to service.
+        # Check results: a failing diagnostic newer than the node's last return to service (a
+        # request from an earlier failure that has since passed, expired or gone is dropped).
         for name, node in gpu_nodes.items():
             ann = _annotations(node)
             diag = diag_result(ann, now)
             restored = parse_time(ann.get(ANN_RESTORED))
-            if diag and not diag.passed and name not in out and (restored is None or diag.time > restored):
-                key = (name, DIAG_FAIL_REASON, "")
+            key = (name, DIAG_FAIL_REASON, "")
+            if not (diag and not diag.passed):
+                self.pending.pop(key, None)
+            elif name not in out and (restored is None or diag.time > restored):
                 self.pending.setdefault(key, Request(since=diag.time, node=name, reason=DIAG_FAIL_REASON,
                                                      action=Action.DRAIN, detail="DCGM level-1 diagnostic failed"))
 
