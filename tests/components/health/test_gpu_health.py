@@ -134,7 +134,7 @@ def role_problems(role: dict[str, Any]) -> list[str]:
                 problems.append(f"wildcard in {key}: {rule}")
         if rule.get("nonResourceURLs"):
             problems.append(f"non-resource URLs: {rule}")
-    for group, resource, verb in grants(role):
+    for _group, resource, verb in grants(role):
         if resource.split("/")[0] in ("secrets", "configmaps", "serviceaccounts", "roles", "rolebindings",
                                       "clusterroles", "clusterrolebindings"):
             problems.append(f"{verb} {resource}")
