@@ -63,6 +63,9 @@ PORT_NAME = "http"
 WEBHOOK_PATH = "/alertmanager"
 WEBHOOK_URL = f"http://{NAME}.{NAMESPACE}.svc:{PORT}{WEBHOOK_PATH}"
 TAINT_KEY = "gpu-cluster.io/gpu-unhealthy"  # set by the service (its contract), named here for docs and tests
+# A cordoned node's taint (the node controller sets it with spec.unschedulable); the scheduler
+# places a pod on a cordoned node only when it tolerates it.
+UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
 LABELS = {"app.kubernetes.io/name": NAME, "app.kubernetes.io/part-of": "gpu-cluster"}
 DIAG_NAME = "gpu-diag"
 DIAG_LABELS = {"app.kubernetes.io/name": DIAG_NAME, "app.kubernetes.io/part-of": "gpu-cluster"}
@@ -238,8 +241,10 @@ def diag_cronjob(node: str, gpus: int, level: int, args: GpuHealthArgs, *, on_de
         "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
             {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]},
         ]}}},
-        # A node the service took out carries its taint: the diagnostic that brings it back must run there.
-        "tolerations": [*gpu_tolerations(), {"key": TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}],
+        # A node the service took out is cordoned and carries its taint (whatever the effect): the
+        # diagnostic that brings it back must still run there.
+        "tolerations": [*gpu_tolerations(), {"key": TAINT_KEY, "operator": "Exists"},
+                        {"key": UNSCHEDULABLE_TAINT, "operator": "Exists", "effect": "NoSchedule"}],
         "initContainers": [{
             "name": "dcgm-diag",
             "image": versions.DCGM_IMAGE,

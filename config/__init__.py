@@ -2,8 +2,8 @@
 
 Stack files (Pulumi.<stack>.yaml) are parsed once, here, into the validated type of the stack's
 `platform`: lab.LabStack, dev.DevStack or gke.GkeStack. Each holds the shared keys (addons.Addons:
-kubernetesVersion, gpu, monitoring, training, acceptance, network) and only its own platform's;
-components receive that model (or a piece of it), never raw `pulumi.Config`. A user error is a
+kubernetesVersion, gpu, monitoring, training, acceptance, network, wandb, gpuHealth) and only its
+own platform's; components receive that model (or a piece of it), never raw `pulumi.Config`. A user error is a
 `ConfigError` naming every bad key as `gpu-cluster:<path>` (gcp: keys as they are) and what is
 allowed; it is raised before any resource is registered.
 

@@ -239,7 +239,9 @@ def test_the_diagnostic_pod_takes_every_gpu_of_its_node() -> None:
         terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
         assert terms == [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [host.name]}]}]
         assert GPU_TOLERATION in pod["tolerations"]
-        assert {"key": TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
+        # It runs on a node the service took out: cordoned, and tainted with any effect.
+        assert {"key": TAINT_KEY, "operator": "Exists"} in pod["tolerations"]
+        assert {"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
         (record,) = pod["containers"]
         assert record["image"] == IMAGE and "--level" in record["command"]
         on_demand = find("lab", "CronJob", f"gpu-diag-l2-{host.name}")
