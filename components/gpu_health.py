@@ -206,15 +206,15 @@ def record_configmap() -> dict[str, Any]:
             "data": {"record.py": DIAG_SCRIPT.read_text()}}
 
 
-def diag_command(level: int) -> list[str]:
+def diag_command(level: int, results: str = "/results") -> list[str]:
     """The DCGM container: nv-hostengine in the pod, then dcgmi diag; its exit status lands in
     /results/rc, and the container itself always succeeds, so the recorder always runs."""
     script = (
         "cd /tmp; "
         "if ! nv-hostengine --pid /tmp/nv-hostengine.pid --log-filename /tmp/nv-hostengine.log; then "
-        "echo hostengine > /results/rc; cat /tmp/nv-hostengine.log >&2; exit 0; fi; "
+        f"echo hostengine > {results}/rc; cat /tmp/nv-hostengine.log >&2; exit 0; fi; "
         "sleep 2; "
-        f"dcgmi diag -r {level} -j > /results/diag.json 2> /results/diag.err; echo $? > /results/rc; "
+        f"dcgmi diag -r {level} -j > {results}/diag.json 2> {results}/diag.err; echo $? > {results}/rc; "
         "nv-hostengine --term --pid /tmp/nv-hostengine.pid || true"
     )
     return ["/bin/sh", "-c", script]

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import functools
 import json
+import os
+import subprocess
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, HTTPServer
@@ -359,3 +361,45 @@ def test_no_verdict_leaves_the_node_alone(tmp_path: Path, api: tuple[str, list[A
     url, patches = api
     assert _record(tmp_path, url, rc, report) == 2
     assert patches == []
+
+
+# --- both containers of the diagnostic pod, with stand-ins for NVIDIA's tools ----------------------
+
+
+def _stand_ins(bin_dir: Path, hostengine_rc: int, dcgmi_rc: int, report: Any) -> None:
+    bin_dir.mkdir()
+    (bin_dir / "nv-hostengine").write_text(f"#!/bin/sh\necho \"$@\" >> {bin_dir}/hostengine.calls\nexit {hostengine_rc}\n")
+    (bin_dir / "report.json").write_text(json.dumps(report))
+    (bin_dir / "dcgmi").write_text(f"#!/bin/sh\necho \"$@\" > {bin_dir}/dcgmi.args\ncat {bin_dir}/report.json\n"
+                                   f"exit {dcgmi_rc}\n")
+    for tool in ("nv-hostengine", "dcgmi"):
+        (bin_dir / tool).chmod(0o755)
+
+
+@pytest.mark.parametrize(("hostengine_rc", "dcgmi_rc", "report", "written"), [
+    (0, 0, PASSING, "pass"),
+    (0, 226, FAILING, "fail"),
+    (1, 0, PASSING, None),  # no hostengine: no verdict, the node is left alone
+], ids=["pass", "fail", "no-hostengine"])
+def test_the_diagnostic_pod_end_to_end(tmp_path: Path, api: tuple[str, list[Any]], hostengine_rc: int,
+                                       dcgmi_rc: int, report: Any, written: str | None) -> None:
+    url, patches = api
+    bin_dir, results = tmp_path / "bin", tmp_path / "results"
+    results.mkdir()
+    _stand_ins(bin_dir, hostengine_rc, dcgmi_rc, report)
+    command = gpu_health.diag_command(1, str(results))
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=30, check=False)
+    assert done.returncode == 0, done.stderr  # the DCGM container always succeeds: the recorder runs
+    token = tmp_path / "token"
+    token.write_text("t")
+    rc = gpu_health_diag.main(["--results", str(results), "--level", "1", "--valid-hours", "48",
+                               "--node", "gpu-1", "--api", url, "--token-file", str(token)])
+    if written is None:
+        assert (rc, patches) == (2, [])
+        return
+    assert rc == 0
+    assert (bin_dir / "dcgmi.args").read_text().split() == ["diag", "-r", "1", "-j"]
+    assert patches[0][3]["metadata"]["annotations"]["gpu-cluster.io/diag-level1"] == written
+    calls = (bin_dir / "hostengine.calls").read_text().splitlines()
+    assert calls[-1].startswith("--term")  # the pod's hostengine is stopped again
