@@ -403,3 +403,13 @@ def test_the_diagnostic_pod_end_to_end(tmp_path: Path, api: tuple[str, list[Any]
     assert patches[0][3]["metadata"]["annotations"]["gpu-cluster.io/diag-level1"] == written
     calls = (bin_dir / "hostengine.calls").read_text().splitlines()
     assert calls[-1].startswith("--term")  # the pod's hostengine is stopped again
+
+
+def test_no_diagnostic_under_mig_or_when_turned_off() -> None:
+    # DCGM's diagnostic does not run on MIG-partitioned GPUs; the service itself still runs.
+    for override in ({"gpu": {"stack": "device-plugin", "sharing": {"mode": "mig"}}},
+                     {"gpuHealth": {"diagnostic": {"enabled": False}}}):
+        p = program.run("dev", config=_with("dev", **override))
+        names = {r.inputs.get("metadata", {}).get("name") for r in p.resources if r.type.startswith("kubernetes:")}
+        assert NAME in names and not {n for n in names if n and n.startswith(DIAG_NAME)}, override
+        assert p.outputs["gpuHealth"]["diagnostic"].startswith("none")
