@@ -279,7 +279,7 @@ def diag_cronjob(node: str, gpus: int, level: int, args: GpuHealthArgs, *, on_de
         "spec": {
             "schedule": d.schedule,
             "timeZone": "Etc/UTC",
-            "suspend": on_demand,  # the level-2 template runs only when created from by hand
+            "suspend": on_demand,  # level 2: only Jobs created from it by hand (kubectl create job --from)
             "concurrencyPolicy": "Forbid",
             "startingDeadlineSeconds": 3600,
             "successfulJobsHistoryLimit": 1,
