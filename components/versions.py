@@ -147,3 +147,9 @@ WANDB_LAUNCH_AGENT_CHART = "launch-agent"
 WANDB_LAUNCH_AGENT_CHART_VERSION = "0.13.12"
 WANDB_LAUNCH_AGENT_CHART_REPO = "https://charts.wandb.ai"
 WANDB_LAUNCH_AGENT_IMAGE = "wandb/launch-agent:0.17.3"
+
+# gpuHealth: NVIDIA's DCGM image for the scheduled diagnostic (`dcgmi diag`, nv-hostengine in the
+# pod). The version the GPU Operator's values pin for its standalone hostengine (DCGM 4.6.0), one
+# release after the DCGM inside the exporter image (4.5.3-4.8.2); diag results do not depend on the
+# exporter's. The service itself ships in the workload image (gpuHealth.image / training.image).
+DCGM_IMAGE = "nvcr.io/nvidia/cloud-native/dcgm:4.6.0-1-ubuntu24.04"

@@ -2,8 +2,8 @@
 
 Stack files (Pulumi.<stack>.yaml) are parsed once, here, into the validated type of the stack's
 `platform`: lab.LabStack, dev.DevStack or gke.GkeStack. Each holds the shared keys (addons.Addons:
-kubernetesVersion, gpu, monitoring, training, acceptance, network) and only its own platform's;
-components receive that model (or a piece of it), never raw `pulumi.Config`. A user error is a
+kubernetesVersion, gpu, monitoring, training, acceptance, network, wandb, gpuHealth) and only its
+own platform's; components receive that model (or a piece of it), never raw `pulumi.Config`. A user error is a
 `ConfigError` naming every bad key as `gpu-cluster:<path>` (gcp: keys as they are) and what is
 allowed; it is raised before any resource is registered.
 
@@ -162,7 +162,7 @@ def _adapter(stack_type: type[Addons], name: str) -> TypeAdapter[Any]:
 # Keys whose values are structured: Pulumi hands them over as JSON text. Every other value is
 # a string (pydantic reads "22" or "true" as the declared int or bool), so a version such as
 # "1.34" never turns into a float.
-_STRUCTURED_KEYS = ("hosts", "nvidiaDriver", "bastion", "gpuNodes", "gpu", "training", "acceptance", "network", "storage", "monitoring", "gke", "wandb")
+_STRUCTURED_KEYS = ("hosts", "nvidiaDriver", "bastion", "gpuNodes", "gpu", "training", "acceptance", "network", "storage", "monitoring", "gke", "wandb", "gpuHealth")
 
 
 def _decode(key: str, value: Any) -> Any:

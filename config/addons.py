@@ -17,6 +17,7 @@ from components import versions
 from config.errors import Problems
 from config.fields import Model, check_quantity
 from config.gpu import GpuConfig, gpu_problems
+from config.health import GpuHealthConfig, gpu_health_problems
 from config.monitoring import MonitoringConfig, monitoring_problems
 from config.training import AcceptanceConfig, NetworkConfig, TrainingConfig, training_problems
 from config.wandb import WandbConfig, wandb_problems
@@ -58,9 +59,15 @@ class Addons(Model):
     wandb: WandbConfig = Field(
         default_factory=WandbConfig, description="W&B Launch: an agent running a queue's runs as training Jobs."
     )
+    gpu_health: GpuHealthConfig = Field(
+        default_factory=GpuHealthConfig,
+        description="The GPU health service: failing GPU nodes out of service and back (config/health.py).",
+    )
 
     # Keys of the other platforms: why this one has no use for them (added to their refusal).
     FOREIGN_HINTS: ClassVar[Mapping[str, str]] = {}
+    # gpuHealth.enabled when unset (config/health.py says why gke's is off).
+    GPU_HEALTH_BY_DEFAULT: ClassVar[bool] = True
 
     @field_validator("kubernetes_version")
     @classmethod
@@ -91,6 +98,18 @@ class Addons(Model):
         return self.training.enabled or self.acceptance.nccl
 
     @property
+    def gpu_health_image(self) -> str | None:
+        """The image the GPU health service runs from: gpuHealth.image, else training.image."""
+        return self.gpu_health.image or self.training.image
+
+    @property
+    def gpu_health_enabled(self) -> bool:
+        """gpuHealth.enabled, or when unset the platform's default (only with an image to run)."""
+        if self.gpu_health.enabled is not None:
+            return self.gpu_health.enabled
+        return self.GPU_HEALTH_BY_DEFAULT and self.gpu_health_image is not None
+
+    @property
     @abstractmethod
     def gpu_node_count(self) -> int:
         """GPU nodes that exist after `up`, as far as the config knows (what the GPU-ready gate counts)."""
@@ -105,6 +124,7 @@ class Addons(Model):
             # gke has no `storage` key: its shared claim is always a Filestore instance.
             *wandb_problems(self.wandb, self.training, secrets,
                             shared_storage=getattr(getattr(self, "storage", None), "configured", True)),
+            *gpu_health_problems(self.gpu_health, self.gpu_health_image),
             *self._platform_problems(secrets),
         ]
 

@@ -268,6 +268,9 @@ class GkeStack(Addons):
     region: str = Field(default="", alias="gcp:region", validate_default=True,
                         description="GCP region; every zone of the gke section must be in it.")
 
+    # GKE's node auto-repair (every pool has it) already replaces failing nodes: config/health.py.
+    GPU_HEALTH_BY_DEFAULT: ClassVar[bool] = False
+
     FOREIGN_HINTS: ClassVar[dict[str, str]] = {
         "hosts": "GPU nodes come from gke.gpuPools",
         "gpuNodes": "GPU nodes come from gke.gpuPools",

@@ -7,7 +7,9 @@ software stack -> GPU-ready gate -> (network.roce: the RDMA network) -> namespac
 -> NCCL acceptance Job (acceptance.nccl), and beside it (training.prepareData) the dataset download
 Job -> training job (training.enabled). Every GPU job depends on the gate, so no pod asks for a GPU
 before every GPU node passed. wandb.enabled: the W&B launch agent, once the training namespace and
-shared claim exist (its runs are submitted later, from W&B).
+shared claim exist (its runs are submitted later, from W&B). gpuHealth (on by default on lab and
+dev): the GPU health service and its diagnostic CronJobs, after the GPU stack; monitoring routes the
+GPU fault alerts to it.
 """
 
 from __future__ import annotations
@@ -15,6 +17,9 @@ from __future__ import annotations
 import pulumi
 
 from components import scheduling_contract
+from components.gpu_health import NAMESPACE as GPU_HEALTH_NAMESPACE
+from components.gpu_health import WEBHOOK_URL as GPU_HEALTH_WEBHOOK
+from components.gpu_health import GpuHealth, GpuHealthArgs, level2_command
 from components.gpu_stack import GpuSoftwareStack, GpuSoftwareStackArgs
 from components.monitoring import NAMESPACE as MONITORING_NAMESPACE
 from components.monitoring import Monitoring, MonitoringArgs
@@ -115,6 +120,48 @@ def wandb_launch(cfg: Addons, cluster: Cluster, secrets: StackSecrets) -> dict[s
     }
 
 
+def diag_nodes(cfg: Addons, cluster: Cluster) -> dict[str, int]:
+    """GPU node -> the GPU resources it offers, which the scheduled diagnostic asks for all of (so
+    it runs only where no GPU pod does). lab: each host's gpus; dev, which declares no count per
+    node: training.gpusPerNode. Time-slicing multiplies them; MIG: none (DCGM's diagnostic does not
+    run on MIG-partitioned GPUs)."""
+    sharing = cfg.gpu.sharing
+    if sharing.mode is SharingMode.MIG or not cfg.gpu_health.diagnostic.enabled:
+        return {}
+    per_node = ({h.name: h.gpus for h in cfg.hosts if h.is_gpu} if isinstance(cfg, LabStack)
+                else dict.fromkeys(cluster.gpu_nodes, cfg.training.gpus_per_node))
+    replicas = sharing.replicas if sharing.mode is SharingMode.TIME_SLICING else 1
+    return {node: gpus * replicas for node, gpus in per_node.items() if node in cluster.gpu_nodes}
+
+
+def gpu_health(cfg: Addons, cluster: Cluster, monitoring: Monitoring | None,
+               after: list[pulumi.Resource]) -> dict[str, object]:
+    """gpuHealth: the GPU health service and its diagnostic (components/gpu_health.py); its
+    outputs, none secret."""
+    image = cfg.gpu_health_image
+    assert image is not None  # the config model requires it when enabled
+    nodes = diag_nodes(cfg, cluster)
+    GpuHealth(
+        "gpu-health",
+        GpuHealthArgs(health=cfg.gpu_health, image=image, diag_nodes=nodes, gpu_resource=gpu_resource(cfg),
+                      service_monitor=monitoring is not None),
+        # With monitoring: its ServiceMonitor needs the chart's CRDs.
+        opts=pulumi.ResourceOptions(provider=cluster.provider,
+                                    depends_on=[*after, *([monitoring.release] if monitoring else [])]),
+    )
+    return {"gpuHealth": {
+        "namespace": GPU_HEALTH_NAMESPACE,
+        "dryRun": cfg.gpu_health.dry_run,
+        "circuitBreaker": {"maxNodesOut": cfg.gpu_health.max_nodes_out,
+                           "maxPercentOut": cfg.gpu_health.max_percent_out},
+        "alertWebhook": GPU_HEALTH_WEBHOOK if monitoring is not None else "none: monitoring is off",
+        "diagnostic": ({"schedule": cfg.gpu_health.diagnostic.schedule, "level": cfg.gpu_health.diagnostic.level,
+                        "nodes": sorted(nodes), "level2": level2_command("<node>")}
+                       if nodes else "none: disabled, MIG, or no GPU node known by name"),
+        "logs": f"kubectl -n {GPU_HEALTH_NAMESPACE} logs deploy/gpu-health",
+    }}
+
+
 def deploy(cfg: Addons, cluster: Cluster, secrets: StackSecrets | None = None) -> dict[str, object]:
     """Register the add-ons on `cluster`; returns the stack outputs they add."""
     provider, after = cluster.provider, cluster.ready
@@ -128,7 +175,8 @@ def deploy(cfg: Addons, cluster: Cluster, secrets: StackSecrets | None = None) -
         monitoring = Monitoring(
             "monitoring",
             MonitoringArgs(monitoring=cfg.monitoring, rdma=rdma_metrics,
-                           rdma_link_gbps=cfg.network.link_gbps if rdma_metrics else None),
+                           rdma_link_gbps=cfg.network.link_gbps if rdma_metrics else None,
+                           gpu_health_webhook=GPU_HEALTH_WEBHOOK if cfg.gpu_health_enabled else None),
             opts=opts,
         )
 
@@ -182,6 +230,9 @@ def deploy(cfg: Addons, cluster: Cluster, secrets: StackSecrets | None = None) -
             "range": str(roce.range),
             "podInterface": POD_RDMA_INTERFACE,
         }
+
+    if cfg.gpu_health_enabled:
+        outputs.update(gpu_health(cfg, cluster, monitoring, [*after, gpu]))
 
     claim = cluster.shared_claim
     if claim is not None:

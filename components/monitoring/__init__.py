@@ -20,8 +20,12 @@ Seam for more exporters: `MonitoringArgs.scrape_targets` adds a ServiceMonitor p
 dashboard and the RDMA rule group to the PrometheusRule (components/monitoring/rdma.py, over the
 metrics of workloads/trainer/rdma_exporter.py, whose scrape config is the RDMA layer's).
 
-Does not manage: Alertmanager receivers (alerts are visible in Prometheus and Alertmanager only),
-Grafana persistence (dashboards and data sources are provisioned; UI edits are not kept), ingress.
+Alertmanager: with `gpu_health_webhook` (gpuHealth on), the GPU fault alerts are routed to the GPU
+health service's webhook and the fleet dashboard gets its row (components/monitoring/gpu_health.py);
+every other alert goes to the chart's `null` receiver as before.
+
+Does not manage: other Alertmanager receivers (mail, chat), Grafana persistence (dashboards and
+data sources are provisioned; UI edits are not kept), ingress.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ import pulumi_kubernetes as k8s
 import pulumi_random as random
 
 from components import versions
-from components.monitoring import alerts, dashboards, rdma
+from components.monitoring import alerts, dashboards, gpu_health, rdma
 from components.monitoring.dashboards import PanelGroup
 from components.namespaces import pod_security_namespace
 from components.scheduling_contract import addon_affinity, addon_tolerations
@@ -75,6 +79,8 @@ class MonitoringArgs:
     # network.linkGbps: the rate RdmaLinkRateDegraded holds each ACTIVE RDMA port to (None: the
     # port's own best rate of the last day).
     rdma_link_gbps: float | None = None
+    # gpuHealth: the service's Alertmanager webhook URL (GPU fault alerts go there) and its row.
+    gpu_health_webhook: str | None = None
 
 
 def _gib(size: str) -> int:
@@ -96,7 +102,7 @@ def _addon() -> dict[str, Any]:
     return {"tolerations": addon_tolerations(), "affinity": addon_affinity()}
 
 
-def prometheus_stack_values(cfg: MonitoringConfig) -> dict[str, Any]:
+def prometheus_stack_values(cfg: MonitoringConfig, gpu_health_webhook: str | None = None) -> dict[str, Any]:
     everything: dict[str, Any] = {}
     for kind in ("serviceMonitor", "podMonitor", "rule", "probe"):
         # An empty selector then selects all objects of the kind, in every namespace.
@@ -114,7 +120,10 @@ def prometheus_stack_values(cfg: MonitoringConfig) -> dict[str, Any]:
         # The operator, and the hook Jobs that create and patch its admission webhook's certificate.
         "prometheusOperator": {**_addon(), "admissionWebhooks": {"patch": _addon()}},
         # The operator copies these into the Prometheus and Alertmanager StatefulSets.
-        "alertmanager": {"alertmanagerSpec": _addon()},
+        "alertmanager": {
+            "alertmanagerSpec": _addon(),
+            **({"config": gpu_health.alertmanager_values(gpu_health_webhook)} if gpu_health_webhook else {}),
+        },
         "prometheus": {
             "prometheusSpec": {
                 "retention": cfg.retention,
@@ -187,7 +196,7 @@ class Monitoring(pulumi.ComponentResource):
             version=versions.KUBE_PROMETHEUS_STACK_CHART_VERSION,
             repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=versions.KUBE_PROMETHEUS_STACK_CHART_REPO),
             namespace=NAMESPACE,
-            values=prometheus_stack_values(cfg),
+            values=prometheus_stack_values(cfg, args.gpu_health_webhook),
             timeout=900,  # the first install pulls several images and waits for the operator's webhooks
             opts=pulumi.ResourceOptions(parent=self, depends_on=[ns, admin]),
         )
@@ -197,7 +206,8 @@ class Monitoring(pulumi.ComponentResource):
         self.rule = _custom_resource(f"{name}-gpu-alerts", prometheus_rule(cfg, rule_groups), after_release)
         for target in args.scrape_targets:
             _custom_resource(f"{name}-{target.name}", service_monitor(target), after_release)
-        fleet_panels = args.fleet_panels + ((rdma.panel_group(),) if args.rdma else ())
+        fleet_panels = (args.fleet_panels + ((rdma.panel_group(),) if args.rdma else ())
+                        + ((gpu_health.panel_group(),) if args.gpu_health_webhook else ()))
         for board in dashboards.dashboards(fleet_panels, args.training_panels):
             slug = board.uid.removeprefix("gpu-cluster-")
             k8s.core.v1.ConfigMap(

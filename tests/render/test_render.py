@@ -275,7 +275,7 @@ def test_runs_in_one_process_are_independent() -> None:
     lab = program.run("lab")
     dev = program.run("dev")
     assert set(dev.outputs) == {"kubeContext", "gpuNodes", "gpuStack", "gpuReadyGate", "sharedClaim", "training",
-                                "grafanaAdminPassword", "grafanaPortForward"}
+                                "grafanaAdminPassword", "grafanaPortForward", "gpuHealth"}
     roots = {r.parent for r in dev.resources if "::pulumi:pulumi:Stack::" in r.parent}
     assert roots == {"urn:pulumi:dev::gpu-cluster::pulumi:pulumi:Stack::gpu-cluster-dev"}
     again = program.run("lab")

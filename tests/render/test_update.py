@@ -54,6 +54,12 @@ def _resources(**overrides: Any) -> list[Resource]:
     return Resource.from_plan(program.run("lab", config=_config(**overrides)))
 
 
+def _gpu3_diagnostic(step: str) -> dict[str, str]:
+    """gpuHealth: gpu-3's diagnostic CronJobs come or go; the diagnostic's role names every GPU node."""
+    return {"gpu-health-clusterrole-gpu-diag": "update", "gpu-health-cronjob-gpu-diag-gpu-3": step,
+            "gpu-health-cronjob-gpu-diag-l2-gpu-3": step}
+
+
 @dataclass(frozen=True)
 class Scenario:
     old: dict[str, Any]  # config overrides of the deployed (older) side
@@ -97,7 +103,7 @@ SCENARIOS: dict[str, Scenario] = {
         old={},
         new={"hosts": [*_hosts(), GPU3]},
         steps={"gpu-3": "create", **{f"gpu-3-{s}": "create" for s in GPU3_STEPS},
-               "shared-storage-nfs-server": DBR, "gpu-ready": DBR, DRAIN: "update"},
+               "shared-storage-nfs-server": DBR, "gpu-ready": DBR, DRAIN: "update", **_gpu3_diagnostic("create")},
         # the drain step runs again with the new host list: it drains only hosts that left, but the
         # preview cannot tell, so it is loud
         loud=(DRAIN,),
@@ -106,7 +112,7 @@ SCENARIOS: dict[str, Scenario] = {
         old={"hosts": [*_hosts(), GPU3]},
         new={},
         steps={"gpu-3": "delete", **{f"gpu-3-{s}": "delete" for s in GPU3_STEPS},
-               "shared-storage-nfs-server": DBR, "gpu-ready": DBR, DRAIN: "update"},
+               "shared-storage-nfs-server": DBR, "gpu-ready": DBR, DRAIN: "update", **_gpu3_diagnostic("delete")},
         # gpu-3 is drained and deleted by the drain step's update, then reset by its join's delete
         loud=(DRAIN, "gpu-3-join", "gpu-3-kube-packages", "gpu-3-containerd"),
     ),

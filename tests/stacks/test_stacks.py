@@ -225,6 +225,16 @@ def test_dev_stack_registrations():
         "grafanaAdminPassword": SECRET_MARKER,
         "grafanaPortForward": "kubectl -n monitoring port-forward svc/monitoring-grafana 3000:80",
         "sharedClaim": {"claim": "training/shared-data", "backend": "hostPath:/data/gpu-cluster-shared"},
+        "gpuHealth": {
+            "namespace": "gpu-health",
+            "dryRun": False,
+            "circuitBreaker": {"maxNodesOut": 1, "maxPercentOut": 25},
+            "alertWebhook": "http://gpu-health.gpu-health.svc:8080/alertmanager",
+            "diagnostic": {"schedule": "17 3 * * *", "level": 1, "nodes": ["minikube"],
+                           "level2": "kubectl -n gpu-health create job --from=cronjob/gpu-diag-l2-<node> "
+                                     "gpu-diag-l2-<node>-$(date +%s)"},
+            "logs": "kubectl -n gpu-health logs deploy/gpu-health",
+        },
         "training": {
             "job": "training/train",
             "launcher": "indexed-job",

@@ -1,0 +1,84 @@
+"""The monitoring side of the GPU health service (components/gpu_health.py): the Alertmanager route
+that sends GPU fault alerts to the service's webhook, and the fleet dashboard's "GPU health" row.
+
+Routed: the alerts of alerts.gpu_rules that say a GPU is faulty (HEALTH_ALERTS), by name, so that
+a rule renamed there fails a test here instead of silently no longer reaching the service. Not
+routed, on purpose: GpuAllocatedButIdle (a user's idle job, not a fault), DcgmExporterDown and
+GpuNodeWithoutGpuMetrics (a monitoring outage: acting on it would cordon healthy nodes).
+
+Alertmanager's config is the chart's `alertmanager.config`. Helm merges maps but replaces lists,
+so `route.routes` and `receivers` are given whole: the chart's own Watchdog route and `null`
+receiver are repeated here (a test compares them with the chart's defaults). Everything not routed
+here still ends at the chart's default receiver, `null`, as before.
+
+The metrics of the dashboard row are the service's own (gpuhealth): gpu_health_actions_total
+{action, reason, result} and gpu_health_nodes_out_of_service.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from components.monitoring.dashboards import Panel, PanelGroup
+from components.scheduling_contract import METRICS_NODE_LABEL as NODE
+
+RECEIVER = "gpu-health"
+# alerts.gpu_rules names of a GPU fault: the service decides what each means (cordon, drain, ...).
+HEALTH_ALERTS = (
+    "GpuFatalXidError",
+    "GpuXidError",
+    "GpuUncorrectableMemoryError",
+    "GpuRowRemapFailure",
+    "GpuClocksThrottled",
+    "GpuTemperatureHigh",
+    "GpuNodeAllocatableBelowCapacity",
+)
+# The chart's defaults (values.yaml alertmanager.config), repeated because lists are replaced.
+_CHART_NULL_RECEIVER = {"name": "null"}
+_CHART_WATCHDOG_ROUTE = {"receiver": "null", "matchers": ['alertname = "Watchdog"']}
+
+ACTIONS = "gpu_health_actions_total"
+NODES_OUT = "gpu_health_nodes_out_of_service"
+TITLE = "GPU health"
+
+
+def health_route() -> dict[str, Any]:
+    """The route of the GPU fault alerts: one notification group per alert and node, resolved ones
+    sent too (the service learns that a fault cleared), repeated hourly while firing (a service
+    restarted in between learns it again)."""
+    return {
+        "receiver": RECEIVER,
+        "matchers": [f'alertname =~ "{"|".join(HEALTH_ALERTS)}"'],
+        "group_by": ["alertname", NODE],
+        "group_wait": "10s",
+        "group_interval": "1m",
+        "repeat_interval": "1h",
+    }
+
+
+def alertmanager_values(webhook_url: str) -> dict[str, Any]:
+    """The chart's `alertmanager.config` keys this program sets (merged over the chart's own)."""
+    return {
+        "route": {"routes": [dict(_CHART_WATCHDOG_ROUTE), health_route()]},
+        "receivers": [
+            dict(_CHART_NULL_RECEIVER),
+            {"name": RECEIVER, "webhook_configs": [{"url": webhook_url, "send_resolved": True}]},
+        ],
+    }
+
+
+def panel_group() -> PanelGroup:
+    """The fleet dashboard's row of what the service did and which nodes it holds out."""
+    return PanelGroup(TITLE, (
+        Panel("GPU nodes out of service", ((f"max({NODES_OUT})", "nodes"),), kind="stat",
+              description="Nodes the GPU health service holds cordoned and tainted (gpu-cluster.io/gpu-unhealthy)."),
+        Panel("Actions (last hour)", ((f"sum by (action, result) (increase({ACTIONS}[1h]))", "{{action}} {{result}}"),),
+              description="cordon, taint, evict, uncordon, ... and their result (done, dry-run, refused by the "
+                          "circuit breaker, failed)."),
+        Panel("Actions by reason", ((f"sum by (action, reason) (rate({ACTIONS}[5m]))", "{{action}}: {{reason}}"),),
+              "ops", "Why the service acted: the alert or the diagnostic result behind each action."),
+        Panel("Refused by the circuit breaker", (
+            (f'sum by (action, reason) (increase({ACTIONS}{{result="refused"}}[1h]))', "{{action}}: {{reason}}"),
+        ), description="Actions the breaker refused (maxNodesOut / maxPercentOut reached): a fleet-wide "
+                       "fault, or the limits are too low."),
+    ))
