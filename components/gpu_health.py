@@ -3,7 +3,7 @@
 * The service: `python -m gpuhealth` from the workload image (gpuHealth.image, else training.image),
   one replica in namespace `gpu-health` (Pod Security `restricted`: non-root, read-only root
   filesystem, every capability dropped). It receives Alertmanager's GPU fault alerts on
-  POST /alertmanager (the route: components/monitoring/gpu_health.py), reads the diagnostic
+  POST /webhook (the route: components/monitoring/gpu_health.py), reads the diagnostic
   results from node annotations, and cordons and taints (gpu-cluster.io/gpu-unhealthy) a failing
   node, evicts its GPU pods through the Eviction API (PodDisruptionBudgets hold), records each
   action as an Event and a metric (GET /metrics, scraped by a ServiceMonitor with monitoring), and
@@ -60,7 +60,7 @@ NAMESPACE = "gpu-health"
 NAME = "gpu-health"
 PORT = 8080
 PORT_NAME = "http"
-WEBHOOK_PATH = "/alertmanager"
+WEBHOOK_PATH = "/webhook"  # what gpuhealth serves (workloads/gpuhealth/service.py; a test keeps them equal)
 WEBHOOK_URL = f"http://{NAME}.{NAMESPACE}.svc:{PORT}{WEBHOOK_PATH}"
 TAINT_KEY = "gpu-cluster.io/gpu-unhealthy"  # set by the service (its contract), named here for docs and tests
 # A cordoned node's taint (the node controller sets it with spec.unschedulable); the scheduler

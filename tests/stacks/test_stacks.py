@@ -229,7 +229,7 @@ def test_dev_stack_registrations():
             "namespace": "gpu-health",
             "dryRun": False,
             "circuitBreaker": {"maxNodesOut": 1, "maxPercentOut": 25},
-            "alertWebhook": "http://gpu-health.gpu-health.svc:8080/alertmanager",
+            "alertWebhook": "http://gpu-health.gpu-health.svc:8080/webhook",
             "diagnostic": {"schedule": "17 3 * * *", "level": 1, "nodes": ["minikube"],
                            "level2": "kubectl -n gpu-health create job --from=cronjob/gpu-diag-l2-<node> "
                                      "gpu-diag-l2-<node>-$(date +%s)"},

@@ -219,7 +219,7 @@ def test_the_service_and_its_monitor_select_the_pod() -> None:
     labels = find("lab", "Deployment", NAME)["spec"]["template"]["metadata"]["labels"]
     svc = find("lab", "Service", NAME)
     assert svc["spec"]["selector"].items() <= labels.items()
-    assert gpu_health.WEBHOOK_URL == f"http://{NAME}.{NAMESPACE}.svc:{int(svc['spec']['ports'][0]['port'])}/alertmanager"
+    assert gpu_health.WEBHOOK_URL == f"http://{NAME}.{NAMESPACE}.svc:{int(svc['spec']['ports'][0]['port'])}/webhook"
     monitor = find("lab", "ServiceMonitor", NAME)
     assert monitor["spec"]["selector"]["matchLabels"].items() <= svc["metadata"]["labels"].items()
     assert monitor["spec"]["endpoints"][0]["port"] == svc["spec"]["ports"][0]["name"]
@@ -413,3 +413,25 @@ def test_no_diagnostic_under_mig_or_when_turned_off() -> None:
         names = {r.inputs.get("metadata", {}).get("name") for r in p.resources if r.type.startswith("kubernetes:")}
         assert NAME in names and not {n for n in names if n and n.startswith(DIAG_NAME)}, override
         assert p.outputs["gpuHealth"]["diagnostic"].startswith("none")
+
+
+def test_the_route_posts_where_the_service_listens_and_the_service_accepts_its_flags() -> None:
+    """The Deployment's command and the Alertmanager webhook against the gpuhealth package itself."""
+    import sys
+
+    workloads = str(Path(__file__).resolve().parents[3] / "workloads")
+    if workloads not in sys.path:
+        sys.path.insert(0, workloads)
+    from gpuhealth import service  # the service the image runs
+
+    # the path Alertmanager posts to is one the service's handler accepts
+    source = Path(service.__file__).read_text()
+    assert f'"{gpu_health.WEBHOOK_PATH}"' in source and gpu_health.WEBHOOK_URL.endswith(gpu_health.WEBHOOK_PATH)
+    plan = program.run("lab")
+    (deploy,) = [o for o in kubernetes_objects(plan) if o["kind"] == "Deployment" and o["metadata"]["name"] == NAME]
+    (container,) = deploy["spec"]["template"]["spec"]["containers"]
+    command = container["command"] + container.get("args", [])
+    module = command.index("gpuhealth")
+    from gpuhealth.__main__ import parse_args  # the service's own argument parser accepts the rendered flags
+
+    parse_args(command[module + 1:])
