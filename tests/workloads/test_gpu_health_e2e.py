@@ -42,6 +42,7 @@ from components.monitoring.alerts import rule_groups
 from config.monitoring import MonitoringAlerts
 from tests.conftest import PROJECT_DIR
 from tests.fake_k8s_api import TOKEN, FakeKubeApi
+from tests.processes import stop
 
 WORKLOADS = PROJECT_DIR / "workloads"
 if str(WORKLOADS) not in sys.path:
@@ -125,12 +126,7 @@ def process(cmd: list[str], log: Path, env: dict[str, str] | None = None) -> Ite
         try:
             yield proc
         finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=10)
+            stop(proc, grace=15)
 
 
 @contextlib.contextmanager

@@ -24,6 +24,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import PROJECT_DIR
+from tests.processes import stop
 
 WORKLOADS = PROJECT_DIR / "workloads"
 if str(WORKLOADS) not in sys.path:
@@ -109,12 +110,7 @@ def running_exporter(root: Path, *extra: str) -> Iterator[str]:
         assert url.startswith("http://127.0.0.1:") and url.endswith("/metrics"), url
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
+        stop(proc, grace=10)
 
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]

@@ -39,6 +39,7 @@ from components.monitoring.alerts import rule_groups
 from config.monitoring import MonitoringConfig
 from tests.components.monitoring.test_monitoring_rules import _expand  # the alert templates' expansion
 from tests.monitoring_crd_schema import validate_custom_resource
+from tests.processes import stop
 from tests.workloads.test_rdma_exporter import FakeSysfs, running_exporter
 
 PROMTOOL = shutil.which("promtool")
@@ -397,12 +398,7 @@ def _prometheus(tmp: Path, targets: dict[str, tuple[str, dict[str, str]]], rules
             pytest.fail("prometheus not ready in time: " + (tmp / "prometheus.log").read_text()[-2000:])
         yield base
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
+        stop(proc, grace=15)
         log.close()
 
 
