@@ -3,6 +3,7 @@ folder, and small builders of valid configs."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -57,6 +58,19 @@ SEED_002_ROCE: dict[str, Any] = {
 
 def host(name: str, address: str, role: str = "worker", gpus: int = 0, **extra: Any) -> dict[str, Any]:
     return {"name": name, "address": address, "role": role, "gpus": gpus, "hostKey": ED25519, **extra}
+
+
+def stack_config_with(stack: str, **overrides: Any) -> tuple[dict[str, str], list[str]]:
+    """The committed Pulumi.<stack>.yaml's config (program.run's `config`) with keys overridden: an
+    object is merged into the committed one, anything else replaces it (strings as given)."""
+    values, secret_keys = program.stack_config(stack)
+    out = dict(values)
+    for key, value in overrides.items():
+        full = f"gpu-cluster:{key}"
+        if isinstance(value, dict) and out.get(full):
+            value = {**json.loads(out[full]), **value}
+        out[full] = value if isinstance(value, str) else json.dumps(value)
+    return out, secret_keys
 
 
 def lab_raw(**overrides: Any) -> dict[str, Any]:

@@ -18,7 +18,6 @@ from typing import Any
 
 import pytest
 
-import config
 from components import rdma_network, versions
 from components.scheduling_contract import GPU_NODE_SELECTOR_TERMS
 from components.storage_contract import TRAINING_NAMESPACE
@@ -27,19 +26,12 @@ from render import cluster, program
 from render.__main__ import kubernetes_objects
 from render.cluster.objects import collect
 from stacks.addons import ACCEPTANCE_JOB, RDMA_LINK_JOB, TRAINING_JOB
-from tests.conftest import SEED_002_ROCE
+from tests.conftest import SEED_002_ROCE, stack_config_with
 
 ROCE_NETWORK = {"linkGbps": 25, "rdma": True, "roce": {**SEED_002_ROCE, "ncclEnv": {"NCCL_IB_TC": "106"}}}
 
 
-def _with(stack: str, **overrides: Any) -> tuple[dict[str, str], list[str]]:
-    values, secret_keys = program.stack_config(stack)
-    values = dict(values)
-    for key, value in overrides.items():
-        full = f"{config.NAMESPACE}:{key}"
-        merged = {**json.loads(values.get(full) or "{}"), **value} if isinstance(value, dict) else value
-        values[full] = json.dumps(merged)
-    return values, secret_keys
+_with = stack_config_with  # tests/conftest.py
 
 
 @functools.cache

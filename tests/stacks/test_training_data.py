@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import functools
 import ipaddress
-import json
 import posixpath
 from typing import Any
 
@@ -30,21 +29,14 @@ from render import program
 from render.__main__ import kubernetes_objects
 from render.cluster.pod_security import violations
 from stacks.addons import PREPARE_JOB, TRAINING_JOB
-from tests.conftest import PROJECT_DIR
+from tests.conftest import PROJECT_DIR, stack_config_with
 
 SEED_003_NFS = {"server": "192.168.49.1", "path": "/srv/nfs/kubedata"}
 TRAINING_KEYS = {"dataset": "cifar10", "model": "resnet18", "learningRate": 0.1, "warmupEpochs": 2,
                  "weightDecay": 0.0005, "epochs": 30}
 
 
-def _with(stack: str, **overrides: Any) -> tuple[dict[str, str], list[str]]:
-    values, secret_keys = program.stack_config(stack)
-    values = dict(values)
-    for key, value in overrides.items():
-        full = f"{config.NAMESPACE}:{key}"
-        merged = {**json.loads(values.get(full) or "{}"), **value} if isinstance(value, dict) else value
-        values[full] = json.dumps(merged)
-    return values, secret_keys
+_with = stack_config_with  # tests/conftest.py
 
 
 # case -> (stack, overrides of the committed stack file)

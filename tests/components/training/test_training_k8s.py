@@ -45,7 +45,7 @@ from config.training import Launcher, TrainingConfig
 from render import program
 from render.__main__ import kubernetes_objects
 from stacks.addons import ACCEPTANCE_JOB, RDMA_LINK_JOB, TRAINING_JOB, acceptance_args
-from tests.conftest import PROJECT_DIR, SEED_002_ROCE
+from tests.conftest import PROJECT_DIR, SEED_002_ROCE, stack_config_with
 from tests.monitoring_crd_schema import is_custom_resource, validate_custom_resource
 
 IMAGE = "registry.example.com/gpu-cluster/trainer:0.1.0"
@@ -54,15 +54,7 @@ PYTORCHJOB = "kubernetes:kubeflow.org/v1:PyTorchJob"
 TRAINING_JOB_TYPE = "gpucluster:training:Job"
 
 
-def _with(stack: str, **overrides: Any) -> tuple[dict[str, str], list[str]]:
-    values, secret_keys = program.stack_config(stack)
-    out = dict(values)
-    for key, value in overrides.items():
-        full = f"gpu-cluster:{key}"
-        if isinstance(value, dict) and full in out:  # merge into the committed object
-            value = {**json.loads(out[full]), **value}
-        out[full] = value if isinstance(value, str) else json.dumps(value)
-    return out, secret_keys
+_with = stack_config_with  # tests/conftest.py
 
 
 # case -> (stack, overrides of the committed stack file)
