@@ -36,7 +36,6 @@ from components.training.wandb_launch import WandbLaunch, WandbLaunchArgs, submi
 from config import StackSecrets
 from config.addons import Addons
 from config.gpu import MigStrategy, SharingMode
-from config.lab import LabStack
 from config.training import POD_RDMA_INTERFACE, Launcher
 from stacks.contract import Cluster
 
@@ -122,16 +121,14 @@ def wandb_launch(cfg: Addons, cluster: Cluster, secrets: StackSecrets) -> dict[s
 
 def diag_nodes(cfg: Addons, cluster: Cluster) -> dict[str, int]:
     """GPU node -> the GPU resources it offers, which the scheduled diagnostic asks for all of (so
-    it runs only where no GPU pod does). lab: each host's gpus; dev, which declares no count per
-    node: training.gpusPerNode. Time-slicing multiplies them; MIG: none (DCGM's diagnostic does not
-    run on MIG-partitioned GPUs)."""
+    it runs only where no GPU pod does): the count the platform knows (lab: each host's gpus), else
+    (dev declares none per node) training.gpusPerNode. Time-slicing multiplies them; MIG: none
+    (DCGM's diagnostic does not run on MIG-partitioned GPUs)."""
     sharing = cfg.gpu.sharing
     if sharing.mode is SharingMode.MIG or not cfg.gpu_health.diagnostic.enabled:
         return {}
-    per_node = ({h.name: h.gpus for h in cfg.hosts if h.is_gpu} if isinstance(cfg, LabStack)
-                else dict.fromkeys(cluster.gpu_nodes, cfg.training.gpus_per_node))
     replicas = sharing.replicas if sharing.mode is SharingMode.TIME_SLICING else 1
-    return {node: gpus * replicas for node, gpus in per_node.items() if node in cluster.gpu_nodes}
+    return {node: cluster.gpu_counts.get(node, cfg.training.gpus_per_node) * replicas for node in cluster.gpu_nodes}
 
 
 def gpu_health(cfg: Addons, cluster: Cluster, monitoring: Monitoring | None,
@@ -292,13 +289,13 @@ def deploy(cfg: Addons, cluster: Cluster, secrets: StackSecrets | None = None) -
         }
     if t.enabled and t.prepare_data and t.dataset.downloadable:
         # training.prepareData: the dataset downloaded into the data mount and awaited before training
-        # starts. It needs no GPU, so neither the gate nor the acceptance sweep holds it back. Only
-        # lab knows the cluster's own ranges; the egress policy leaves private ranges out everywhere.
+        # starts. It needs no GPU, so neither the gate nor the acceptance sweep holds it back. The
+        # egress policy leaves private ranges out everywhere, and the cluster's own where known.
         assert t.image is not None  # the config model requires it with training.enabled
-        cluster_cidrs = (str(cfg.pod_cidr), str(cfg.service_cidr)) if isinstance(cfg, LabStack) else ()
         prepare = PrepareData(
             PREPARE_JOB,
-            PrepareDataArgs(image=t.image, dataset=t.dataset.value, claim=claim, cluster_cidrs=cluster_cidrs),
+            PrepareDataArgs(image=t.image, dataset=t.dataset.value, claim=claim,
+                            cluster_cidrs=cluster.internal_cidrs),
             opts=pulumi.ResourceOptions(provider=provider, depends_on=[ns, policies, *after]),
         )
         before_jobs = [*before_jobs, prepare]

@@ -40,3 +40,8 @@ class Cluster:
     training_namespace: k8s.core.v1.Namespace | None = None
     # The ReadWriteMany claim of the storage contract, or None without shared storage.
     shared_claim: SharedClaim | None = None
+    # GPUs per GPU node where the platform knows them (lab: each host's `gpus`); others: empty.
+    gpu_counts: dict[str, int] = field(default_factory=dict)
+    # The cluster's own pod and service ranges where the platform knows them (lab), so egress to
+    # the internet can leave them out; others: empty (private ranges are left out everywhere).
+    internal_cidrs: tuple[str, ...] = ()

@@ -169,6 +169,8 @@ def build(cfg: LabStack, secrets: StackSecrets) -> dict[str, object]:
         gpu_nodes_ready=[j.ready for j in joins],
         training_namespace=namespace,
         shared_claim=claim,
+        gpu_counts={h.name: h.gpus for h in cfg.hosts if h.is_gpu},
+        internal_cidrs=(str(cfg.pod_cidr), str(cfg.service_cidr)),
     )
     return {
         **addons.deploy(cfg, contract, secrets),

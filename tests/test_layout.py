@@ -67,6 +67,17 @@ def test_only_stacks_import_stacks() -> None:
     assert offenders == []
 
 
+def test_the_add_ons_never_ask_which_platform_they_run_on() -> None:
+    """stacks/addons.py takes the shared Addons config and the Cluster contract only (README
+    "Layout"): no platform's config module, no platform stack type, no platform's wiring."""
+    platform_modules = {"config.lab", "config.dev", "config.gke", "stacks.lab", "stacks.dev", "stacks.gke"}
+    offenders = [
+        module for module, names in _imports(PROJECT_DIR / "stacks" / "addons.py")
+        if module in platform_modules or names & (PLATFORM_TYPES - {"Addons"})
+    ]
+    assert offenders == []
+
+
 def test_the_checks_see_imports() -> None:
     """The checks above read real imports: the wiring imports a platform type and components."""
     lab = _imports(PROJECT_DIR / "stacks" / "lab.py")
