@@ -32,8 +32,13 @@
 Not run: under MIG (DCGM's diagnostic does not run on MIG-partitioned GPUs) and where no GPU node
 is known by name (gke: the autoscaler's nodes come and go).
 
+* Idle-only: the diagnostic's pods (and the NCCL pair check's, components/gpu_health_pairs.py)
+  have PriorityClass IDLE_PRIORITY_CLASS: below every other pod, never preempting; a training pod
+  that needs the GPUs preempts a running check instead of waiting for it.
+
 Does not manage: the XID table and every decision of the service (workloads/gpuhealth), GPU resets
-or reboots (the service recommends them in its Events), the NCCL two-node check.
+or reboots (the service recommends them in its Events), the NCCL two-node check
+(components/gpu_health_pairs.py).
 """
 
 from __future__ import annotations
@@ -68,6 +73,11 @@ TAINT_KEY = "gpu-cluster.io/gpu-unhealthy"  # set by the service (its contract),
 UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
 LABELS = {"app.kubernetes.io/name": NAME, "app.kubernetes.io/part-of": "gpu-cluster"}
 DIAG_NAME = "gpu-diag"
+# The checks that need a node's GPUs (the diagnostic, the NCCL pair check) run below every other
+# pod and never preempt one: the scheduler starts them only on idle GPUs, and a training pod that
+# needs those GPUs preempts them. Value below 0, the priority of pods that name no class.
+IDLE_PRIORITY_CLASS = "gpu-cluster-idle-check"
+IDLE_PRIORITY = -1000
 DIAG_LABELS = {"app.kubernetes.io/name": DIAG_NAME, "app.kubernetes.io/part-of": "gpu-cluster"}
 DIAG_CONFIGMAP = "gpu-diag-record"
 DIAG_SCRIPT = Path(__file__).with_name("gpu_health_diag.py")
@@ -237,6 +247,7 @@ def diag_cronjob(node: str, gpus: int, level: int, args: GpuHealthArgs, *, on_de
     pod = {
         "restartPolicy": "Never",
         "serviceAccountName": DIAG_NAME,
+        "priorityClassName": IDLE_PRIORITY_CLASS,
         "securityContext": dict(_RESTRICTED_POD),
         "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
             {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]},
@@ -298,9 +309,18 @@ def diag_cronjob(node: str, gpus: int, level: int, args: GpuHealthArgs, *, on_de
     }
 
 
+def idle_priority_class() -> dict[str, Any]:
+    return {
+        "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": _meta(IDLE_PRIORITY_CLASS, None),
+        "value": IDLE_PRIORITY, "preemptionPolicy": "Never", "globalDefault": False,
+        "description": "gpu-cluster health checks: run on idle GPUs only, preempted by any workload that needs them",
+    }
+
+
 def manifests(args: GpuHealthArgs) -> list[dict[str, Any]]:
     """Every object but the Namespace, in the order they are created."""
     objs = [
+        idle_priority_class(),
         service_account(NAME),
         cluster_role(NAME, [dict(r) for r in SERVICE_RULES]),
         cluster_role_binding(NAME),
@@ -341,6 +361,10 @@ def _resource(name: str, body: dict[str, Any], opts: pulumi.ResourceOptions) -> 
         return k8s.core.v1.ConfigMap(name, metadata=meta, data=body["data"], opts=opts)
     if kind == "CronJob":
         return k8s.batch.v1.CronJob(name, metadata=meta, spec=body["spec"], opts=opts)
+    if kind == "PriorityClass":
+        return k8s.scheduling.v1.PriorityClass(name, metadata=meta, value=body["value"], description=body["description"],
+                                               preemption_policy=body["preemptionPolicy"],
+                                               global_default=body["globalDefault"], opts=opts)
     return k8s.apiextensions.CustomResource(
         name, api_version=body["apiVersion"], kind=kind, metadata=meta, spec=body["spec"], opts=opts
     )
@@ -359,10 +383,12 @@ class GpuHealth(pulumi.ComponentResource):
         for body in manifests(args):
             kind, obj_name = body["kind"], body["metadata"]["name"]
             after: list[pulumi.Resource] = [ns]
-            if kind in ("Deployment", "CronJob"):  # their ServiceAccount, rights and script first
-                after += [r for (k, _), r in created.items() if k in ("ServiceAccount", "ClusterRoleBinding", "ConfigMap")]
+            if kind in ("Deployment", "CronJob"):  # their ServiceAccount, rights, script and priority first
+                after += [r for (k, _), r in created.items()
+                          if k in ("ServiceAccount", "ClusterRoleBinding", "ConfigMap", "PriorityClass")]
             resource_name = f"{name}-{kind.lower()}-{obj_name}"
             created[(kind, obj_name)] = _resource(resource_name, body,
                                                   pulumi.ResourceOptions(parent=self, depends_on=after))
+        self.priority_class = created[("PriorityClass", IDLE_PRIORITY_CLASS)]
         self.webhook_url = WEBHOOK_URL
         self.register_outputs({"namespace": NAMESPACE, "webhookUrl": WEBHOOK_URL, "dryRun": args.health.dry_run})

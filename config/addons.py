@@ -103,6 +103,23 @@ class Addons(Model):
         return self.gpu_health.image or self.training.image
 
     @property
+    def nccl_check_enabled(self) -> bool:
+        """gpuHealth.ncclCheck.enabled, or when unset: on with the service, network.linkGbps and
+        training.image (the sweep's threshold and the image it runs from)."""
+        if not self.gpu_health_enabled:
+            return False
+        if self.gpu_health.nccl_check.enabled is not None:
+            return self.gpu_health.nccl_check.enabled
+        return self.network.link_gbps is not None and self.training.image is not None
+
+    @property
+    def needs_training_namespace(self) -> bool:
+        """The training namespace exists when storage is configured (the claim lives there), a job
+        runs, network.roce is on (its network lives there) or the NCCL pair check runs (its pods)."""
+        return (getattr(getattr(self, "storage", None), "configured", False) or self.runs_jobs
+                or self.network.roce is not None or self.nccl_check_enabled)
+
+    @property
     def gpu_health_enabled(self) -> bool:
         """gpuHealth.enabled, or when unset the platform's default (only with an image to run)."""
         if self.gpu_health.enabled is not None:
@@ -124,7 +141,8 @@ class Addons(Model):
             # gke has no `storage` key: its shared claim is always a Filestore instance.
             *wandb_problems(self.wandb, self.training, secrets,
                             shared_storage=getattr(getattr(self, "storage", None), "configured", True)),
-            *gpu_health_problems(self.gpu_health, self.gpu_health_image),
+            *gpu_health_problems(self.gpu_health, self.gpu_health_image, self.training.image,
+                                 self.network.link_gbps),
             *self._platform_problems(secrets),
         ]
 

@@ -20,10 +20,11 @@ from components import scheduling_contract
 from components.gpu_health import NAMESPACE as GPU_HEALTH_NAMESPACE
 from components.gpu_health import WEBHOOK_URL as GPU_HEALTH_WEBHOOK
 from components.gpu_health import GpuHealth, GpuHealthArgs, level2_command
+from components.gpu_health_pairs import NcclPairCheckArgs, NcclPairChecks
 from components.gpu_stack import GpuSoftwareStack, GpuSoftwareStackArgs
 from components.monitoring import NAMESPACE as MONITORING_NAMESPACE
 from components.monitoring import Monitoring, MonitoringArgs
-from components.rdma_network import NETWORK_NAME, RDMA_RESOURCE, RdmaNetwork, RdmaNetworkArgs, pod_rdma
+from components.rdma_network import NETWORK_NAME, RDMA_RESOURCE, PodRdma, RdmaNetwork, RdmaNetworkArgs, pod_rdma
 from components.ready_gate import GpuReadyGate, GpuReadyGateArgs
 from components.storage_contract import TRAINING_NAMESPACE
 from components.training import launch
@@ -131,14 +132,22 @@ def diag_nodes(cfg: Addons, cluster: Cluster) -> dict[str, int]:
     return {node: cluster.gpu_counts.get(node, cfg.training.gpus_per_node) * replicas for node in cluster.gpu_nodes}
 
 
+def pair_check_nodes(cfg: Addons, cluster: Cluster) -> dict[str, int]:
+    """GPU node -> physical GPUs, for the NCCL pair check (one sweep process per GPU): the count the
+    platform knows (lab), else training.gpusPerNode. None under MIG or time-slicing."""
+    if cfg.gpu.sharing.mode is not SharingMode.NONE:
+        return {}
+    return {node: cluster.gpu_counts.get(node, cfg.training.gpus_per_node) for node in cluster.gpu_nodes}
+
+
 def gpu_health(cfg: Addons, cluster: Cluster, monitoring: Monitoring | None,
-               after: list[pulumi.Resource]) -> dict[str, object]:
-    """gpuHealth: the GPU health service and its diagnostic (components/gpu_health.py); its
-    outputs, none secret."""
+               after: list[pulumi.Resource], pod_net: PodRdma | None) -> dict[str, object]:
+    """gpuHealth: the GPU health service, its diagnostic (components/gpu_health.py) and the NCCL
+    pair check (components/gpu_health_pairs.py); their outputs, none secret."""
     image = cfg.gpu_health_image
     assert image is not None  # the config model requires it when enabled
     nodes = diag_nodes(cfg, cluster)
-    GpuHealth(
+    health = GpuHealth(
         "gpu-health",
         GpuHealthArgs(health=cfg.gpu_health, image=image, diag_nodes=nodes, gpu_resource=gpu_resource(cfg),
                       service_monitor=monitoring is not None),
@@ -146,6 +155,24 @@ def gpu_health(cfg: Addons, cluster: Cluster, monitoring: Monitoring | None,
         opts=pulumi.ResourceOptions(provider=cluster.provider,
                                     depends_on=[*after, *([monitoring.release] if monitoring else [])]),
     )
+    pairs: object = "off: gpuHealth.ncclCheck.enabled is false, or unset without network.linkGbps and training.image"
+    if cfg.nccl_check_enabled:
+        ns = cluster.training_namespace
+        if ns is None:  # the wiring makes it whenever the check is on (Addons.needs_training_namespace)
+            raise ValueError("gpuHealth.ncclCheck needs the training namespace")
+        checks = NcclPairChecks(
+            "nccl-pair-check",
+            NcclPairCheckArgs(check=cfg.gpu_health.nccl_check, training=cfg.training,
+                              acceptance_args=acceptance_args(cfg), gpu_counts=pair_check_nodes(cfg, cluster),
+                              gpu_resource=gpu_resource(cfg), rdma=pod_net),
+            opts=pulumi.ResourceOptions(provider=cluster.provider, depends_on=[*after, ns, health]),
+        )
+        pairs = ({"schedule": [cfg.gpu_health.nccl_check.round_schedule(i)
+                               for i in range(1 + max(c.round for c in checks.checks))],
+                  "pairs": {c.name: ",".join(c.pair) for c in checks.checks},
+                  "runNow": f"kubectl -n {TRAINING_NAMESPACE} create job --from=cronjob/<check> <check>-manual"}
+                 if checks.checks else "none: needs two GPU nodes of equal GPU count known by name, no MIG "
+                                       "or time-slicing")
     return {"gpuHealth": {
         "namespace": GPU_HEALTH_NAMESPACE,
         "dryRun": cfg.gpu_health.dry_run,
@@ -155,6 +182,7 @@ def gpu_health(cfg: Addons, cluster: Cluster, monitoring: Monitoring | None,
         "diagnostic": ({"schedule": cfg.gpu_health.diagnostic.schedule, "level": cfg.gpu_health.diagnostic.level,
                         "nodes": sorted(nodes), "level2": level2_command("<node>")}
                        if nodes else "none: disabled, MIG, or no GPU node known by name"),
+        "ncclPairCheck": pairs,
         "logs": f"kubectl -n {GPU_HEALTH_NAMESPACE} logs deploy/gpu-health",
     }}
 
@@ -229,7 +257,7 @@ def deploy(cfg: Addons, cluster: Cluster, secrets: StackSecrets | None = None) -
         }
 
     if cfg.gpu_health_enabled:
-        outputs.update(gpu_health(cfg, cluster, monitoring, [*after, gpu]))
+        outputs.update(gpu_health(cfg, cluster, monitoring, [*after, gpu, *(rdma.ready if rdma else [])], pod_net))
 
     claim = cluster.shared_claim
     if claim is not None:

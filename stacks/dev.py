@@ -21,7 +21,7 @@ def build(cfg: DevStack, secrets: StackSecrets) -> dict[str, object]:
     labels: list[pulumi.Resource] = list(existing.gpu_labels)
     namespace, claim = None, None
     st = cfg.storage
-    if st.configured or cfg.runs_jobs or cfg.network.roce is not None:  # roce: its network lives there
+    if cfg.needs_training_namespace:
         namespace = training_namespace(existing.provider, depends_on=labels, rdma=cfg.network.roce is not None)
     if st.configured:
         assert namespace is not None

@@ -139,7 +139,7 @@ def build(cfg: LabStack, secrets: StackSecrets) -> dict[str, object]:
 
     namespace, claim = None, None
     st = cfg.storage
-    if st.configured or cfg.runs_jobs or cfg.network.roce is not None:  # roce: its network lives there
+    if cfg.needs_training_namespace:
         namespace = training_namespace(cp.provider, depends_on=[cni], rdma=cfg.network.roce is not None)
     if st.configured:
         assert namespace is not None

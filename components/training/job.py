@@ -67,7 +67,7 @@ SHARED_VOLUME = "shared"
 @dataclass(frozen=True)
 class TrainingJobArgs:
     training: TrainingConfig
-    claim: SharedClaim
+    claim: SharedClaim | None  # None: no shared volume (the NCCL pair check needs none)
     # What the pods run under torchrun: the trainer (its arguments from config) or another module
     # of the workload image with `module_args` (the acceptance sweep).
     module: str = launch.TRAINER_MODULE
@@ -81,6 +81,8 @@ class TrainingJobArgs:
     # A command other than torchrun (the RDMA link test), with its own number of pods.
     command: tuple[str, ...] | None = None
     pods: int | None = None
+    # Run after torchrun with the pod's exit code (launch.LaunchSpec.report).
+    report: tuple[str, ...] = ()
 
     @property
     def nodes(self) -> int:
@@ -117,6 +119,7 @@ def launch_spec(job: str, args: TrainingJobArgs) -> launch.LaunchSpec:
         nccl_debug=t.nccl.debug.value,
         nccl_socket_ifname=t.nccl.socket_ifname,
         extra_env=args.rdma.env if args.rdma is not None else (),
+        report=args.report,
     )
 
 
@@ -145,6 +148,7 @@ def pod_template(job: str, args: TrainingJobArgs) -> dict[str, Any]:
         + [
             {"name": SHARED_VOLUME, "mountPath": mount_path, "subPath": sub_path}
             for sub_path, mount_path in MOUNTS.values()
+            if args.claim is not None
         ],
         "securityContext": security,
     }
@@ -166,7 +170,8 @@ def pod_template(job: str, args: TrainingJobArgs) -> dict[str, Any]:
         "volumes": [
             # Docker's 64 MiB default /dev/shm kills DataLoader workers; memory-backed and bounded.
             {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": t.shm_size}},
-            {"name": SHARED_VOLUME, "persistentVolumeClaim": {"claimName": args.claim.name}},
+            *([{"name": SHARED_VOLUME, "persistentVolumeClaim": {"claimName": args.claim.name}}]
+              if args.claim is not None else []),
         ],
     }
     if t.launcher is Launcher.INDEXED_JOB:
@@ -306,7 +311,7 @@ class TrainingJob(pulumi.ComponentResource):
         policy = k8s.networking.v1.NetworkPolicy(
             f"{name}-peers", metadata=peers["metadata"], spec=peers["spec"], opts=child
         )
-        depends: list[pulumi.Resource] = [policy, *args.claim.ready]
+        depends: list[pulumi.Resource] = [policy, *(args.claim.ready if args.claim is not None else [])]
         # The job's name is fixed (pods are addressed by it): replace by deleting first.
         job_opts = pulumi.ResourceOptions(parent=self, delete_before_replace=True)
         if t.launcher is Launcher.INDEXED_JOB:

@@ -104,6 +104,9 @@ def _crd_validator(crd_key: str, schema_json: str) -> Any:
     return jsonschema.Draft7Validator(json.loads(schema_json))
 
 
+SYSTEM_PRIORITY_CLASSES = ("system-node-critical", "system-cluster-critical")
+
+
 class Admission:
     def __init__(self, objects: list[Obj], dependencies: dict[str, list[str]], minor: str):
         self.objects = objects
@@ -241,4 +244,13 @@ class Admission:
             problem = self._exists(kind, ns, name, w.obj)
             if problem:
                 out.append(problem)
+        # The Priority admission plugin rejects a pod naming a PriorityClass that does not exist
+        # (the two system classes always do).
+        priority = spec.get("priorityClassName")
+        if priority and priority not in SYSTEM_PRIORITY_CLASSES:
+            o = self.by_kind_ns.get(("PriorityClass", None, priority))
+            if o is None:
+                out.append(f"PriorityClass {priority} does not exist: nothing in the plan creates it")
+            elif o.source != w.obj.source and not self._before(o, w.obj, same_release_ok=True):
+                out.append(f"PriorityClass {priority} ({o.origin}) is not created before it")
         return out

@@ -140,6 +140,13 @@ def _cluster_policy(o: Obj) -> list[Workload]:
     return out
 
 
+def _job_pods(spec: dict[str, Any]) -> int:
+    """Pods of a Job spec that run at once: parallelism (default 1), at most completions."""
+    parallelism = int(spec.get("parallelism", 1) if spec.get("parallelism") is not None else 1)
+    completions = spec.get("completions")
+    return min(parallelism, int(completions)) if completions is not None else parallelism
+
+
 def workloads(objects: list[Obj]) -> list[Workload]:
     out: list[Workload] = []
     for o in objects:
@@ -154,13 +161,11 @@ def workloads(objects: list[Obj]) -> list[Workload]:
             out.append(_template_workload(o, template, 1, daemon=True, device_plugin=plugin, labels_nodes=labels,
                                           advertises=_rdma_shared_resources(o, template.get("spec") or {}, objects)))
         elif kind == "Job":
-            parallelism = int(spec.get("parallelism", 1) if spec.get("parallelism") is not None else 1)
-            completions = spec.get("completions")
-            pods = min(parallelism, int(completions)) if completions is not None else parallelism
-            out.append(_template_workload(o, spec.get("template") or {}, pods, job=True))
+            out.append(_template_workload(o, spec.get("template") or {}, _job_pods(spec), job=True))
         elif kind == "CronJob":
-            template = ((spec.get("jobTemplate") or {}).get("spec") or {}).get("template") or {}
-            out.append(_template_workload(o, template, 1, job=True, runs_on_install=False))
+            job_spec = (spec.get("jobTemplate") or {}).get("spec") or {}
+            out.append(_template_workload(o, job_spec.get("template") or {}, _job_pods(job_spec), job=True,
+                                          runs_on_install=False))
         elif kind == "Pod":
             out.append(Workload("Pod", o.namespace or "default", o.name, o, copy.deepcopy(spec),
                                 o.body.get("metadata") or {}, 1))

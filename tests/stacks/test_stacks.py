@@ -233,6 +233,9 @@ def test_dev_stack_registrations():
             "diagnostic": {"schedule": "17 3 * * *", "level": 1, "nodes": ["minikube"],
                            "level2": "kubectl -n gpu-health create job --from=cronjob/gpu-diag-l2-<node> "
                                      "gpu-diag-l2-<node>-$(date +%s)"},
+            # no network.linkGbps on dev: the pair check is off by default
+            "ncclPairCheck": "off: gpuHealth.ncclCheck.enabled is false, or unset without network.linkGbps and "
+                             "training.image",
             "logs": "kubectl -n gpu-health logs deploy/gpu-health",
         },
         "training": {

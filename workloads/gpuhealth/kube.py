@@ -66,6 +66,17 @@ class KubeClient:
             host = f"[{host}]"
         return cls(f"https://{host}:{port}", SA_DIR / "token", SA_DIR / "ca.crt")
 
+    @classmethod
+    def from_env(cls) -> KubeClient:
+        """GPU_HEALTH_API_SERVER (with GPU_HEALTH_TOKEN_FILE, GPU_HEALTH_CA_FILE and
+        GPU_HEALTH_INSECURE_LOOPBACK=true for plain http to loopback: tests), else in-cluster."""
+        server = os.environ.get("GPU_HEALTH_API_SERVER", "")
+        if not server:
+            return cls.in_cluster()
+        token, ca = os.environ.get("GPU_HEALTH_TOKEN_FILE"), os.environ.get("GPU_HEALTH_CA_FILE")
+        return cls(server, Path(token) if token else None, Path(ca) if ca else None,
+                   insecure_loopback=os.environ.get("GPU_HEALTH_INSECURE_LOOPBACK", "").lower() in ("true", "1", "yes"))
+
     def request(self, method: str, path: str, body: Any = None, content_type: str = "application/json",
                 query: dict[str, str] | None = None) -> Any:
         url = self.server.rstrip("/") + path + ("?" + urllib.parse.urlencode(query) if query else "")

@@ -22,6 +22,11 @@ What it does, per node (the node is the alert's `node` label, as the DCGM Servic
     nodes out of service by this service at once. A node beyond that is refused: an Event and a
     metric (result="refused"), nothing changed; its request stays pending and is taken when room
     frees while the alert still fires;
+  * the NCCL pair checks (gpuhealth/ncclpair.py, annotations gpu-cluster.io/nccl-pair-*): a node
+    whose checks fail with two different peers, each passing with another node, is cordoned
+    (reason NcclPairFailed, no drain) and returns after a passing pair check newer than that; a
+    failure that names no node (one pair, or every pair failing) is an Event and a metric
+    (result="unattributed") only;
   * --dry-run: the same decisions, breaker included, reported as Events (message "dry run: would
     ..."), metrics (result="dry-run") and log lines; no node or pod is changed.
 A resolved alert never brings a node back (only a diagnostic does) and never acts.
@@ -39,11 +44,12 @@ Annotations (on the Node; DIAG_* are written by the diagnostic, the others by th
 Taint: gpu-cluster.io/gpu-unhealthy=<xid-NN | alert name>:NoSchedule.
 
 Metrics: gpu_health_actions_total{action,reason,result} (action cordon|drain|reset-gpu|reboot|
-evict|uncordon; result done|dry-run|refused|blocked|error), gpu_health_nodes_out_of_service,
+evict|uncordon|none; result done|dry-run|refused|blocked|error|unattributed), gpu_health_nodes_out_of_service,
 gpu_health_nodes_out_of_service_limit, gpu_health_gpu_nodes, gpu_health_alerts_received_total
 {alertname,status}, gpu_health_api_errors_total{call}, gpu_health_dry_run,
 gpu_health_last_reconcile_timestamp_seconds.
 
+  gpu-cluster.io/nccl-pair-<hex>       JSON: result, peer, code, time, expires (the NCCL pair check)
 Does not: reset GPUs or reboot nodes (RESET_GPU / REBOOT are recommendations in the annotation and
 Event), delete pods, run diagnostics, or touch nodes without GPUs.
 """
@@ -64,6 +70,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from gpuhealth import ncclpair
 from gpuhealth.kube import ApiError, KubeClient
 from gpuhealth.xid import Action, action_for
 
@@ -92,6 +99,7 @@ ALERT_ACTIONS = {
 # A rule may name its action itself with this label (cordon, drain, reset-gpu, reboot).
 ACTION_LABEL = "gpu_health_action"
 DIAG_FAIL_REASON = "DiagLevel1Failed"
+NCCL_FAIL_REASON = "NcclPairFailed"
 _XID_IN_TEXT = re.compile(r"\bXID\s+([0-9]+)", re.IGNORECASE)
 _TAINT_VALUE = re.compile(r"[^A-Za-z0-9._-]")
 
@@ -263,8 +271,9 @@ class GpuHealth:
         self._inbox_lock = threading.Lock()
         self.pending: dict[tuple[str, str, str], Request] = {}
         self.blocked_reported: set[tuple[str, str]] = set()
-        # dry run: node -> (action, time) it would have been taken out with
-        self.simulated: dict[str, tuple[Action, dt.datetime]] = {}
+        # dry run: node -> (action, time, reason) it would have been taken out with
+        self.simulated: dict[str, tuple[Action, dt.datetime, str]] = {}
+        self.pair_failures_reported: set[tuple[str, str, dt.datetime]] = set()  # (node, check, time)
         self.returns_reported: set[tuple[str, str]] = set()  # dry run: (node, diagnostic time)
 
     # -- input -----------------------------------------------------------------------------------
@@ -352,6 +361,8 @@ class GpuHealth:
                 self.pending.setdefault(key, Request(since=diag.time, node=name, reason=DIAG_FAIL_REASON,
                                                      action=Action.DRAIN, detail="DCGM level-1 diagnostic failed"))
 
+        self._pair_checks(gpu_nodes, out, now)
+
         for key, req in sorted(self.pending.items(), key=lambda kv: kv[1]):
             target = gpu_nodes.get(req.node)
             if target is None:
@@ -394,6 +405,38 @@ class GpuHealth:
         self.metrics.out.set(len(out))
         self.metrics.last.set(self.clock().timestamp())
 
+    def _pair_checks(self, gpu_nodes: dict[str, dict[str, Any]], out: dict[str, Action], now: dt.datetime) -> None:
+        """The NCCL pair checks (gpuhealth/ncclpair.py): a node the failures name is cordoned (no
+        drain: a slow or fallen-back link slows jobs, it does not corrupt them); a failure that
+        names no node is reported once, as an Event on the node and a metric, and changes nothing."""
+        results = [r for name, node in gpu_nodes.items() for r in ncclpair.node_results(name, _annotations(node), now)]
+        restored = {name: t for name, node in gpu_nodes.items()
+                    if (t := parse_time(_annotations(node).get(ANN_RESTORED))) is not None}
+        named = ncclpair.suspects(results, restored)
+        for name in gpu_nodes:
+            key = (name, NCCL_FAIL_REASON, "")
+            failures = named.get(name)
+            if failures is None:
+                self.pending.pop(key, None)
+            elif name not in out:
+                peers = ", ".join(sorted({f.peer for f in failures}))
+                self.pending.setdefault(key, Request(
+                    since=failures[-1].time, node=name, reason=NCCL_FAIL_REASON, action=Action.CORDON,
+                    detail=f"NCCL pair checks failed with {peers}, each of which passes with another node "
+                           f"(exit codes {', '.join(str(f.code) for f in failures)})"))
+        for r in results:
+            if r.result != "fail" or r.node in named or r.peer in named:
+                continue
+            floor = restored.get(r.node)
+            if (floor is not None and r.time <= floor) or (r.node, r.check, r.time) in self.pair_failures_reported:
+                continue
+            self.pair_failures_reported.add((r.node, r.check, r.time))
+            self._count("none", NCCL_FAIL_REASON, "unattributed")
+            self._event(gpu_nodes[r.node], "GpuHealthNcclPairFailed",
+                        f"NCCL pair check {r.check} with {r.peer} failed at {fmt_time(r.time)} (exit code {r.code}); "
+                        "one failing pair cannot name the faulty node: no action until the node also fails with "
+                        "another peer that passes elsewhere")
+
     def _out_of_service(self, nodes: dict[str, dict[str, Any]]) -> dict[str, Action]:
         """Nodes out of service by this service (their ANN_ACTION), plus, in dry run, those it
         would have taken out."""
@@ -404,7 +447,7 @@ class GpuHealth:
             if value:
                 out[name] = by_label.get(value, Action.DRAIN)
         if self.settings.dry_run:
-            out.update({k: a for k, (a, _) in self.simulated.items() if k in nodes})
+            out.update({k: a for k, (a, _, _) in self.simulated.items() if k in nodes})
         return out
 
     def _take_out(self, node: dict[str, Any], req: Request, escalate: bool) -> bool:
@@ -412,7 +455,7 @@ class GpuHealth:
         verb = "escalating to" if escalate else "taking out of service:"
         what = f"{req.action.label} ({req.reason}{f' GPU {req.gpu}' if req.gpu else ''}: {req.detail})"
         if self.settings.dry_run:
-            self.simulated[name] = (req.action, self.clock())
+            self.simulated[name] = (req.action, self.clock(), req.reason)
             self._count(req.action.label, req.reason, "dry-run")
             self._event(node, "GpuHealthDryRun", f"dry run: would be {verb} {what}; nothing changed")
             return True
@@ -491,20 +534,29 @@ class GpuHealth:
     def _maybe_return(self, node: dict[str, Any], now: dt.datetime) -> bool:
         name = node["metadata"]["name"]
         ann = _annotations(node)
-        diag = diag_result(ann, now)
         simulated = self.simulated.get(name) if self.settings.dry_run else None
         if simulated is not None:
-            since = simulated[1]
+            since, reason = simulated[1], simulated[2]
         else:
-            since = parse_time(ann.get(ANN_TIME)) or now
-        if diag is None or not diag.passed or diag.time <= since:
-            return False
-        msg = f"returned to service: {DIAG}=pass at {fmt_time(diag.time)}, newer than the action at {fmt_time(since)}"
+            since, reason = parse_time(ann.get(ANN_TIME)) or now, ann.get(ANN_REASON, "")
+        if reason.startswith(NCCL_FAIL_REASON):
+            # out for the network: only a passing pair check, newer than the action, brings it back
+            passes = [r for r in ncclpair.node_results(name, ann, now) if r.result == "pass" and r.time > since]
+            if not passes:
+                return False
+            latest = max(passes, key=lambda r: r.time)
+            check, passed_at = f"NCCL pair check {latest.check} with {latest.peer}", latest.time
+        else:
+            diag = diag_result(ann, now)
+            if diag is None or not diag.passed or diag.time <= since:
+                return False
+            check, passed_at = DIAG, diag.time
+        msg = f"returned to service: {check} passed at {fmt_time(passed_at)}, newer than the action at {fmt_time(since)}"
         if self.settings.dry_run:
             self.simulated.pop(name, None)
-            if (name, fmt_time(diag.time)) in self.returns_reported:
+            if (name, fmt_time(passed_at)) in self.returns_reported:
                 return False
-            self.returns_reported.add((name, fmt_time(diag.time)))
+            self.returns_reported.add((name, fmt_time(passed_at)))
             self._count("uncordon", DIAG, "dry-run")
             self._event(node, "GpuHealthDryRun", "dry run: would be " + msg + "; nothing changed", warning=False)
             return True

@@ -599,10 +599,14 @@ def _address(ip: str) -> dict[str, Any]:
 @pytest.mark.parametrize("case", ["lab", "lab-pytorchjob"])
 def test_network_policies_semantics(case: str) -> None:
     policies = [o for o in objects(case) if o["kind"] == "NetworkPolicy"]
+    # the GPU health NCCL pair checks (components/gpu_health_pairs.py) are jobs of their own
+    pair_checks = [o for o in objects(case) if o["kind"] == "CronJob" and o["metadata"]["namespace"] == TRAINING_NAMESPACE]
     assert {p["metadata"]["name"] for p in policies} == {"default-deny", "allow-dns"} | {
-        f"{job}-peers" for job in jobs_of(case)}
+        f"{job}-peers" for job in [*jobs_of(case), *(c["metadata"]["name"] for c in pair_checks)]}
     train = [_pod(TRAINING_NAMESPACE, t["metadata"]["labels"]) for t in pod_specs(job_object(case, TRAINING_JOB))]
     acc = _pod(TRAINING_NAMESPACE, training_job_labels(ACCEPTANCE_JOB))
+    checks = [_pod(TRAINING_NAMESPACE, c["spec"]["jobTemplate"]["spec"]["template"]["metadata"]["labels"])
+              for c in pair_checks]
     stray = _pod(TRAINING_NAMESPACE, {"app": "notebook"})
     outsider = _pod("default", training_job_labels(TRAINING_JOB))  # same labels, other namespace
     dns = _pod("kube-system", {"k8s-app": "kube-dns"})
@@ -612,9 +616,11 @@ def test_network_policies_semantics(case: str) -> None:
         assert allowed(policies, a, b, port) and allowed(policies, b, a, port)
     assert not allowed(policies, a, b, 22) and not allowed(policies, a, b, 29500, "UDP")
     # nobody else reaches them, and they reach nobody else
-    for other in (acc, stray, outsider):
+    for other in (acc, stray, outsider, *checks):
         assert not allowed(policies, other, a, 29500)
         assert not allowed(policies, a, other, 29500)
+    for check in checks:  # a check's two pods reach each other on the rendezvous and NCCL ports
+        assert allowed(policies, check, check, 29500) and allowed(policies, check, check, 40000)
     assert not allowed(policies, acc, a, 40000)
     # DNS only in kube-system
     assert allowed(policies, a, dns, 53, "UDP") and allowed(policies, a, dns, 53, "TCP")

@@ -1,0 +1,244 @@
+"""NcclPairChecks: the two-node NCCL check on idle GPU nodes (gpuHealth.ncclCheck, config/health.py).
+
+What runs: per pair of GPU nodes, a CronJob `nccl-pair-<8 hex>` in the training namespace whose Job
+is the NCCL acceptance sweep (trainer.allreduce_bench, the same arguments as acceptance: bus
+bandwidth held to network.linkGbps, RDMA transport required when declared) as an Indexed Job of two
+pods under torchrun, one pod on each node of the pair, built by components/training/job.py like the
+acceptance Job (RDMA network, NCCL env and the job's NetworkPolicy included). After torchrun each pod
+writes the verdict onto its own node (`python -m gpuhealth.ncclpair`: annotation
+gpu-cluster.io/nccl-pair-<hex> with result, peer, exit code, time and expiry), which the GPU health
+service reads: a node whose checks fail with two different peers, each of which passes elsewhere,
+is cordoned; a failure that cannot name its node (one pair) is reported and changes nothing.
+
+Which pairs: the GPU nodes known by name, grouped by GPU count (a pod asks for every GPU of its
+node, and the two pods of a Job have one shape), each group of two or more in a ring in name order,
+(n0,n1), (n1,n2), ... (n_last,n0), so every node is checked with two different peers when its group
+has three or more. The ring's pairs run in rounds of disjoint pairs (components: `rounds`): two
+checks never wait for each other's GPUs (with all of them at once, three pods of three Jobs could
+each hold one node and wait for the next, until their deadline). Round r starts at
+ncclCheck.schedule plus r x (timeoutMinutes + 1), after round r-1's Jobs hit their deadline.
+
+Idle nodes only: each pod asks for every GPU of its node, so the scheduler starts it only where no
+GPU pod runs, and its PriorityClass (components/gpu_health.py IDLE_PRIORITY_CLASS, below zero,
+never preempting) lets any training pod that needs the GPUs preempt it; a preempted check ends its
+Job at once (podFailurePolicy: a disruption fails the Job) and writes no verdict (or an `error`,
+which is never acted on). The pods tolerate the GPU health taint and the cordon, so a node the
+service took out for NCCL is checked again and returns after a passing pair check.
+
+The rendezvous: a CronJob's Jobs are named at run time (`<cronjob>-<minutes>`), so rank 0's address
+is `$(JOB_NAME)-0.<service>` with JOB_NAME from the pod's batch.kubernetes.io/job-name label
+(Kubernetes expands `$(VAR)` from env vars defined before it).
+
+Rights: the pods run as ServiceAccount `nccl-pair-check`, whose ClusterRole may get and patch the
+GPU nodes of the pairs (resourceNames) and nothing else.
+
+Not run: under MIG or time-slicing (the sweep runs one process per physical GPU), without two GPU
+nodes of equal GPU count known by name (gke: the autoscaler's nodes come and go).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from components.gpu_health import IDLE_PRIORITY_CLASS, TAINT_KEY, UNSCHEDULABLE_TAINT
+from components.rdma_network import PodRdma
+from components.scheduling_contract import GPU_RESOURCE, training_job_labels
+from components.storage_contract import TRAINING_NAMESPACE
+from components.training import launch
+from components.training.job import (
+    TrainingJobArgs,
+    headless_service_manifest,
+    indexed_job_manifest,
+    service_name,
+)
+from components.training.network_policy import job_peers
+from config.health import NcclPairCheck as NcclPairCheckConfig
+from config.training import Launcher, TrainingConfig
+
+CHECK_PREFIX = "nccl-pair-"  # workloads/gpuhealth/ncclpair.py reads annotations by it (a test keeps them equal)
+SERVICE_ACCOUNT = "nccl-pair-check"
+CHECK_LABEL = {"gpu-cluster.io/check": "nccl-pair"}
+JOB_NAME_LABEL = "batch.kubernetes.io/job-name"  # set on a Job's pods by the Job controller (1.27+)
+RECORDER = ("python", "-m", "gpuhealth.ncclpair")
+
+
+def rings(gpu_counts: dict[str, int]) -> list[list[str]]:
+    """GPU nodes grouped by GPU count, each group of two or more in name order."""
+    groups: dict[int, list[str]] = {}
+    for node, gpus in gpu_counts.items():
+        if gpus > 0:
+            groups.setdefault(gpus, []).append(node)
+    return [sorted(nodes) for _, nodes in sorted(groups.items()) if len(nodes) >= 2]
+
+
+def rounds(ring: list[str]) -> list[list[tuple[str, str]]]:
+    """The ring's pairs (n_i, n_i+1 mod n) in rounds where no node is in two pairs: one round for
+    two nodes, two for an even ring (alternate edges), three for an odd one (the last edge alone)."""
+    n = len(ring)
+    if n < 2:
+        return []
+    if n == 2:
+        return [[(ring[0], ring[1])]]
+    edges = [(ring[i], ring[(i + 1) % n]) for i in range(n)]
+    if n % 2 == 0:
+        return [edges[0::2], edges[1::2]]
+    return [edges[0:n - 1:2], edges[1:n - 1:2], [edges[n - 1]]]
+
+
+def check_name(pair: tuple[str, str]) -> str:
+    """nccl-pair-<8 hex of the pair>: short enough that `<name>-<minutes>-<index>` is a hostname."""
+    return CHECK_PREFIX + hashlib.sha256(",".join(pair).encode()).hexdigest()[:8]
+
+
+@dataclass(frozen=True)
+class PairCheck:
+    name: str
+    pair: tuple[str, str]
+    gpus: int  # per node
+    round: int
+
+
+def plan_checks(gpu_counts: dict[str, int]) -> list[PairCheck]:
+    out = []
+    for ring in rings(gpu_counts):
+        gpus = gpu_counts[ring[0]]
+        for index, pairs in enumerate(rounds(ring)):
+            out += [PairCheck(check_name(p), p, gpus, index) for p in pairs]
+    return out
+
+
+@dataclass(frozen=True)
+class NcclPairCheckArgs:
+    check: NcclPairCheckConfig
+    training: TrainingConfig  # image, resources, NCCL env: as the acceptance Job
+    acceptance_args: tuple[str, ...]  # trainer.allreduce_bench's arguments (stacks/addons.acceptance_args)
+    gpu_counts: dict[str, int]  # GPU node -> GPUs; empty: no check
+    gpu_resource: str = GPU_RESOURCE
+    rdma: PodRdma | None = None
+
+
+def _job_args(c: PairCheck, args: NcclPairCheckArgs) -> TrainingJobArgs:
+    training = args.training.model_copy(update={
+        "launcher": Launcher.INDEXED_JOB, "nodes": 2, "gpus_per_node": c.gpus,
+        "backoff_limit_per_index": 0,  # a measurement: the next schedule is the retry
+    })
+    report = (*RECORDER, f"--check={c.name}", f"--nodes={','.join(c.pair)}",
+              f"--valid-hours={args.check.valid_hours}")
+    return TrainingJobArgs(training=training, claim=None, module=launch.BENCH_MODULE,
+                           module_args=args.acceptance_args, gpu_resource=args.gpu_resource, rdma=args.rdma,
+                           report=report)
+
+
+def _pair_pod(template: dict[str, Any], c: PairCheck) -> dict[str, Any]:
+    """The acceptance pod, pinned to the pair, idle-priority, recording as SERVICE_ACCOUNT."""
+    pod = template["spec"]
+    required = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    only_pair = {"key": "metadata.name", "operator": "In", "values": list(c.pair)}
+    required["nodeSelectorTerms"] = [{**term, "matchFields": [*term.get("matchFields", []), only_pair]}
+                                     for term in required["nodeSelectorTerms"]]
+    pod["tolerations"] = [*pod["tolerations"], {"key": TAINT_KEY, "operator": "Exists"},
+                          {"key": UNSCHEDULABLE_TAINT, "operator": "Exists", "effect": "NoSchedule"}]
+    pod["priorityClassName"] = IDLE_PRIORITY_CLASS
+    pod["serviceAccountName"] = SERVICE_ACCOUNT
+    (container,) = pod["containers"]
+    env = [e for e in container["env"] if e["name"] != "MASTER_ADDR"]
+    container["env"] = [
+        {"name": "JOB_NAME", "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{JOB_NAME_LABEL}']"}}},
+        {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+        {"name": "MASTER_ADDR", "value": f"$(JOB_NAME)-0.{service_name(c.name)}"},
+        *env,
+    ]
+    template["metadata"]["labels"] = {**template["metadata"]["labels"], **CHECK_LABEL}
+    return template
+
+
+def cronjob(c: PairCheck, args: NcclPairCheckArgs) -> dict[str, Any]:
+    job = indexed_job_manifest(c.name, _job_args(c, args))
+    spec = job["spec"]
+    spec["template"] = _pair_pod(spec["template"], c)
+    # A preempted or evicted pod ends the run (its peer would wait out the deadline otherwise).
+    spec["podFailurePolicy"]["rules"][0]["action"] = "FailJob"
+    spec["activeDeadlineSeconds"] = args.check.timeout_minutes * 60  # waiting for idle GPUs counts
+    spec["ttlSecondsAfterFinished"] = 7 * 86400
+    labels = {**training_job_labels(c.name), **CHECK_LABEL}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "CronJob",
+        "metadata": {"name": c.name, "namespace": TRAINING_NAMESPACE, "labels": labels,
+                     "annotations": {"gpu-cluster.io/nodes": ",".join(c.pair), "gpu-cluster.io/round": str(c.round)}},
+        "spec": {
+            "schedule": args.check.round_schedule(c.round),
+            "timeZone": "Etc/UTC",
+            "concurrencyPolicy": "Forbid",
+            "startingDeadlineSeconds": 600,  # a start missed by more belongs to the next round's slot
+            "successfulJobsHistoryLimit": 1,
+            "failedJobsHistoryLimit": 3,
+            "jobTemplate": {"metadata": {"labels": labels}, "spec": spec},
+        },
+    }
+
+
+def node_rules(nodes: list[str]) -> list[dict[str, Any]]:
+    return [{"apiGroups": [""], "resources": ["nodes"], "resourceNames": sorted(nodes), "verbs": ["get", "patch"]}]
+
+
+def manifests(args: NcclPairCheckArgs) -> list[dict[str, Any]]:
+    """Every object, in the order they are created; none without a pair."""
+    checks = plan_checks(args.gpu_counts)
+    if not checks:
+        return []
+    nodes = sorted({n for c in checks for n in c.pair})
+    meta = {"name": SERVICE_ACCOUNT, "labels": {"app.kubernetes.io/name": SERVICE_ACCOUNT,
+                                                "app.kubernetes.io/part-of": "gpu-cluster"}}
+    objs: list[dict[str, Any]] = [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {**meta, "namespace": TRAINING_NAMESPACE}},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": meta,
+         "rules": node_rules(nodes)},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": meta,
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": SERVICE_ACCOUNT},
+         "subjects": [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": TRAINING_NAMESPACE}]},
+    ]
+    for c in checks:
+        objs += [headless_service_manifest(c.name), job_peers(c.name), cronjob(c, args)]
+    return objs
+
+
+def _resource(name: str, body: dict[str, Any], opts: pulumi.ResourceOptions) -> pulumi.CustomResource:
+    kind, meta = body["kind"], body["metadata"]
+    if kind == "ServiceAccount":
+        return k8s.core.v1.ServiceAccount(name, metadata=meta, opts=opts)
+    if kind == "ClusterRole":
+        return k8s.rbac.v1.ClusterRole(name, metadata=meta, rules=body["rules"], opts=opts)
+    if kind == "ClusterRoleBinding":
+        return k8s.rbac.v1.ClusterRoleBinding(name, metadata=meta, role_ref=body["roleRef"],
+                                              subjects=body["subjects"], opts=opts)
+    if kind == "Service":
+        return k8s.core.v1.Service(name, metadata=meta, spec=body["spec"], opts=opts)
+    if kind == "NetworkPolicy":
+        return k8s.networking.v1.NetworkPolicy(name, metadata=meta, spec=body["spec"], opts=opts)
+    if kind == "CronJob":
+        return k8s.batch.v1.CronJob(name, metadata=meta, spec=body["spec"], opts=opts)
+    raise ValueError(f"NcclPairChecks: no resource type for {kind}")
+
+
+class NcclPairChecks(pulumi.ComponentResource):
+    """The pair checks' ServiceAccount and rights, and per pair a headless Service, NetworkPolicy and CronJob."""
+
+    def __init__(self, name: str, args: NcclPairCheckArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("gpucluster:health:NcclPairCheck", name, None, opts)
+        if args.training.image is None:
+            raise ValueError("NcclPairChecks needs training.image (the acceptance sweep's image)")
+        checks = plan_checks(args.gpu_counts)
+        created: list[pulumi.Resource] = []
+        for body in manifests(args):
+            kind = body["kind"]
+            after = list(created) if kind == "CronJob" else []  # its account, rights, Service, policy
+            created.append(_resource(f"{name}-{kind.lower()}-{body['metadata']['name']}", body,
+                                     pulumi.ResourceOptions(parent=self, depends_on=after)))
+        self.checks = checks
+        self.register_outputs({"checks": {c.name: list(c.pair) for c in checks}})
