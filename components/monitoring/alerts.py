@@ -5,7 +5,7 @@ Every DCGM metric used here is in the exporter's default counter list
 kube-state-metrics and Prometheus itself (`up`). That list has no ECC double-bit, retired-page,
 clock-throttle-reason (DCGM_FI_DEV_CLOCK_THROTTLE_REASONS / CLOCKS_EVENT_REASONS) or violation
 counters, so:
-  * uncorrectable memory errors are seen through remapped rows (Ampere and newer) and XID 48/63/64/94/95;
+  * uncorrectable memory errors are seen through remapped rows (Ampere and newer) and XID 48/64/94/95;
   * sustained throttling is seen as a busy GPU whose SM clock stays far below its own recent maximum
     (whatever the reason: thermal, power, reliability).
 
@@ -34,10 +34,15 @@ from config.monitoring import MonitoringAlerts
 # The Service (hence `job`) of the exporter: dcgm-exporter chart (device-plugin) or GPU Operator.
 DCGM_JOBS = "dcgm-exporter|nvidia-dcgm-exporter"
 
-# XIDs after which the GPU needs a drain and reset (NVIDIA XID catalogue): double-bit ECC (48),
-# row remapping event / failure (63, 64), NVLink error (74), fallen off the bus (79), high
-# single-bit rate (92), contained / uncontained ECC (94, 95), GSP timeout / error (119, 120).
-FATAL_XIDS = (48, 63, 64, 74, 79, 92, 94, 95, 119, 120)
+# XIDs after which the GPU needs a reset or the machine a reboot: those NVIDIA's XID catalogue
+# (docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html, immediate action) buckets RESET_GPU,
+# WORKFLOW_* or RESTART_BM: double-bit ECC (48), PMU halt (62), row remapping failure (64), NVLink error (74),
+# fallen off the bus (79), uncontained ECC (95), GSP timeout / error (119, 120), ECC escape (140).
+# Not 63 (a row remap recorded; applied at the next reset) nor 92 (high single-bit ECC rate): the
+# catalogue buckets both IGNORE, and NVIDIA's memory error guide says a pending remap leaves
+# running and new work unaffected; they alert as GpuXidError. workloads/gpuhealth/xid.py holds the
+# buckets; a test keeps this list equal to the XIDs its table drains for.
+FATAL_XIDS = (48, 62, 64, 74, 79, 95, 119, 120, 140)
 
 GROUP = "gpu-cluster.gpu"
 # kube-state-metrics' `resource` label for the GPU resource (nvidia_com_gpu).

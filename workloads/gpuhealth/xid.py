@@ -11,11 +11,17 @@ buckets and what this service does for each:
   RESTART_BM, RESTART_VM   REBOOT: cordon, taint, drain; a reboot of the machine is recommended
   anything else            (CONTACT_SUPPORT, XID_154, new buckets): the unknown-XID rule below
 
-Where the catalogue says IGNORE / RESTART_APP but the alert rules (components/monitoring/alerts.py
-FATAL_XIDS) call the XID fatal -- 63 (row remap recorded; it takes effect at the next reset), 92
-(high single-bit rate, investigatory CONTACT_SUPPORT), 94 (contained: "reset the GPU when
-convenient") -- the node is CORDONED without a drain: running jobs go on, new ones land elsewhere,
-and the next passing diagnostic (after the reset) brings it back.
+One departure from the buckets: 94 (contained ECC error, RESTART_APP: the application that hit it
+is stopped, and the catalogue's investigatory action asks for a GPU reset when convenient) CORDONS
+the node without a drain: running jobs go on, new ones land elsewhere, and the next passing
+diagnostic (after the reset) brings it back. 63 (row remap recorded, applied at the next reset)
+and 92 (high single-bit ECC rate) follow their IGNORE bucket: NVIDIA's A100/H100 memory error
+guide ("Error Recovery and Response Flags") says that with a remap pending "unaffected
+applications can continue running ... and new workloads can be launched". A remap that fails is
+XID 64 and the GpuRowRemapFailure alert, which drain.
+
+The alert rules' FATAL_XIDS (components/monitoring/alerts.py) are exactly the XIDs this table
+drains for (a test keeps them equal).
 
 This service never resets a GPU or reboots a node itself: RESET_GPU and REBOOT are recommendations,
 written into the node annotation and Event, on top of the drain. Unknown XIDs (not in this table)
@@ -59,7 +65,7 @@ class XidEntry:
 
 _E = XidEntry
 # The XIDs seen on data-centre GPUs in practice, and every XID in components/monitoring/alerts.py
-# FATAL_XIDS (a test checks that each of those takes the node out of service).
+# FATAL_XIDS (a test checks that those are exactly the ones drained for).
 TABLE: dict[int, XidEntry] = {e.xid: e for e in (
     _E(8, "ROBUST_CHANNEL_FIFO_ERROR_IDLE_TIMEOUT", "RESTART_APP", Action.NONE, "GPU stopped processing"),
     _E(11, "ROBUST_CHANNEL_GR_ERROR_MISSING_HW", "RESTART_APP", Action.NONE, "invalid or corrupted push buffer"),
@@ -69,11 +75,11 @@ TABLE: dict[int, XidEntry] = {e.xid: e for e in (
     _E(45, "ROBUST_CHANNEL_PREEMPTIVE_REMOVAL", "IGNORE", Action.NONE, "channels torn down after another fault"),
     _E(48, "ROBUST_CHANNEL_GPU_ECC_DBE", "WORKFLOW_XID_48", Action.RESET_GPU, "double-bit ECC error"),
     _E(62, "PMU_HALT_ERROR", "RESET_GPU", Action.RESET_GPU, "internal micro-controller halt"),
-    _E(63, "INFOROM_DRAM_RETIREMENT_EVENT", "IGNORE", Action.CORDON, "row remapping recorded: reset to apply"),
+    _E(63, "INFOROM_DRAM_RETIREMENT_EVENT", "IGNORE", Action.NONE, "row remapping recorded: applied at next reset"),
     _E(64, "INFOROM_DRAM_RETIREMENT_FAILURE", "RESET_GPU", Action.RESET_GPU, "row remapping failed (RMA if repeated)"),
     _E(74, "NVLINK_ERROR", "WORKFLOW_NVLINK_ERR", Action.RESET_GPU, "NVLink error"),
     _E(79, "ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS", "RESTART_BM", Action.REBOOT, "GPU fell off the bus"),
-    _E(92, "EXCESSIVE_SBE_INTERRUPTS", "IGNORE", Action.CORDON, "high single-bit ECC error rate"),
+    _E(92, "EXCESSIVE_SBE_INTERRUPTS", "IGNORE", Action.NONE, "high single-bit ECC error rate"),
     _E(94, "ROBUST_CHANNEL_CONTAINED_ERROR", "RESTART_APP", Action.CORDON, "contained ECC error: reset when idle"),
     _E(95, "ROBUST_CHANNEL_UNCONTAINED_ERROR", "RESET_GPU", Action.RESET_GPU, "uncontained ECC error"),
     _E(119, "GSP_RPC_TIMEOUT", "RESET_GPU", Action.RESET_GPU, "GSP firmware timeout"),
