@@ -4,11 +4,13 @@ What runs: per pair of GPU nodes, a CronJob `nccl-pair-<8 hex>` in the training 
 is the NCCL acceptance sweep (trainer.allreduce_bench, the same arguments as acceptance: bus
 bandwidth held to network.linkGbps, RDMA transport required when declared) as an Indexed Job of two
 pods under torchrun, one pod on each node of the pair, built by components/training/job.py like the
-acceptance Job (RDMA network, NCCL env and the job's NetworkPolicy included). After torchrun each pod
-writes the verdict onto its own node (`python -m gpuhealth.ncclpair`: annotation
-gpu-cluster.io/nccl-pair-<hex> with result, peer, exit code, time and expiry), which the GPU health
-service reads: a node whose checks fail with two different peers, each of which passes elsewhere,
-is cordoned; a failure that cannot name its node (one pair) is reported and changes nothing.
+acceptance Job (RDMA network, NCCL env and the job's NetworkPolicy included). The GPU health
+service reads each finished pod's exit code and writes the verdict onto the pod's node
+(workloads/gpuhealth/ncclpair.py: annotation gpu-cluster.io/nccl-pair-<hex> with result, peer,
+exit code, time and expiry): a node whose checks fail with two different peers, each of which
+passes elsewhere, is cordoned; a failure that cannot name its node (one pair) is reported and
+changes nothing. The pods carry what that needs (label gpu-cluster.io/check=nccl-pair, annotations
+with the check's name, its two nodes and the result's validity).
 
 Which pairs: the GPU nodes known by name, grouped by GPU count (a pod asks for every GPU of its
 node, and the two pods of a Job have one shape), each group of two or more in a ring in name order,
@@ -29,8 +31,9 @@ The rendezvous: a CronJob's Jobs are named at run time (`<cronjob>-<minutes>`), 
 is `$(JOB_NAME)-0.<service>` with JOB_NAME from the pod's batch.kubernetes.io/job-name label
 (Kubernetes expands `$(VAR)` from env vars defined before it).
 
-Rights: the pods run as ServiceAccount `nccl-pair-check`, whose ClusterRole may get and patch the
-GPU nodes of the pairs (resourceNames) and nothing else.
+Rights: none. The pods mount no ServiceAccount token and call no API (the training namespace's
+default-deny egress leaves the API server out; the service, which may list pods and patch nodes
+already, records for them).
 
 Not run: under MIG or time-slicing (the sweep runs one process per physical GPU), without two GPU
 nodes of equal GPU count known by name (gke: the autoscaler's nodes come and go).
@@ -60,11 +63,13 @@ from components.training.network_policy import job_peers
 from config.health import NcclPairCheck as NcclPairCheckConfig
 from config.training import Launcher, TrainingConfig
 
-CHECK_PREFIX = "nccl-pair-"  # workloads/gpuhealth/ncclpair.py reads annotations by it (a test keeps them equal)
-SERVICE_ACCOUNT = "nccl-pair-check"
+# What workloads/gpuhealth/ncclpair.py reads (a test keeps them equal).
+CHECK_PREFIX = "nccl-pair-"
 CHECK_LABEL = {"gpu-cluster.io/check": "nccl-pair"}
+POD_CHECK = "gpu-cluster.io/check"
+POD_NODES = "gpu-cluster.io/nodes"
+POD_VALID_HOURS = "gpu-cluster.io/valid-hours"
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"  # set on a Job's pods by the Job controller (1.27+)
-RECORDER = ("python", "-m", "gpuhealth.ncclpair")
 
 
 def rings(gpu_counts: dict[str, int]) -> list[list[str]]:
@@ -127,15 +132,13 @@ def _job_args(c: PairCheck, args: NcclPairCheckArgs) -> TrainingJobArgs:
         "launcher": Launcher.INDEXED_JOB, "nodes": 2, "gpus_per_node": c.gpus,
         "backoff_limit_per_index": 0,  # a measurement: the next schedule is the retry
     })
-    report = (*RECORDER, f"--check={c.name}", f"--nodes={','.join(c.pair)}",
-              f"--valid-hours={args.check.valid_hours}")
     return TrainingJobArgs(training=training, claim=None, module=launch.BENCH_MODULE,
-                           module_args=args.acceptance_args, gpu_resource=args.gpu_resource, rdma=args.rdma,
-                           report=report)
+                           module_args=args.acceptance_args, gpu_resource=args.gpu_resource, rdma=args.rdma)
 
 
-def _pair_pod(template: dict[str, Any], c: PairCheck) -> dict[str, Any]:
-    """The acceptance pod, pinned to the pair, idle-priority, recording as SERVICE_ACCOUNT."""
+def _pair_pod(template: dict[str, Any], c: PairCheck, valid_hours: int) -> dict[str, Any]:
+    """The acceptance pod, pinned to the pair, idle-priority, without API access, and labelled for
+    the service to find and read."""
     pod = template["spec"]
     required = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
     only_pair = {"key": "metadata.name", "operator": "In", "values": list(c.pair)}
@@ -144,23 +147,25 @@ def _pair_pod(template: dict[str, Any], c: PairCheck) -> dict[str, Any]:
     pod["tolerations"] = [*pod["tolerations"], {"key": TAINT_KEY, "operator": "Exists"},
                           {"key": UNSCHEDULABLE_TAINT, "operator": "Exists", "effect": "NoSchedule"}]
     pod["priorityClassName"] = IDLE_PRIORITY_CLASS
-    pod["serviceAccountName"] = SERVICE_ACCOUNT
+    pod["automountServiceAccountToken"] = False
     (container,) = pod["containers"]
     env = [e for e in container["env"] if e["name"] != "MASTER_ADDR"]
     container["env"] = [
         {"name": "JOB_NAME", "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{JOB_NAME_LABEL}']"}}},
-        {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
         {"name": "MASTER_ADDR", "value": f"$(JOB_NAME)-0.{service_name(c.name)}"},
         *env,
     ]
-    template["metadata"]["labels"] = {**template["metadata"]["labels"], **CHECK_LABEL}
+    meta = template["metadata"]
+    meta["labels"] = {**meta["labels"], **CHECK_LABEL}
+    meta["annotations"] = {**meta.get("annotations", {}), POD_CHECK: c.name, POD_NODES: ",".join(c.pair),
+                           POD_VALID_HOURS: str(valid_hours)}
     return template
 
 
 def cronjob(c: PairCheck, args: NcclPairCheckArgs) -> dict[str, Any]:
     job = indexed_job_manifest(c.name, _job_args(c, args))
     spec = job["spec"]
-    spec["template"] = _pair_pod(spec["template"], c)
+    spec["template"] = _pair_pod(spec["template"], c, args.check.valid_hours)
     # A preempted or evicted pod ends the run (its peer would wait out the deadline otherwise).
     spec["podFailurePolicy"]["rules"][0]["action"] = "FailJob"
     spec["activeDeadlineSeconds"] = args.check.timeout_minutes * 60  # waiting for idle GPUs counts
@@ -183,40 +188,16 @@ def cronjob(c: PairCheck, args: NcclPairCheckArgs) -> dict[str, Any]:
     }
 
 
-def node_rules(nodes: list[str]) -> list[dict[str, Any]]:
-    return [{"apiGroups": [""], "resources": ["nodes"], "resourceNames": sorted(nodes), "verbs": ["get", "patch"]}]
-
-
 def manifests(args: NcclPairCheckArgs) -> list[dict[str, Any]]:
     """Every object, in the order they are created; none without a pair."""
-    checks = plan_checks(args.gpu_counts)
-    if not checks:
-        return []
-    nodes = sorted({n for c in checks for n in c.pair})
-    meta = {"name": SERVICE_ACCOUNT, "labels": {"app.kubernetes.io/name": SERVICE_ACCOUNT,
-                                                "app.kubernetes.io/part-of": "gpu-cluster"}}
-    objs: list[dict[str, Any]] = [
-        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {**meta, "namespace": TRAINING_NAMESPACE}},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": meta,
-         "rules": node_rules(nodes)},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": meta,
-         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": SERVICE_ACCOUNT},
-         "subjects": [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": TRAINING_NAMESPACE}]},
-    ]
-    for c in checks:
+    objs: list[dict[str, Any]] = []
+    for c in plan_checks(args.gpu_counts):
         objs += [headless_service_manifest(c.name), job_peers(c.name), cronjob(c, args)]
     return objs
 
 
 def _resource(name: str, body: dict[str, Any], opts: pulumi.ResourceOptions) -> pulumi.CustomResource:
     kind, meta = body["kind"], body["metadata"]
-    if kind == "ServiceAccount":
-        return k8s.core.v1.ServiceAccount(name, metadata=meta, opts=opts)
-    if kind == "ClusterRole":
-        return k8s.rbac.v1.ClusterRole(name, metadata=meta, rules=body["rules"], opts=opts)
-    if kind == "ClusterRoleBinding":
-        return k8s.rbac.v1.ClusterRoleBinding(name, metadata=meta, role_ref=body["roleRef"],
-                                              subjects=body["subjects"], opts=opts)
     if kind == "Service":
         return k8s.core.v1.Service(name, metadata=meta, spec=body["spec"], opts=opts)
     if kind == "NetworkPolicy":
@@ -227,7 +208,7 @@ def _resource(name: str, body: dict[str, Any], opts: pulumi.ResourceOptions) -> 
 
 
 class NcclPairChecks(pulumi.ComponentResource):
-    """The pair checks' ServiceAccount and rights, and per pair a headless Service, NetworkPolicy and CronJob."""
+    """Per pair of GPU nodes a headless Service, NetworkPolicy and CronJob."""
 
     def __init__(self, name: str, args: NcclPairCheckArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gpucluster:health:NcclPairCheck", name, None, opts)
@@ -237,7 +218,7 @@ class NcclPairChecks(pulumi.ComponentResource):
         created: list[pulumi.Resource] = []
         for body in manifests(args):
             kind = body["kind"]
-            after = list(created) if kind == "CronJob" else []  # its account, rights, Service, policy
+            after = created[-2:] if kind == "CronJob" else []  # its Service and NetworkPolicy
             created.append(_resource(f"{name}-{kind.lower()}-{body['metadata']['name']}", body,
                                      pulumi.ResourceOptions(parent=self, depends_on=after)))
         self.checks = checks

@@ -4,7 +4,7 @@ pods, records every request, and answers as the API server would for those calls
   GET    /api/v1/nodes, /api/v1/nodes/<name>
   PATCH  /api/v1/nodes/<name>              JSON merge patch (RFC 7386); metadata.resourceVersion in
                                            the patch must match (else 409), as the real server checks
-  GET    /api/v1/pods?fieldSelector=spec.nodeName=<node>
+  GET    /api/v1/pods?fieldSelector=spec.nodeName=<node>, ?labelSelector=<key>=<value>[,...]
   POST   /api/v1/namespaces/<ns>/pods/<pod>/eviction   201 and the pod is gone, or 429 while the
                                            pod's `pdb_blocks` count (set by the test) is above 0
   POST   /api/v1/namespaces/<ns>/events    kept in `events`
@@ -87,6 +87,12 @@ class FakeKubeApi:
             }
             self.pdb_blocks[(namespace, name)] = pdb_blocks
 
+    def put_pod(self, pod: dict[str, Any]) -> None:
+        """A whole pod object, as the Job controller and kubelet would leave it (status included)."""
+        with self.lock:
+            meta = pod["metadata"]
+            self.pods[(meta.get("namespace", "default"), meta["name"])] = copy.deepcopy(pod)
+
     def annotate(self, node: str, annotations: dict[str, str | None]) -> None:
         """What another client (the diagnostic) would write."""
         with self.lock:
@@ -142,6 +148,9 @@ class FakeKubeApi:
             selector = (query.get("fieldSelector") or [""])[0]
             node = selector.removeprefix("spec.nodeName=") if selector.startswith("spec.nodeName=") else None
             items = [p for p in self.pods.values() if node is None or p["spec"]["nodeName"] == node]
+            for term in filter(None, (query.get("labelSelector") or [""])[0].split(",")):
+                key, _, value = term.partition("=")  # equality terms only: what the service sends
+                items = [p for p in items if (p["metadata"].get("labels") or {}).get(key) == value]
             return 200, {"kind": "PodList", "items": items}
         if len(rest) == 5 and rest[0] == "namespaces" and rest[2] == "pods" and rest[4] == "eviction" and method == "POST":
             key = (rest[1], rest[3])

@@ -81,8 +81,6 @@ class TrainingJobArgs:
     # A command other than torchrun (the RDMA link test), with its own number of pods.
     command: tuple[str, ...] | None = None
     pods: int | None = None
-    # Run after torchrun with the pod's exit code (launch.LaunchSpec.report).
-    report: tuple[str, ...] = ()
 
     @property
     def nodes(self) -> int:
@@ -119,7 +117,6 @@ def launch_spec(job: str, args: TrainingJobArgs) -> launch.LaunchSpec:
         nccl_debug=t.nccl.debug.value,
         nccl_socket_ifname=t.nccl.socket_ifname,
         extra_env=args.rdma.env if args.rdma is not None else (),
-        report=args.report,
     )
 
 

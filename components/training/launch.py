@@ -18,8 +18,6 @@ for a PyTorchJob):
 3. torchrun reports any worker failure as exit code 1; the module writes its own fatal code
    (3, or the acceptance verdict 10-12) to a pod-local file and the script exits with that, so
    the Job's podFailurePolicy (FATAL_EXIT_CODES) can fail fast on it.
-4. With `report` (the NCCL pair check): that command runs with the exit code as its last
-   argument, before the script exits with the code.
 
 Does not decide: image, resources, volumes, scheduling (components/training/job.py does).
 """
@@ -107,9 +105,6 @@ class LaunchSpec:
     nccl_debug: str = "WARN"
     nccl_socket_ifname: str | None = None
     extra_env: tuple[tuple[str, str], ...] = field(default=())
-    # Run after torchrun with the pod's exit code as its last argument (the NCCL pair check records
-    # its verdict on the node this way); its own failure never changes the pod's exit code.
-    report: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         problems = []
@@ -211,8 +206,7 @@ def launch_script(spec: LaunchSpec) -> str:
         'wait "$child"; rc=$?',
         # wait returns early (>128) when a trapped signal arrives; keep waiting for torchrun itself
         'while kill -0 "$child" 2>/dev/null; do wait "$child"; rc=$?; done',
-        f"if [ -s {EXIT_CODE_FILE} ]; then rc=\"$(cat {EXIT_CODE_FILE})\"; fi",
-        *([f'{" ".join(shlex.quote(a) for a in spec.report)} "$rc" || true'] if spec.report else []),
+        f"if [ -s {EXIT_CODE_FILE} ]; then exit \"$(cat {EXIT_CODE_FILE})\"; fi",
         'exit "$rc"',
     ])
 

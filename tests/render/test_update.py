@@ -58,13 +58,12 @@ def _resources(**overrides: Any) -> list[Resource]:
 def _gpu3_diagnostic(step: str) -> dict[str, str]:
     """gpuHealth: gpu-3's diagnostic CronJobs come or go, and so do the NCCL pair checks of the
     ring gpu-1, gpu-2, gpu-3 that gpu-1/gpu-2 alone do not have (gpu-1/gpu-2's own check stays as
-    it is); the diagnostic's and the pair check's roles name every GPU node."""
+    it is); the diagnostic's role names every GPU node."""
     new_pairs = [check_name(("gpu-2", "gpu-3")), check_name(("gpu-3", "gpu-1"))]
     pair_steps = {f"nccl-pair-check-{kind}-{name}{suffix}": step for name in new_pairs
                   for kind, suffix in (("cronjob", ""), ("service", "-hosts"), ("networkpolicy", "-peers"))}
     return {"gpu-health-clusterrole-gpu-diag": "update", "gpu-health-cronjob-gpu-diag-gpu-3": step,
-            "gpu-health-cronjob-gpu-diag-l2-gpu-3": step, "nccl-pair-check-clusterrole-nccl-pair-check": "update",
-            **pair_steps}
+            "gpu-health-cronjob-gpu-diag-l2-gpu-3": step, **pair_steps}
 
 
 @dataclass(frozen=True)

@@ -9,15 +9,14 @@ does with them, against the Kubernetes API stand-in on 127.0.0.1 with a controll
   metric and changes no node; the breaker and dry run hold as for every other reason;
 * a node out for NCCL returns after a passing pair check newer than the action, and not after a
   passing DCGM diagnostic (which does not test the network);
-* the recorder's CLI writes its annotation through the API stand-in.
+* the service writes each finished check pod's verdict onto its node, once, never over a newer
+  one, and nothing for a running or signalled pod or one that is not what the check renders.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
-import os
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -226,24 +225,58 @@ def test_it_returns_after_a_passing_pair_check_not_after_a_diagnostic(api: tuple
     assert len(back) == 1 and "NCCL pair check nccl-pair-00000000 with gpu-2 passed" in back[0]["message"]
 
 
-def test_the_recorder_writes_its_node_through_the_api(api: tuple[FakeKubeApi, KubeClient, Path]) -> None:
-    fake, kube, token = api
-    env = {**os.environ, "PYTHONPATH": str(WORKLOADS), "NODE_NAME": "gpu-2", "GPU_HEALTH_API_SERVER": kube.server,
-           "GPU_HEALTH_TOKEN_FILE": str(token), "GPU_HEALTH_INSECURE_LOOPBACK": "true"}
-    args = [sys.executable, "-m", "gpuhealth.ncclpair", "--check=nccl-pair-0a0b0c0d", "--nodes=gpu-1,gpu-2",
-            "--valid-hours=48"]
-    done = subprocess.run([*args, "11"], env=env, capture_output=True, text=True, timeout=60, check=False)
-    assert done.returncode == 0, done.stderr
-    value = json.loads(node(fake, "gpu-2")["metadata"]["annotations"]["gpu-cluster.io/nccl-pair-0a0b0c0d"])
-    assert value["result"] == "fail" and value["peer"] == "gpu-1" and value["code"] == 11
-    stamp, expires = (dt.datetime.fromisoformat(value[k].replace("Z", "+00:00")) for k in ("time", "expires"))
-    assert expires - stamp == dt.timedelta(hours=48)
-    # a signalled pod gives no verdict: nothing written
-    patches = len([c for c in fake.calls if c.method == "PATCH"])
-    done = subprocess.run([*args, "143"], env=env, capture_output=True, text=True, timeout=60, check=False)
-    assert done.returncode == 0 and "no verdict" in done.stderr
-    assert len([c for c in fake.calls if c.method == "PATCH"]) == patches
-    # a node that is not one of the pair is refused
-    done = subprocess.run([*args, "0"], env={**env, "NODE_NAME": "gpu-4"}, capture_output=True, text=True,
-                          timeout=60, check=False)
-    assert done.returncode == 2 and "gpu-4" in done.stderr
+def check_pod(name: str, node_name: str, code: int | None, finished: dt.datetime = T0,
+              nodes: str = "gpu-1,gpu-2", check: str = "nccl-pair-0a0b0c0d", running: bool = False) -> dict[str, Any]:
+    """A pair-check pod as the Job controller and kubelet leave it (labels and annotations as the
+    component renders them: tests/components/health/test_nccl_pairs.py holds those equal)."""
+    state = ({"running": {"startedAt": svc.fmt_time(finished)}} if running else
+             {"terminated": {"exitCode": code, "reason": "Completed" if code == 0 else "Error",
+                             "startedAt": svc.fmt_time(finished - dt.timedelta(minutes=2)),
+                             "finishedAt": svc.fmt_time(finished)}})
+    return {
+        "metadata": {"name": name, "namespace": "training", "labels": dict([ncclpair.POD_LABEL]),
+                     "annotations": {ncclpair.POD_CHECK: check, ncclpair.POD_NODES: nodes,
+                                     ncclpair.POD_VALID_HOURS: "48"}},
+        "spec": {"nodeName": node_name, "containers": [{"name": ncclpair.CONTAINER}]},
+        "status": {"phase": "Running" if running else ("Succeeded" if code == 0 else "Failed"),
+                   "containerStatuses": [{"name": ncclpair.CONTAINER, "state": state}]},
+    }
+
+
+def test_the_service_records_finished_pods_on_their_nodes(api: tuple[FakeKubeApi, KubeClient, Path]) -> None:
+    fake, kube, _ = api
+    fake.put_pod(check_pod("p-0", "gpu-1", nccl.EXIT_SOCKET_FALLBACK))
+    fake.put_pod(check_pod("p-1", "gpu-2", nccl.EXIT_SOCKET_FALLBACK))
+    fake.put_pod(check_pod("q-0", "gpu-3", None, running=True, nodes="gpu-3,gpu-4", check="nccl-pair-11111111"))
+    fake.put_pod(check_pod("q-1", "gpu-4", 143, nodes="gpu-3,gpu-4", check="nccl-pair-11111111"))  # signalled
+    health = service(kube, Clock(), dry_run=True)  # results are written in dry run too: observations
+    health.reconcile()
+    for me, peer in (("gpu-1", "gpu-2"), ("gpu-2", "gpu-1")):
+        value = json.loads(node(fake, me)["metadata"]["annotations"]["gpu-cluster.io/nccl-pair-0a0b0c0d"])
+        assert value == {"result": "fail", "peer": peer, "code": 11, "time": svc.fmt_time(T0),
+                         "expires": svc.fmt_time(T0 + dt.timedelta(hours=48))}
+    for quiet in ("gpu-3", "gpu-4"):  # running, or no verdict: nothing
+        assert not any(k.startswith("gpu-cluster.io/nccl-pair") for k in node(fake, quiet)["metadata"]["annotations"])
+    patches = [c for c in fake.calls if c.method == "PATCH"]
+    assert len(patches) == 2 and all(set(c.body) == {"metadata"} for c in patches)  # annotations only
+    health.reconcile()  # once per pod
+    assert len([c for c in fake.calls if c.method == "PATCH"]) == 2
+    # an older pod of the same check (kept by the Job history) does not overwrite a newer result
+    fake.put_pod(check_pod("old-0", "gpu-1", 0, finished=T0 - dt.timedelta(days=1)))
+    health.reconcile()
+    assert json.loads(node(fake, "gpu-1")["metadata"]["annotations"]["gpu-cluster.io/nccl-pair-0a0b0c0d"])["code"] == 11
+
+
+@pytest.mark.parametrize("broken", [
+    {"annotations": {}}, {"annotations": {ncclpair.POD_CHECK: "other", ncclpair.POD_NODES: "gpu-1,gpu-2",
+                                          ncclpair.POD_VALID_HOURS: "48"}},
+    {"annotations": {ncclpair.POD_CHECK: "nccl-pair-0a0b0c0d", ncclpair.POD_NODES: "gpu-3,gpu-4",
+                     ncclpair.POD_VALID_HOURS: "48"}},  # not on one of its nodes
+    {"annotations": {ncclpair.POD_CHECK: "nccl-pair-0a0b0c0d", ncclpair.POD_NODES: "gpu-1,gpu-2",
+                     ncclpair.POD_VALID_HOURS: "x"}},
+])
+def test_a_pod_that_is_not_what_the_check_renders_gives_no_verdict(broken: dict[str, Any]) -> None:
+    pod = check_pod("p-0", "gpu-1", 10)
+    pod["metadata"].update(broken)
+    assert ncclpair.pod_verdict(pod) is None
+    assert ncclpair.pod_verdict(check_pod("p-0", "gpu-1", 10)) is not None

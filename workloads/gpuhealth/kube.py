@@ -5,7 +5,8 @@ CA file, or plain http:// to a loopback address (--insecure-loopback; refused fo
 
 Calls (and so the least RBAC; all cluster-scoped ClusterRole rules, API group "" unless noted):
   nodes            get, list, patch      read GPU nodes and diagnostics; cordon, taint, annotate
-  pods             list                  GPU pods on a node (fieldSelector spec.nodeName)
+  pods             list                  GPU pods on a node (fieldSelector spec.nodeName), the
+                                         NCCL pair check's finished pods (labelSelector)
   pods/eviction    create                drain through the Eviction API (PodDisruptionBudgets hold)
   events           create                one Event per action or refusal (namespace --event-namespace)
 No delete of pods, no update of anything else, no secrets.
@@ -66,17 +67,6 @@ class KubeClient:
             host = f"[{host}]"
         return cls(f"https://{host}:{port}", SA_DIR / "token", SA_DIR / "ca.crt")
 
-    @classmethod
-    def from_env(cls) -> KubeClient:
-        """GPU_HEALTH_API_SERVER (with GPU_HEALTH_TOKEN_FILE, GPU_HEALTH_CA_FILE and
-        GPU_HEALTH_INSECURE_LOOPBACK=true for plain http to loopback: tests), else in-cluster."""
-        server = os.environ.get("GPU_HEALTH_API_SERVER", "")
-        if not server:
-            return cls.in_cluster()
-        token, ca = os.environ.get("GPU_HEALTH_TOKEN_FILE"), os.environ.get("GPU_HEALTH_CA_FILE")
-        return cls(server, Path(token) if token else None, Path(ca) if ca else None,
-                   insecure_loopback=os.environ.get("GPU_HEALTH_INSECURE_LOOPBACK", "").lower() in ("true", "1", "yes"))
-
     def request(self, method: str, path: str, body: Any = None, content_type: str = "application/json",
                 query: dict[str, str] | None = None) -> Any:
         url = self.server.rstrip("/") + path + ("?" + urllib.parse.urlencode(query) if query else "")
@@ -108,6 +98,10 @@ class KubeClient:
         concurrent change (taints are a list: a merge patch replaces it whole)."""
         return dict(self.request("PATCH", f"/api/v1/nodes/{urllib.parse.quote(name)}", patch,
                                  content_type="application/merge-patch+json"))
+
+    def list_pods(self, label_selector: str) -> list[dict[str, Any]]:
+        """Pods of every namespace with the labels (`key=value`): the NCCL pair check's."""
+        return list(self.request("GET", "/api/v1/pods", query={"labelSelector": label_selector}).get("items", []))
 
     def list_pods_on(self, node: str) -> list[dict[str, Any]]:
         return list(self.request("GET", "/api/v1/pods", query={"fieldSelector": f"spec.nodeName={node}"})

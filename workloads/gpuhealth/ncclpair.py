@@ -1,16 +1,15 @@
-"""The two-node NCCL check's results: written on each node by its pods, read by the service.
-
-    python -m gpuhealth.ncclpair --check nccl-pair-1a2b3c4d --nodes gpu-1,gpu-2 --valid-hours 48 <exit code>
+"""The two-node NCCL check's results: read from its finished pods, kept on the nodes, acted on.
 
 The check (components/gpu_health_pairs.py) is a CronJob per pair of GPU nodes running the NCCL
-acceptance sweep (trainer.allreduce_bench) across the two nodes under torchrun; after torchrun, each
-of its two pods runs this with the pod's exit code, and it writes onto its own node (NODE_NAME) one
-annotation per check:
+acceptance sweep (trainer.allreduce_bench) across the two nodes under torchrun. Its pods carry the
+label POD_LABEL and the annotations POD_CHECK (the check's name), POD_NODES ("a,b") and
+POD_VALID_HOURS. The GPU health service lists them (it may list pods anyway), and for each pod
+whose container CONTAINER has terminated it writes onto the pod's node one annotation per check:
 
   gpu-cluster.io/<check>: {"result": "pass"|"fail"|"error", "peer": <other node>, "code": <exit code>,
-                           "time": <RFC 3339 UTC>, "expires": <RFC 3339 UTC>}
+                           "time": <the container's finishedAt>, "expires": <time + valid hours>}
 
-from the exit code (components/training/launch.py, trainer.nccl):
+from the container's exit code (components/training/launch.py, trainer.nccl):
   0                        pass
   10, 11, 12               fail: the sweep measured the pair and it fell short (bus bandwidth below
                            the fraction of network.linkGbps, NCCL on sockets where RDMA is declared,
@@ -18,6 +17,9 @@ from the exit code (components/training/launch.py, trainer.nccl):
   1                        error: a worker died (an NCCL error, or the peer pod was preempted or
                            evicted): written, never acted on alone
   anything else            (3: the check's own arguments; 128+: the pod was signalled) nothing written
+Why the service writes them rather than the pods: the pods then need no API access at all (no
+token, no rights), and the training namespace's default-deny egress, which leaves the API server
+out, stays as it is.
 
 What the service makes of them (`suspects`): one failing pair cannot say which of its two nodes is
 at fault. A node is named only when its checks fail with at least two different peers and each of
@@ -28,19 +30,20 @@ fabric (every pair failing) names no node.
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import json
-import os
-import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from gpuhealth.kube import KubeClient
-
 PREFIX = "gpu-cluster.io/"
 CHECK_PREFIX = "nccl-pair-"  # the CronJob names: nccl-pair-<8 hex>; the annotation is PREFIX + name
+# What the check's pods carry (components/gpu_health_pairs.py renders them; a test keeps them equal).
+POD_LABEL = ("gpu-cluster.io/check", "nccl-pair")
+POD_CHECK = PREFIX + "check"
+POD_NODES = PREFIX + "nodes"
+POD_VALID_HOURS = PREFIX + "valid-hours"
+CONTAINER = "trainer"  # the Indexed Job's container (components/training/job.py)
 PASS_CODES = frozenset({0})
 FAIL_CODES = frozenset({10, 11, 12})  # trainer.nccl's verdicts (launch.py mirrors them)
 ERROR_CODES = frozenset({1})  # torchrun: a worker failed
@@ -137,29 +140,26 @@ def suspects(results: Iterable[PairResult], since: dict[str, dt.datetime] | None
     return named
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m gpuhealth.ncclpair", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--check", required=True, help="the check's name (nccl-pair-<hex>): the annotation key")
-    parser.add_argument("--nodes", required=True, help="the pair: two node names, comma-separated")
-    parser.add_argument("--valid-hours", type=int, required=True)
-    parser.add_argument("--node", default=os.environ.get("NODE_NAME", ""), help="this pod's node (NODE_NAME)")
-    parser.add_argument("code", type=int, help="the pod's exit code")
-    args = parser.parse_args(argv)
-    pair = [n for n in args.nodes.split(",") if n]
-    if not args.check.startswith(CHECK_PREFIX) or len(pair) != 2 or args.node not in pair:
-        print(f"ncclpair: --check must start with {CHECK_PREFIX} and this node ({args.node or 'NODE_NAME unset'}) "
-              f"must be one of the two --nodes ({args.nodes})", file=sys.stderr)
-        return 2
-    peer = pair[1] if args.node == pair[0] else pair[0]
-    marks = annotation(args.check, peer, args.code, dt.datetime.now(dt.UTC), args.valid_hours)
-    if marks is None:
-        print(f"ncclpair: exit code {args.code} is no verdict on {args.node} (the check's own arguments, or the "
-              "pod was signalled); node left as it is", file=sys.stderr)
-        return 0
-    KubeClient.from_env().patch_node(args.node, {"metadata": {"annotations": marks}})
-    print(f"ncclpair: {args.node} with {peer}: {json.dumps(marks)}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+def pod_verdict(pod: dict[str, Any]) -> tuple[str, dict[str, str]] | None:
+    """(node, the annotation to write there) for a finished pair-check pod, or None (not one, not
+    finished, no verdict, or its metadata is not what the check renders)."""
+    meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
+    ann = meta.get("annotations") or {}
+    check, nodes, node = ann.get(POD_CHECK, ""), ann.get(POD_NODES, "").split(","), spec.get("nodeName", "")
+    try:
+        valid_hours = int(ann.get(POD_VALID_HOURS, ""))
+    except ValueError:
+        return None
+    if not check.startswith(CHECK_PREFIX) or len(nodes) != 2 or node not in nodes or valid_hours < 1:
+        return None
+    for c in status.get("containerStatuses") or []:
+        terminated = (c.get("state") or {}).get("terminated")
+        if c.get("name") != CONTAINER or not terminated:
+            continue
+        finished, code = _parse_time(terminated.get("finishedAt")), terminated.get("exitCode")
+        if finished is None or not isinstance(code, int):
+            return None
+        peer = nodes[1] if node == nodes[0] else nodes[0]
+        marks = annotation(check, peer, code, finished, valid_hours)
+        return (node, marks) if marks is not None else None
+    return None

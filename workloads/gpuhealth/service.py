@@ -22,7 +22,8 @@ What it does, per node (the node is the alert's `node` label, as the DCGM Servic
     nodes out of service by this service at once. A node beyond that is refused: an Event and a
     metric (result="refused"), nothing changed; its request stays pending and is taken when room
     frees while the alert still fires;
-  * the NCCL pair checks (gpuhealth/ncclpair.py, annotations gpu-cluster.io/nccl-pair-*): a node
+  * the NCCL pair checks (gpuhealth/ncclpair.py): writes each finished check pod's verdict onto
+    its node (annotation gpu-cluster.io/nccl-pair-<hex>); a node
     whose checks fail with two different peers, each passing with another node, is cordoned
     (reason NcclPairFailed, no drain) and returns after a passing pair check newer than that; a
     failure that names no node (one pair, or every pair failing) is an Event and a metric
@@ -51,7 +52,7 @@ gpu_health_last_reconcile_timestamp_seconds.
 
   gpu-cluster.io/nccl-pair-<hex>       JSON: result, peer, code, time, expires (the NCCL pair check)
 Does not: reset GPUs or reboot nodes (RESET_GPU / REBOOT are recommendations in the annotation and
-Event), delete pods, run diagnostics, or touch nodes without GPUs.
+Event), delete pods, run diagnostics or checks (CronJobs do), or touch nodes without GPUs.
 """
 
 from __future__ import annotations
@@ -250,6 +251,15 @@ class DiagResult:
     expires: dt.datetime
 
 
+def _pair_time(value: str) -> str:
+    """The RFC 3339 time in a pair result's JSON ('' when unreadable): UTC 'Z' strings sort by time."""
+    try:
+        found = json.loads(value)
+    except ValueError:
+        return ""
+    return str(found.get("time", "")) if isinstance(found, dict) else ""
+
+
 def diag_result(annotations: dict[str, str], now: dt.datetime) -> DiagResult | None:
     """The node's level-1 diagnostic, or None when absent, malformed or expired."""
     value = annotations.get(DIAG)
@@ -361,6 +371,7 @@ class GpuHealth:
                 self.pending.setdefault(key, Request(since=diag.time, node=name, reason=DIAG_FAIL_REASON,
                                                      action=Action.DRAIN, detail="DCGM level-1 diagnostic failed"))
 
+        self._record_pair_results(gpu_nodes)
         self._pair_checks(gpu_nodes, out, now)
 
         for key, req in sorted(self.pending.items(), key=lambda kv: kv[1]):
@@ -404,6 +415,37 @@ class GpuHealth:
                 del out[name]
         self.metrics.out.set(len(out))
         self.metrics.last.set(self.clock().timestamp())
+
+    def _record_pair_results(self, gpu_nodes: dict[str, dict[str, Any]]) -> None:
+        """The NCCL pair check's finished pods -> their verdicts on their nodes (gpuhealth/ncclpair.py),
+        written once per pod (a result newer than the pod's, or the same, is left as it is). These
+        are check results, like the diagnostic's: written in dry run too."""
+        try:
+            pods = self.kube.list_pods("=".join(ncclpair.POD_LABEL))
+        except (ApiError, OSError) as e:
+            self.metrics.api_errors.labels("list-pods").inc()
+            log.warning("cannot list the NCCL pair check's pods: %s", e)
+            return
+        for pod in pods:
+            found = ncclpair.pod_verdict(pod)
+            if found is None or found[0] not in gpu_nodes:
+                continue
+            name, marks = found
+            node = gpu_nodes[name]
+            (key, value), = marks.items()
+            current = _annotations(node).get(key)
+            if current is not None and _pair_time(current) >= _pair_time(value):
+                continue
+            try:
+                updated = self.kube.patch_node(name, {"metadata": {"annotations": marks}})
+            except (ApiError, OSError) as e:
+                self.metrics.api_errors.labels("patch-node").inc()
+                log.warning("cannot record the NCCL pair result on %s (retried next reconcile): %s", name, e)
+                continue
+            if (updated or {}).get("metadata"):
+                node.clear()
+                node.update(updated)
+            log.info("recorded on %s: %s=%s", name, key, value)
 
     def _pair_checks(self, gpu_nodes: dict[str, dict[str, Any]], out: dict[str, Action], now: dt.datetime) -> None:
         """The NCCL pair checks (gpuhealth/ncclpair.py): a node the failures name is cordoned (no
