@@ -50,7 +50,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components import versions
+from components import dcgm_metrics, versions
 from components.device_plugin import NvidiaDevicePlugin, NvidiaDevicePluginArgs, plugin_config
 from components.namespaces import pod_security_namespace
 from components.scheduling_contract import (
@@ -168,6 +168,8 @@ def dcgm_exporter_values(service_monitor: bool = False, gke: bool = False) -> di
         "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
             "nodeSelectorTerms": GPU_NODE_SELECTOR_TERMS}}},
         "tolerations": gpu_tolerations(),  # a node agent: a GPU control plane too
+        # The default fields plus the GPU health signals (ECC, NVLink errors, throttle time).
+        "customMetrics": dcgm_metrics.metrics_csv(),
     }
     if gke:
         # As Google's GKE manifest runs it (GoogleCloudPlatform/prometheus-engine,
@@ -213,7 +215,10 @@ def operator_values(
         "toolkit": {"enabled": True},
         "devicePlugin": device_plugin,
         "dcgmExporter": {"enabled": True, "enablePodLabels": True,
-                         "serviceMonitor": {"enabled": service_monitor, "relabelings": DCGM_NODE_RELABELINGS}},
+                         "serviceMonitor": {"enabled": service_monitor, "relabelings": DCGM_NODE_RELABELINGS},
+                         # The default fields plus the GPU health signals (components/dcgm_metrics.py).
+                         "config": {"name": dcgm_metrics.OPERATOR_CONFIGMAP, "create": True,
+                                    "data": dcgm_metrics.metrics_csv()}},
         "gfd": {"enabled": True},
         "mig": {"strategy": sharing.mig_strategy.value if mig else "single"},
         # The layout is per node (MIG_CONFIG_LABEL): ClusterPolicy's config.default admits only

@@ -15,6 +15,16 @@ class MonitoringAlerts(Model):
 
     gpu_temp_celsius: int = Field(default=85, ge=60, le=110, description="GpuTemperatureHigh above this, 10 min.")
     idle_minutes: int = Field(default=30, ge=5, le=1440, description="GpuAllocatedButIdle after this long at 0%.")
+    # The error-rate thresholds below are this program's choices, not NVIDIA's (it publishes none
+    # for them); each alert says its threshold, and a stack sets its own after seeing its fleet.
+    ecc_sbe_per_hour: int = Field(default=100, ge=1, le=1_000_000,
+                                  description="GpuEccSingleBitErrorRate: corrected ECC errors per hour, for 1 h.")
+    nvlink_errors_per_minute: int = Field(default=10, ge=1, le=1_000_000,
+                                          description="GpuNvlinkErrorRate: NVLink CRC/replay/recovery errors per minute.")
+    pcie_replays_per_minute: int = Field(default=10, ge=1, le=1_000_000,
+                                         description="GpuPcieReplayRate: PCIe replays per minute, for 10 min.")
+    throttle_percent: int = Field(default=10, ge=1, le=100,
+                                  description="GpuPowerThrottled / GpuThermalThrottled: % of the time, for 15 min.")
 
 
 class MonitoringConfig(Model):

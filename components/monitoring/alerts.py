@@ -1,13 +1,12 @@
 """GPU (and cluster certificate) alert rules, as the `spec` of one PrometheusRule (plain Prometheus rule-file format).
 
-Every DCGM metric used here is in the exporter's default counter list
-(../shared/upstream/dcgm-exporter/default-counters.csv); the Kubernetes ones come from
-kube-state-metrics and Prometheus itself (`up`). That list has no ECC double-bit, retired-page,
-clock-throttle-reason (DCGM_FI_DEV_CLOCK_THROTTLE_REASONS / CLOCKS_EVENT_REASONS) or violation
-counters, so:
-  * uncorrectable memory errors are seen through remapped rows (Ampere and newer) and XID 48/64/94/95;
-  * sustained throttling is seen as a busy GPU whose SM clock stays far below its own recent maximum
-    (whatever the reason: thermal, power, reliability).
+Every DCGM metric used here is one the exporter publishes as this program configures it
+(components/dcgm_metrics.py: its default list plus volatile ECC counts, NVLink CRC / replay /
+recovery errors and power / thermal violation time); the Kubernetes ones come from
+kube-state-metrics and Prometheus itself (`up`). Uncorrectable memory errors are seen through
+double-bit ECC counts, remapped rows (Ampere and newer) and XID 48/64/94/95; sustained throttling
+both as violation time (power, thermal) and as a busy GPU whose SM clock stays far below its own
+recent maximum (whatever the reason).
 
 Label conventions of the DCGM exporter as both GPU-stack paths deploy it: `node` is the node (both
 DCGM ServiceMonitors copy the scraped pod's node name into it: components/gpu_stack.py
@@ -105,6 +104,63 @@ def gpu_rules(thresholds: MonitoringAlerts) -> list[dict[str, Any]]:
             "Drain the node and reset the GPU so the remapping takes effect; replace the GPU if it repeats.",
         ),
         _alert(
+            "GpuEccDoubleBitError", "increase(DCGM_FI_DEV_ECC_DBE_VOL_TOTAL[10m]) > 0", "0m", "critical",
+            "GPU memory had a double-bit (uncorrectable) ECC error",
+            f"{gpu} counted {{{{ $value | humanize }}}} double-bit ECC errors in 10 minutes.",
+            "Drain the node and reset the GPU (nvidia-smi -r): the error is uncorrectable and the data it hit "
+            "is lost; replace the GPU if it repeats (NVIDIA's memory error guide: row remapping).",
+        ),
+        _alert(
+            "GpuEccSingleBitErrorRate",
+            f"rate(DCGM_FI_DEV_ECC_SBE_VOL_TOTAL[1h]) * 3600 > {thresholds.ecc_sbe_per_hour}", "1h", "warning",
+            "GPU memory corrects many single-bit ECC errors",
+            f"{gpu} corrected {{{{ $value | humanize }}}} single-bit ECC errors an hour for an hour (threshold "
+            f"{thresholds.ecc_sbe_per_hour}).",
+            "Corrected errors cost nothing yet, but a rising rate precedes row remapping and XID 92/48: plan a "
+            "GPU reset at the next idle window (the remap applies then) and watch the remapped-row counts.",
+        ),
+        _alert(
+            "GpuNvlinkErrorRate",
+            "sum by (" + per_gpu + ") (rate(DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL[10m]) "
+            "+ rate(DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL[10m]) "
+            "+ rate(DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL[10m]) "
+            f"+ rate(DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL[10m])) * 60 > {thresholds.nvlink_errors_per_minute}",
+            "10m", "warning",
+            "GPU's NVLink keeps retrying",
+            f"{gpu} counts {{{{ $value | humanize }}}} NVLink CRC, replay or recovery errors a minute (threshold "
+            f"{thresholds.nvlink_errors_per_minute}) for 10 minutes.",
+            "Retries are corrected but cost bandwidth; the NCCL pair check (gpuHealth.ncclCheck) measures whether "
+            "they do, and takes the node out if so. Run `nvidia-smi nvlink -e` on the node; reseat or replace "
+            "the GPU/baseboard if the count keeps rising. XID 74 is the fatal form.",
+        ),
+        _alert(
+            "GpuPcieReplayRate",
+            f"rate(DCGM_FI_DEV_PCIE_REPLAY_COUNTER[10m]) * 60 > {thresholds.pcie_replays_per_minute}", "10m",
+            "warning",
+            "GPU's PCIe link keeps replaying",
+            f"{gpu} replays {{{{ $value | humanize }}}} PCIe transfers a minute (threshold "
+            f"{thresholds.pcie_replays_per_minute}) for 10 minutes.",
+            "Check `nvidia-smi -q -d PCIE` (link width and generation) and `dmesg` for AER errors; reseat the "
+            "card or riser. A GPU that falls off the bus reports XID 79.",
+        ),
+        _alert(
+            "GpuPowerThrottled",
+            f"rate(DCGM_FI_DEV_POWER_VIOLATION[10m]) / 1e9 * 100 > {thresholds.throttle_percent}", "15m", "warning",
+            "GPU throttled by its power limit",
+            f"{gpu} spent {{{{ $value | humanize }}}}% of the time throttled by power limits (threshold "
+            f"{thresholds.throttle_percent}%) for 15 minutes.",
+            "Check the power limit (`nvidia-smi -q -d POWER`) and the node's power supply and capping policy.",
+        ),
+        _alert(
+            "GpuThermalThrottled",
+            f"rate(DCGM_FI_DEV_THERMAL_VIOLATION[10m]) / 1e9 * 100 > {thresholds.throttle_percent}", "15m",
+            "warning",
+            "GPU throttled by temperature",
+            f"{gpu} spent {{{{ $value | humanize }}}}% of the time throttled by thermal limits (threshold "
+            f"{thresholds.throttle_percent}%) for 15 minutes.",
+            "Check fans, airflow and inlet temperature; `nvidia-smi -q -d TEMPERATURE,PERFORMANCE` shows the reason.",
+        ),
+        _alert(
             "GpuRowRemapFailure", "DCGM_FI_DEV_ROW_REMAP_FAILURE > 0", "0m", "critical",
             "GPU memory row remapping failed",
             f"{gpu} could not remap a faulty memory row.",
@@ -148,6 +204,17 @@ def gpu_rules(thresholds: MonitoringAlerts) -> list[dict[str, Any]]:
             "{{ $labels.node }} has fewer allocatable " + GPU_RESOURCE + " than its capacity: the device plugin "
             "marked a GPU unhealthy.",
             "Check the device plugin logs and `nvidia-smi` on the node; reset or replace the unhealthy GPU.",
+        ),
+        _alert(
+            "GpuNodeNotReady",
+            f'(kube_node_status_condition{{condition="Ready",status="true"}} == 0) and on(node) '
+            f'(max by (node) (kube_node_status_capacity{{resource="{GPU_RESOURCE_METRIC}"}}) > 0)',
+            "5m", "warning",
+            "GPU node not Ready",
+            "{{ $labels.node }} (a GPU node) has not been Ready for 5 minutes: its GPU pods are evicted by the "
+            "node lifecycle controller and nothing new lands there.",
+            "Check the kubelet and container runtime on the node (`journalctl -u kubelet`), its network and disk "
+            "pressure (`kubectl describe node`).",
         ),
         _alert(
             "DcgmExporterDown", f'up{{job=~"{DCGM_JOBS}"}} == 0', "5m", "critical",

@@ -28,10 +28,17 @@ HEALTH_ALERTS = (
     "GpuFatalXidError",
     "GpuXidError",
     "GpuUncorrectableMemoryError",
+    "GpuEccDoubleBitError",
+    "GpuEccSingleBitErrorRate",
     "GpuRowRemapFailure",
+    "GpuNvlinkErrorRate",
+    "GpuPcieReplayRate",
     "GpuClocksThrottled",
+    "GpuPowerThrottled",
+    "GpuThermalThrottled",
     "GpuTemperatureHigh",
     "GpuNodeAllocatableBelowCapacity",
+    "GpuNodeNotReady",
 )
 # The chart's defaults (values.yaml alertmanager.config), repeated because lists are replaced.
 _CHART_NULL_RECEIVER = {"name": "null"}

@@ -94,6 +94,7 @@ XID_ALERTS = ("GpuFatalXidError", "GpuXidError")
 # Alerts of components/monitoring/alerts.py that act without an XID; the rest only count.
 ALERT_ACTIONS = {
     "GpuUncorrectableMemoryError": Action.RESET_GPU,
+    "GpuEccDoubleBitError": Action.RESET_GPU,
     "GpuRowRemapFailure": Action.DRAIN,
     "GpuNodeAllocatableBelowCapacity": Action.CORDON,
 }

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
+from components import dcgm_metrics
 from components.monitoring import alerts, dashboards
 from components.monitoring.dashboards import Panel, PanelGroup
 from components.scheduling_contract import JOB_METRIC_LABEL, metric_label_name
@@ -27,6 +28,7 @@ OTHER_METRICS = {
     "kube_pod_status_phase": "kube-state-metrics (kubeStateMetrics.enabled, chart default)",
     "kube_node_status_allocatable": "kube-state-metrics: nvidia.com/gpu appears as resource=nvidia_com_gpu",
     "kube_node_status_capacity": "kube-state-metrics: nvidia.com/gpu appears as resource=nvidia_com_gpu",
+    "kube_node_status_condition": "kube-state-metrics: node conditions (condition, status labels)",
     "up": "Prometheus' own series for every scrape target",
     # kube-apiserver (the chart's apiserver ServiceMonitor, kubeApiServer.enabled by default); the
     # chart's own KubeClientCertificateExpiration rule reads the same histogram.
@@ -44,6 +46,7 @@ def metric_names(expr: str) -> set[str]:
     text = re.sub(r"\{[^}]*\}", " ", text)
     text = re.sub(r"\[[^\]]*\]", " ", text)
     text = re.sub(r"\b(by|on|without|ignoring|group_left|group_right)\s*\([^)]*\)", " ", text)
+    text = re.sub(r"(?<![A-Za-z0-9_:])[0-9.]+(e[+-]?[0-9]+)?", " ", text)  # number literals: 1e9, 0.7
     names = set()
     for m in _IDENT.finditer(text):
         rest = text[m.end():].lstrip()
@@ -85,8 +88,13 @@ def test_metric_name_extraction() -> None:
 
 
 def test_every_queried_metric_exists(upstream_dir: Path) -> None:
-    known = dcgm_counters(upstream_dir) | set(OTHER_METRICS)
-    assert "DCGM_FI_DEV_GPU_UTIL" in known and "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL" not in known  # parsed right
+    defaults = dcgm_counters(upstream_dir)
+    assert "DCGM_FI_DEV_GPU_UTIL" in defaults and "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL" not in defaults  # parsed right
+    # what the exporter publishes as configured: its defaults plus the health fields
+    # (components/dcgm_metrics.py; tests/components/test_dcgm_metrics.py holds it against upstream)
+    published = {field for field, _, _ in dcgm_metrics.FIELDS}
+    assert defaults <= published
+    known = published | set(OTHER_METRICS)
     exprs = [t["expr"] for b in _boards() for t in _targets(b)] + [q for b in _boards() for q in _var_queries(b)]
     exprs += [r["expr"] for g in alerts.rule_groups(MonitoringAlerts()) for r in g["rules"]]
     used: set[str] = set()
@@ -96,6 +104,11 @@ def test_every_queried_metric_exists(upstream_dir: Path) -> None:
         assert names <= known, f"{sorted(names - known)} in {expr!r} is neither a default DCGM counter nor listed"
         used |= names
     assert set(OTHER_METRICS) <= used, "OTHER_METRICS lists a metric nothing queries: drop it"
+
+
+def test_number_literals_are_not_metrics() -> None:
+    assert metric_names("rate(DCGM_FI_DEV_POWER_VIOLATION[10m]) / 1e9 * 100 > 10") == {"DCGM_FI_DEV_POWER_VIOLATION"}
+    assert metric_names("0.7 * max(x2)") == {"x2"}
 
 
 def test_a_typo_metric_is_caught(upstream_dir: Path) -> None:

@@ -140,6 +140,63 @@ CASES: dict[str, tuple[str, list[dict[str, str]], dict[str, str], str, list[dict
     ),
 }
 
+_T = THRESHOLDS
+NVLINK = ("CRC_FLIT", "CRC_DATA", "REPLAY", "RECOVERY")
+CASES.update({
+    "GpuEccDoubleBitError": (
+        "3m", [_series("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", GPU, "0 0 1 1")], GPU, "1",
+        # errors counted long ago (a constant counter) are not a new error
+        [_series("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", GPU, "3x20")],
+    ),
+    "GpuEccSingleBitErrorRate": (
+        "125m",
+        # twice the threshold an hour, every minute, for two hours
+        [_series("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", GPU, f"0+{_T.ecc_sbe_per_hour * 2 / 60:g}x130")], GPU, "200",
+        [_series("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", GPU, f"0+{_T.ecc_sbe_per_hour / 2 / 60:g}x130"),  # half of it
+         # a burst that does not last the hour
+         _series("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", GPU1, f"0x60 0+{_T.ecc_sbe_per_hour * 5 / 60:g}x10 600x60")],
+    ),
+    "GpuNvlinkErrorRate": (
+        "25m",
+        # three times the threshold a minute, split over the four NVLink error counters
+        [_series(f"DCGM_FI_DEV_NVLINK_{kind}_ERROR_COUNT_TOTAL", GPU, f"0+{_T.nvlink_errors_per_minute * 3 / 4:g}x30")
+         for kind in NVLINK],
+        {"node": "gpu-1", "gpu": "0", "UUID": "GPU-0"}, "30",
+        [*(_series(f"DCGM_FI_DEV_NVLINK_{kind}_ERROR_COUNT_TOTAL", GPU, f"0+{_T.nvlink_errors_per_minute / 8:g}x30")
+           for kind in NVLINK),
+         _series("DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL", GPU1, "5x30")],
+    ),
+    "GpuPcieReplayRate": (
+        "25m", [_series("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", GPU, f"0+{_T.pcie_replays_per_minute * 2}x30")], GPU, "20",
+        [_series("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", GPU, f"0+{_T.pcie_replays_per_minute // 2}x30"),
+         _series("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", GPU1, f"0x10 {_T.pcie_replays_per_minute * 100}x20")],  # one step
+    ),
+    # violation counters are nanoseconds throttled: 30 s a minute is 50 % of the time
+    "GpuPowerThrottled": (
+        "30m", [_series("DCGM_FI_DEV_POWER_VIOLATION", GPU, "0+30000000000x40")], GPU, "50",
+        [_series("DCGM_FI_DEV_POWER_VIOLATION", GPU, f"0+{_T.throttle_percent * 6 // 10 * 10**9}x40"),
+         _series("DCGM_FI_DEV_POWER_VIOLATION", GPU1, "0x20 0+30000000000x8 240000000000x12")],  # 8 min only
+    ),
+    "GpuThermalThrottled": (
+        "30m", [_series("DCGM_FI_DEV_THERMAL_VIOLATION", GPU, "0+30000000000x40")], GPU, "50",
+        [_series("DCGM_FI_DEV_THERMAL_VIOLATION", GPU, f"0+{_T.throttle_percent * 6 // 10 * 10**9}x40"),
+         _series("DCGM_FI_DEV_POWER_VIOLATION", GPU1, "0+30000000000x40")],  # power, not thermal
+    ),
+    "GpuNodeNotReady": (
+        "8m",
+        [_series("kube_node_status_condition", {**KSM, "node": "gpu-1", "condition": "Ready", "status": "true"},
+                 "1 0x10"),
+         _series("kube_node_status_capacity", GPU_NODE, "8x11")],
+        {**KSM, "node": "gpu-1", "condition": "Ready", "status": "true"}, "",
+        [_series("kube_node_status_condition", {**KSM, "node": "gpu-1", "condition": "Ready", "status": "true"},
+                 "1 0 0 1x8"),  # back within 5 minutes
+         _series("kube_node_status_capacity", GPU_NODE, "8x11"),
+         _series("kube_node_status_condition", {**KSM, "node": "cpu-1", "condition": "Ready", "status": "true"},
+                 "0x11"),  # not a GPU node
+         _series("kube_node_status_capacity", {**GPU_NODE, "node": "cpu-1"}, "0x11")],
+    ),
+})
+
 # kube-apiserver's client-certificate histogram as scraped by the chart's apiserver ServiceMonitor.
 APISERVER = {"job": "apiserver", "instance": "192.0.2.10:6443", "namespace": "default", "service": "kubernetes",
              "endpoint": "https"}
@@ -168,12 +225,33 @@ CASES["ClusterCertificatesExpiringSoon"] = (
 _TEMPLATE = re.compile(r"\{\{\s*(.*?)\s*\}\}")
 
 
+def _humanize(value: str) -> str:
+    """Prometheus' template function `humanize` (template/template.go): SI prefixes, %.4g."""
+    v = float(value)
+    if v == 0 or v != v or abs(v) == float("inf"):
+        return "%.4g" % v
+    prefix = ""
+    if abs(v) >= 1:
+        for p in ("k", "M", "G", "T", "P", "E", "Z", "Y"):
+            if abs(v) < 1000:
+                break
+            prefix, v = p, v / 1000
+    else:
+        for p in ("m", "u", "n", "p", "f", "a", "z", "y"):
+            if abs(v) >= 1:
+                break
+            prefix, v = p, v * 1000
+    return "%.4g%s" % (v, prefix)
+
+
 def _expand(text: str, labels: dict[str, str], value: str) -> str:
     def one(m: re.Match[str]) -> str:
         expr = m.group(1)
         if expr == "$value":
             return value
-        assert expr.startswith("$labels."), f"template {expr!r}: only $labels.<name> and $value are tested"
+        if expr == "$value | humanize":
+            return _humanize(value)
+        assert expr.startswith("$labels."), f"template {expr!r}: only $labels.<name>, $value (| humanize) are tested"
         return labels[expr.removeprefix("$labels.")]
 
     return _TEMPLATE.sub(one, text)
