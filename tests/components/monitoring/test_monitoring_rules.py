@@ -229,7 +229,7 @@ def _humanize(value: str) -> str:
     """Prometheus' template function `humanize` (template/template.go): SI prefixes, %.4g."""
     v = float(value)
     if v == 0 or v != v or abs(v) == float("inf"):
-        return "%.4g" % v
+        return f"{v:.4g}"
     prefix = ""
     if abs(v) >= 1:
         for p in ("k", "M", "G", "T", "P", "E", "Z", "Y"):
@@ -241,7 +241,7 @@ def _humanize(value: str) -> str:
             if abs(v) >= 1:
                 break
             prefix, v = p, v * 1000
-    return "%.4g%s" % (v, prefix)
+    return f"{v:.4g}{prefix}"
 
 
 def _expand(text: str, labels: dict[str, str], value: str) -> str:
