@@ -170,6 +170,20 @@ def fleet_dashboard(extra_groups: tuple[PanelGroup, ...] = ()) -> Dashboard:
             )),
             Panel("PCIe replays", ((f"{by_gpu}(rate(DCGM_FI_DEV_PCIE_REPLAY_COUNTER{{{_SEL}}}[5m]))", _PER_GPU),),
                   "ops"),
+            Panel("ECC errors (volatile)", (
+                (f"{by_gpu}(rate(DCGM_FI_DEV_ECC_SBE_VOL_TOTAL{{{_SEL}}}[5m]))", "corrected " + _PER_GPU),
+                (f"{by_gpu}(rate(DCGM_FI_DEV_ECC_DBE_VOL_TOTAL{{{_SEL}}}[5m]))", "uncorrectable " + _PER_GPU),
+            ), "ops", "Single-bit (corrected) and double-bit ECC errors a second since the last driver load."),
+            Panel("NVLink errors", ((
+                f"{by_gpu}(rate(DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL{{{_SEL}}}[5m]) "
+                f"+ rate(DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL{{{_SEL}}}[5m]) "
+                f"+ rate(DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL{{{_SEL}}}[5m]) "
+                f"+ rate(DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL{{{_SEL}}}[5m]))", _PER_GPU),),
+                "ops", "CRC, replay and recovery errors a second, all links (empty for GPUs without NVLink)."),
+            Panel("Time throttled", (
+                (f"{by_gpu}(rate(DCGM_FI_DEV_POWER_VIOLATION{{{_SEL}}}[5m])) / 1e9", "power " + _PER_GPU),
+                (f"{by_gpu}(rate(DCGM_FI_DEV_THERMAL_VIOLATION{{{_SEL}}}[5m])) / 1e9", "thermal " + _PER_GPU),
+            ), "percentunit", "Share of the time the GPU ran throttled by its power or thermal limit."),
         )),
     )
     return Dashboard(
