@@ -59,7 +59,8 @@ from components.scheduling_contract import (
     addon_tolerations,
     gpu_tolerations,
 )
-from config.health import GpuHealthConfig
+from components.storage_contract import TRAINING_NAMESPACE
+from config.health import PAIR_ROUNDS_MAX, GpuHealthConfig
 
 NAMESPACE = "gpu-health"
 NAME = "gpu-health"
@@ -117,6 +118,9 @@ def service_args(h: GpuHealthConfig) -> list[str]:
         "--max-nodes-out", str(h.max_nodes_out),
         "--max-percent-out", str(h.max_percent_out),
         "--reconcile-seconds", str(h.reconcile_seconds),
+        # the NCCL pair check: its pods' namespace, and one run of its rounds (config/health.py)
+        "--pair-namespace", TRAINING_NAMESPACE,
+        "--pair-window-minutes", str(PAIR_ROUNDS_MAX * h.nccl_check.round_minutes),
     ]
 
 

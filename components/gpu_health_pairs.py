@@ -18,14 +18,17 @@ node, and the two pods of a Job have one shape), each group of two or more in a 
 has three or more. The ring's pairs run in rounds of disjoint pairs (components: `rounds`): two
 checks never wait for each other's GPUs (with all of them at once, three pods of three Jobs could
 each hold one node and wait for the next, until their deadline). Round r starts at
-ncclCheck.schedule plus r x (timeoutMinutes + 1), after round r-1's Jobs hit their deadline.
+ncclCheck.schedule plus r x (timeoutMinutes + 2), after round r-1's Jobs hit their deadline (a Job
+starts at most a minute late: startingDeadlineSeconds 60). Each pod waits at the rendezvous as long as
+its Job may run (join_timeout, read_timeout), so a peer that starts later is still met.
 
 Idle nodes only: each pod asks for every GPU of its node, so the scheduler starts it only where no
 GPU pod runs, and its PriorityClass (components/gpu_health.py IDLE_PRIORITY_CLASS, below zero,
 never preempting) lets any training pod that needs the GPUs preempt it; a preempted check ends its
-Job at once (podFailurePolicy: a disruption fails the Job) and writes no verdict (or an `error`,
-which is never acted on). The pods tolerate the GPU health taint and the cordon, so a node the
-service took out for NCCL is checked again and returns after a passing pair check.
+Job at once (podFailurePolicy: a disruption fails the Job) and its pods exit 143: no verdict. The
+pods tolerate the GPU health taint with the NCCL reason only (the service taints such a node and
+does not cordon it), so a node taken out for NCCL is checked again and returns after a passing pair
+check; a node cordoned by an administrator or out for another reason is left alone.
 
 The rendezvous: a CronJob's Jobs are named at run time (`<cronjob>-<minutes>`), so rank 0's address
 is `$(JOB_NAME)-0.<service>` with JOB_NAME from the pod's batch.kubernetes.io/job-name label
@@ -48,7 +51,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.gpu_health import IDLE_PRIORITY_CLASS, TAINT_KEY, UNSCHEDULABLE_TAINT
+from components.gpu_health import IDLE_PRIORITY_CLASS, TAINT_KEY
 from components.rdma_network import PodRdma
 from components.scheduling_contract import GPU_RESOURCE, training_job_labels
 from components.storage_contract import TRAINING_NAMESPACE
@@ -70,6 +73,8 @@ POD_CHECK = "gpu-cluster.io/check"
 POD_NODES = "gpu-cluster.io/nodes"
 POD_VALID_HOURS = "gpu-cluster.io/valid-hours"
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"  # set on a Job's pods by the Job controller (1.27+)
+# The service's taint value for a node it took out for NCCL (its reason, workloads/gpuhealth/service.py).
+NCCL_TAINT_VALUE = "NcclPairFailed"
 
 
 def rings(gpu_counts: dict[str, int]) -> list[list[str]]:
@@ -133,7 +138,9 @@ def _job_args(c: PairCheck, args: NcclPairCheckArgs) -> TrainingJobArgs:
         "backoff_limit_per_index": 0,  # a measurement: the next schedule is the retry
     })
     return TrainingJobArgs(training=training, claim=None, module=launch.BENCH_MODULE,
-                           module_args=args.acceptance_args, gpu_resource=args.gpu_resource, rdma=args.rdma)
+                           module_args=args.acceptance_args, gpu_resource=args.gpu_resource, rdma=args.rdma,
+                           # the peer may start later, once its node's GPUs are free: wait as long as the Job may run
+                           rdzv_timeout_seconds=args.check.timeout_minutes * 60)
 
 
 def _pair_pod(template: dict[str, Any], c: PairCheck, valid_hours: int) -> dict[str, Any]:
@@ -144,8 +151,11 @@ def _pair_pod(template: dict[str, Any], c: PairCheck, valid_hours: int) -> dict[
     only_pair = {"key": "metadata.name", "operator": "In", "values": list(c.pair)}
     required["nodeSelectorTerms"] = [{**term, "matchFields": [*term.get("matchFields", []), only_pair]}
                                      for term in required["nodeSelectorTerms"]]
-    pod["tolerations"] = [*pod["tolerations"], {"key": TAINT_KEY, "operator": "Exists"},
-                          {"key": UNSCHEDULABLE_TAINT, "operator": "Exists", "effect": "NoSchedule"}]
+    # The service's taint for this check's own reason only (it taints, and does not cordon, a node
+    # it takes out for NCCL), so a failing node is checked again; never a node cordoned by an
+    # administrator or taken out for another reason (the service would evict the check there).
+    pod["tolerations"] = [*pod["tolerations"],
+                          {"key": TAINT_KEY, "operator": "Equal", "value": NCCL_TAINT_VALUE, "effect": "NoSchedule"}]
     pod["priorityClassName"] = IDLE_PRIORITY_CLASS
     pod["automountServiceAccountToken"] = False
     (container,) = pod["containers"]
@@ -167,7 +177,10 @@ def cronjob(c: PairCheck, args: NcclPairCheckArgs) -> dict[str, Any]:
     spec = job["spec"]
     spec["template"] = _pair_pod(spec["template"], c, args.check.valid_hours)
     # A preempted or evicted pod ends the run (its peer would wait out the deadline otherwise).
-    spec["podFailurePolicy"]["rules"][0]["action"] = "FailJob"
+    # Nothing else ends it early: both pods reach the verdict on their own, and a Job failed on the
+    # first pod's verdict would stop the second before it exits with its own.
+    spec["podFailurePolicy"]["rules"] = [{**spec["podFailurePolicy"]["rules"][0], "action": "FailJob"}]
+    spec["maxFailedIndexes"] = spec["completions"]
     spec["activeDeadlineSeconds"] = args.check.timeout_minutes * 60  # waiting for idle GPUs counts
     spec["ttlSecondsAfterFinished"] = 7 * 86400
     labels = {**training_job_labels(c.name), **CHECK_LABEL}
@@ -180,7 +193,8 @@ def cronjob(c: PairCheck, args: NcclPairCheckArgs) -> dict[str, Any]:
             "schedule": args.check.round_schedule(c.round),
             "timeZone": "Etc/UTC",
             "concurrencyPolicy": "Forbid",
-            "startingDeadlineSeconds": 600,  # a start missed by more belongs to the next round's slot
+            # A start later than this is skipped: the next round starts timeoutMinutes + 2 after this one.
+            "startingDeadlineSeconds": 60,
             "successfulJobsHistoryLimit": 1,
             "failedJobsHistoryLimit": 3,
             "jobTemplate": {"metadata": {"labels": labels}, "spec": spec},

@@ -82,7 +82,7 @@ class NcclPairCheck(Model):
         minute, hour = self.schedule.split(" ")[:2]
         if not (minute.isdigit() and hour.isdigit()):
             raise ValueError(f"schedule {self.schedule!r}: the minute and hour must be single numbers (e.g. "
-                             "'47 4 * * *'): the rounds of pairs start from that time, timeoutMinutes + 1 apart")
+                             "'47 4 * * *'): the rounds of pairs start from that time, timeoutMinutes + 2 apart")
         last = int(hour) * 60 + int(minute) + (PAIR_ROUNDS_MAX - 1) * self.round_minutes
         if last >= 24 * 60:
             raise ValueError(f"schedule {self.schedule!r} with timeoutMinutes {self.timeout_minutes}: the last round "
@@ -92,8 +92,9 @@ class NcclPairCheck(Model):
 
     @property
     def round_minutes(self) -> int:
-        """Rounds of pairs start this far apart: a round's Jobs end by their deadline before the next."""
-        return self.timeout_minutes + 1
+        """Rounds of pairs start this far apart: a round's Jobs start at most a minute late
+        (startingDeadlineSeconds 60) and end by their deadline before the next round starts."""
+        return self.timeout_minutes + 2
 
     def round_schedule(self, index: int) -> str:
         """The cron schedule of round `index` (0-based): the base time plus index x round_minutes."""

@@ -170,7 +170,7 @@ def gpu_health(cfg: Addons, cluster: Cluster, monitoring: Monitoring | None,
         pairs = ({"schedule": [cfg.gpu_health.nccl_check.round_schedule(i)
                                for i in range(1 + max(c.round for c in checks.checks))],
                   "pairs": {c.name: ",".join(c.pair) for c in checks.checks},
-                  "runNow": f"kubectl -n {TRAINING_NAMESPACE} create job --from=cronjob/<check> <check>-manual"}
+                  "runNow": f"kubectl -n {TRAINING_NAMESPACE} create job --from=cronjob/<check> <check>-$(date +%s)"}
                  if checks.checks else "none: needs two GPU nodes of equal GPU count known by name, no MIG "
                                        "or time-slicing")
     return {"gpuHealth": {

@@ -5,6 +5,7 @@ pods, records every request, and answers as the API server would for those calls
   PATCH  /api/v1/nodes/<name>              JSON merge patch (RFC 7386); metadata.resourceVersion in
                                            the patch must match (else 409), as the real server checks
   GET    /api/v1/pods?fieldSelector=spec.nodeName=<node>, ?labelSelector=<key>=<value>[,...]
+  GET    /api/v1/namespaces/<ns>/pods?labelSelector=...
   POST   /api/v1/namespaces/<ns>/pods/<pod>/eviction   201 and the pod is gone, or 429 while the
                                            pod's `pdb_blocks` count (set by the test) is above 0
   POST   /api/v1/namespaces/<ns>/events    kept in `events`
@@ -144,10 +145,13 @@ class FakeKubeApi:
                 new["metadata"]["resourceVersion"] = self._next_rv()
                 self.nodes[rest[1]] = new
                 return 200, new
-        if method == "GET" and rest == ["pods"]:
+        namespaced = len(rest) == 3 and rest[0] == "namespaces" and rest[2] == "pods"
+        if method == "GET" and (rest == ["pods"] or namespaced):
             selector = (query.get("fieldSelector") or [""])[0]
             node = selector.removeprefix("spec.nodeName=") if selector.startswith("spec.nodeName=") else None
             items = [p for p in self.pods.values() if node is None or p["spec"]["nodeName"] == node]
+            if namespaced:
+                items = [p for p in items if p["metadata"].get("namespace") == rest[1]]
             for term in filter(None, (query.get("labelSelector") or [""])[0].split(",")):
                 key, _, value = term.partition("=")  # equality terms only: what the service sends
                 items = [p for p in items if (p["metadata"].get("labels") or {}).get(key) == value]

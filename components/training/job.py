@@ -81,6 +81,8 @@ class TrainingJobArgs:
     # A command other than torchrun (the RDMA link test), with its own number of pods.
     command: tuple[str, ...] | None = None
     pods: int | None = None
+    # How long a pod waits for its peers at the rendezvous (launch.LaunchSpec.rdzv_timeout_seconds).
+    rdzv_timeout_seconds: int | None = None
 
     @property
     def nodes(self) -> int:
@@ -117,6 +119,7 @@ def launch_spec(job: str, args: TrainingJobArgs) -> launch.LaunchSpec:
         nccl_debug=t.nccl.debug.value,
         nccl_socket_ifname=t.nccl.socket_ifname,
         extra_env=args.rdma.env if args.rdma is not None else (),
+        rdzv_timeout_seconds=args.rdzv_timeout_seconds,
     )
 
 

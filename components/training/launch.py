@@ -17,7 +17,8 @@ for a PyTorchJob):
    shell (PID 1) neither swallows a pod deletion nor loses the exit code.
 3. torchrun reports any worker failure as exit code 1; the module writes its own fatal code
    (3, or the acceptance verdict 10-12) to a pod-local file and the script exits with that, so
-   the Job's podFailurePolicy (FATAL_EXIT_CODES) can fail fast on it.
+   the Job's podFailurePolicy (FATAL_EXIT_CODES) can fail fast on it. A pod stopped by SIGTERM or
+   SIGINT without such a code exits 143 (torchrun would say 1, like a failure of its own).
 
 Does not decide: image, resources, volumes, scheduling (components/training/job.py does).
 """
@@ -105,6 +106,10 @@ class LaunchSpec:
     nccl_debug: str = "WARN"
     nccl_socket_ifname: str | None = None
     extra_env: tuple[tuple[str, str], ...] = field(default=())
+    # c10d rendezvous: how long a pod waits for its peers (join_timeout) and to reach the store on
+    # rank 0 (read_timeout). None: torch's defaults (600 s and 60 s). The NCCL pair check waits as
+    # long as its Job may run: its peer may start minutes later, once that node's GPUs are free.
+    rdzv_timeout_seconds: int | None = None
 
     def __post_init__(self) -> None:
         problems = []
@@ -118,6 +123,8 @@ class LaunchSpec:
             problems.append("nodes and gpus_per_node must be >= 1, max_restarts >= 0")
         if self.min_nodes is not None and not 1 <= self.min_nodes <= self.nodes:
             problems.append(f"min_nodes {self.min_nodes} must be between 1 and nodes {self.nodes}")
+        if self.rdzv_timeout_seconds is not None and not 60 <= self.rdzv_timeout_seconds <= 86400:
+            problems.append(f"rdzv_timeout_seconds {self.rdzv_timeout_seconds} is not within 60..86400")
         if not 1 <= self.rdzv_port <= 65535:
             problems.append(f"rdzv_port {self.rdzv_port} is not a port")
         if not _MODULE.fullmatch(self.module):
@@ -178,6 +185,8 @@ def torchrun_args(spec: LaunchSpec) -> list[str]:
     nnodes = f"{spec.min_nodes}:{spec.nodes}" if spec.min_nodes is not None else str(spec.nodes)
     # The acceptance sweep is a measurement: a restart would only hide a failure.
     restarts = 0 if spec.module == BENCH_MODULE else spec.max_restarts
+    timeout = spec.rdzv_timeout_seconds
+    rdzv_timeouts = f",join_timeout={timeout},read_timeout={timeout}" if timeout else ""
     return [
         "torchrun",
         f"--nnodes={nnodes}",
@@ -186,7 +195,7 @@ def torchrun_args(spec: LaunchSpec) -> list[str]:
         "--rdzv_backend=c10d",
         '--rdzv_endpoint="$MASTER_ADDR:$MASTER_PORT"',
         f"--rdzv_id={spec.job}",
-        '--rdzv_conf="is_host=$is_host"',
+        f'--rdzv_conf="is_host=$is_host{rdzv_timeouts}"',
         f"--max_restarts={restarts}",
     ]
 
@@ -202,11 +211,15 @@ def launch_script(spec: LaunchSpec) -> str:
         f"rm -f {EXIT_CODE_FILE}",
         f"{' '.join(torchrun_args(spec))} -m {spec.module} {args} --exit-code-file={EXIT_CODE_FILE} &",
         "child=$!",
-        "trap 'kill -TERM \"$child\" 2>/dev/null' TERM INT",
+        "signalled=0",
+        "trap 'signalled=1; kill -TERM \"$child\" 2>/dev/null' TERM INT",
         'wait "$child"; rc=$?',
         # wait returns early (>128) when a trapped signal arrives; keep waiting for torchrun itself
         'while kill -0 "$child" 2>/dev/null; do wait "$child"; rc=$?; done',
         f"if [ -s {EXIT_CODE_FILE} ]; then exit \"$(cat {EXIT_CODE_FILE})\"; fi",
+        # torchrun itself exits 1 when signalled: say 143 (128 + SIGTERM), so a pod stopped from
+        # outside (preemption, eviction, deletion) never reads as a failure of its own
+        'if [ "$signalled" = 1 ]; then exit 143; fi',
         'exit "$rc"',
     ])
 

@@ -39,6 +39,7 @@ from gpuhealth.service import GpuHealth, Settings  # noqa: E402
 from trainer import nccl  # noqa: E402
 
 T0 = dt.datetime(2026, 11, 23, 4, 47, 0, tzinfo=dt.UTC)
+WINDOW = dt.timedelta(minutes=96)  # one run of three rounds (timeoutMinutes 30 + 2 each)
 
 
 def result(check: str, peer: str, code: int, at: dt.datetime = T0, valid_hours: int = 48) -> dict[str, str]:
@@ -92,8 +93,12 @@ def node(fake: FakeKubeApi, name: str) -> dict[str, Any]:
 
 
 def is_out(fake: FakeKubeApi, name: str) -> bool:
+    """Out for NCCL: tainted with the service's key and the NCCL reason, and not cordoned (the pair
+    check tolerates that taint value to test the node again; nothing else lands there)."""
     n = node(fake, name)
-    return bool(n["spec"].get("unschedulable")) and any(t["key"] == svc.TAINT_KEY for t in n["spec"].get("taints") or [])
+    tainted = {"key": svc.TAINT_KEY, "value": svc.NCCL_FAIL_REASON, "effect": "NoSchedule"} in (n["spec"].get("taints") or [])
+    assert not (tainted and n["spec"].get("unschedulable")), n["spec"]
+    return tainted
 
 
 def metric(health: GpuHealth, name: str, **labels: str) -> float:
@@ -122,7 +127,7 @@ def _results(pairs: dict[tuple[str, str], int], at: dt.datetime = T0) -> list[nc
 
 
 def test_one_bad_node_in_a_ring_is_named_and_nothing_else() -> None:
-    named = ncclpair.suspects(_results({("a", "b"): 10, ("b", "c"): 11, ("c", "a"): 0}))
+    named = ncclpair.suspects(_results({("a", "b"): 10, ("b", "c"): 11, ("c", "a"): 0}), WINDOW)
     assert set(named) == {"b"} and {r.peer for r in named["b"]} == {"a", "c"}
 
 
@@ -133,12 +138,30 @@ def test_one_bad_node_in_a_ring_is_named_and_nothing_else() -> None:
     ({("a", "b"): 10, ("b", "c"): 0, ("c", "d"): 0, ("d", "a"): 0}, "b fails with one peer only"),
 ])
 def test_failures_that_cannot_name_a_node_name_none(pairs: dict[tuple[str, str], int], why: str) -> None:
-    assert ncclpair.suspects(_results(pairs)) == {}, why
+    assert ncclpair.suspects(_results(pairs), WINDOW) == {}, why
+
+
+def test_evidence_comes_from_one_run_of_the_checks() -> None:
+    """Ring a-b-c-d. Yesterday everything passed; today a-b and a-d fail (b and d are the bad ones)
+    and b-c, c-d did not run. Yesterday's passes of b and d with c must not pin today's failures
+    on a (the reviewer's case); today's run alone names nobody."""
+    day = dt.timedelta(days=1)
+    yesterday = _results({("a", "b"): 0, ("b", "c"): 0, ("c", "d"): 0, ("d", "a"): 0})
+    today = [r for r in _results({("a", "b"): 10, ("d", "a"): 10}, T0 + day)]
+    results = [r for r in yesterday if (r.node, r.peer) not in {(x.node, x.peer) for x in today}] + today
+    assert ncclpair.suspects(results, WINDOW) == {}
+    # in one run (all within the window) the same shape names a
+    same_run = _results({("a", "b"): 10, ("b", "c"): 0, ("c", "d"): 0, ("d", "a"): 10})
+    assert set(ncclpair.suspects(same_run, WINDOW)) == {"a"}
+    # two failures a day apart are not one fault seen twice
+    split = _results({("a", "b"): 10, ("b", "c"): 0}) + [
+        r for r in _results({("a", "b"): 0, ("c", "a"): 10, ("b", "c"): 0}, T0 + day) if r.peer != "b" or r.node != "a"]
+    assert "a" not in ncclpair.suspects(split, WINDOW)
 
 
 def test_stale_expired_and_malformed_results_are_ignored() -> None:
     results = _results({("a", "b"): 10, ("b", "c"): 10, ("c", "a"): 0})
-    assert ncclpair.suspects(results, {"b": T0 + dt.timedelta(seconds=1)}) == {}  # returned after them
+    assert ncclpair.suspects(results, WINDOW, {"b": T0 + dt.timedelta(seconds=1)}) == {}  # returned after them
     later = T0 + dt.timedelta(hours=49)  # past the 48 h expiry
     ann = {k: v for i in range(3) for k, v in result(f"nccl-pair-{i:08x}", "x", 10).items()}
     assert ncclpair.node_results("b", ann, later) == []
@@ -150,7 +173,7 @@ def test_stale_expired_and_malformed_results_are_ignored() -> None:
 # --- the service ------------------------------------------------------------------------------------
 
 
-def test_a_named_node_is_cordoned_without_a_drain(api: tuple[FakeKubeApi, KubeClient, Path]) -> None:
+def test_a_named_node_is_tainted_not_cordoned_nor_drained(api: tuple[FakeKubeApi, KubeClient, Path]) -> None:
     fake, kube, _ = api
     ring(fake, failing={"gpu-1"})
     health = service(kube, Clock())
@@ -226,17 +249,20 @@ def test_it_returns_after_a_passing_pair_check_not_after_a_diagnostic(api: tuple
 
 
 def check_pod(name: str, node_name: str, code: int | None, finished: dt.datetime = T0,
-              nodes: str = "gpu-1,gpu-2", check: str = "nccl-pair-0a0b0c0d", running: bool = False) -> dict[str, Any]:
+              nodes: str = "gpu-1,gpu-2", running: bool = False, namespace: str = "training") -> dict[str, Any]:
     """A pair-check pod as the Job controller and kubelet leave it (labels and annotations as the
     component renders them: tests/components/health/test_nccl_pairs.py holds those equal)."""
+    check = ncclpair.check_name(nodes.split(","))
     state = ({"running": {"startedAt": svc.fmt_time(finished)}} if running else
              {"terminated": {"exitCode": code, "reason": "Completed" if code == 0 else "Error",
                              "startedAt": svc.fmt_time(finished - dt.timedelta(minutes=2)),
                              "finishedAt": svc.fmt_time(finished)}})
     return {
-        "metadata": {"name": name, "namespace": "training", "labels": dict([ncclpair.POD_LABEL]),
+        "metadata": {"name": name, "namespace": namespace, "labels": dict([ncclpair.POD_LABEL]),
                      "annotations": {ncclpair.POD_CHECK: check, ncclpair.POD_NODES: nodes,
-                                     ncclpair.POD_VALID_HOURS: "48"}},
+                                     ncclpair.POD_VALID_HOURS: "48"},
+                     "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": f"{check}-29414820",
+                                          "uid": "u", "controller": True, "blockOwnerDeletion": True}]},
         "spec": {"nodeName": node_name, "containers": [{"name": ncclpair.CONTAINER}]},
         "status": {"phase": "Running" if running else ("Succeeded" if code == 0 else "Failed"),
                    "containerStatuses": [{"name": ncclpair.CONTAINER, "state": state}]},
@@ -247,12 +273,15 @@ def test_the_service_records_finished_pods_on_their_nodes(api: tuple[FakeKubeApi
     fake, kube, _ = api
     fake.put_pod(check_pod("p-0", "gpu-1", nccl.EXIT_SOCKET_FALLBACK))
     fake.put_pod(check_pod("p-1", "gpu-2", nccl.EXIT_SOCKET_FALLBACK))
-    fake.put_pod(check_pod("q-0", "gpu-3", None, running=True, nodes="gpu-3,gpu-4", check="nccl-pair-11111111"))
-    fake.put_pod(check_pod("q-1", "gpu-4", 143, nodes="gpu-3,gpu-4", check="nccl-pair-11111111"))  # signalled
+    fake.put_pod(check_pod("q-0", "gpu-3", None, running=True, nodes="gpu-3,gpu-4"))
+    fake.put_pod(check_pod("q-1", "gpu-4", 143, nodes="gpu-3,gpu-4"))  # signalled: exits 143, no verdict
+    # the same pod in another namespace: never read (only the check's own namespace is)
+    fake.put_pod(check_pod("forged-0", "gpu-3", 10, nodes="gpu-3,gpu-4", namespace="team"))
     health = service(kube, Clock(), dry_run=True)  # results are written in dry run too: observations
     health.reconcile()
+    key = "gpu-cluster.io/" + ncclpair.check_name(["gpu-1", "gpu-2"])
     for me, peer in (("gpu-1", "gpu-2"), ("gpu-2", "gpu-1")):
-        value = json.loads(node(fake, me)["metadata"]["annotations"]["gpu-cluster.io/nccl-pair-0a0b0c0d"])
+        value = json.loads(node(fake, me)["metadata"]["annotations"][key])
         assert value == {"result": "fail", "peer": peer, "code": 11, "time": svc.fmt_time(T0),
                          "expires": svc.fmt_time(T0 + dt.timedelta(hours=48))}
     for quiet in ("gpu-3", "gpu-4"):  # running, or no verdict: nothing
@@ -264,19 +293,50 @@ def test_the_service_records_finished_pods_on_their_nodes(api: tuple[FakeKubeApi
     # an older pod of the same check (kept by the Job history) does not overwrite a newer result
     fake.put_pod(check_pod("old-0", "gpu-1", 0, finished=T0 - dt.timedelta(days=1)))
     health.reconcile()
-    assert json.loads(node(fake, "gpu-1")["metadata"]["annotations"]["gpu-cluster.io/nccl-pair-0a0b0c0d"])["code"] == 11
+    assert json.loads(node(fake, "gpu-1")["metadata"]["annotations"][key])["code"] == 11
+    # a later run that crashed (exit 1: an error) never hides the last measured verdict
+    fake.put_pod(check_pod("crash-0", "gpu-1", 1, finished=T0 + dt.timedelta(days=1)))
+    health.reconcile()
+    assert json.loads(node(fake, "gpu-1")["metadata"]["annotations"][key])["result"] == "fail"
+    # ... but is written where there is none
+    fake.put_pod(check_pod("crash-3", "gpu-3", 1, nodes="gpu-3,gpu-4", finished=T0 + dt.timedelta(days=1)))
+    health.reconcile()
+    key34 = "gpu-cluster.io/" + ncclpair.check_name(["gpu-3", "gpu-4"])
+    assert json.loads(node(fake, "gpu-3")["metadata"]["annotations"][key34])["result"] == "error"
 
 
-@pytest.mark.parametrize("broken", [
-    {"annotations": {}}, {"annotations": {ncclpair.POD_CHECK: "other", ncclpair.POD_NODES: "gpu-1,gpu-2",
-                                          ncclpair.POD_VALID_HOURS: "48"}},
-    {"annotations": {ncclpair.POD_CHECK: "nccl-pair-0a0b0c0d", ncclpair.POD_NODES: "gpu-3,gpu-4",
-                     ncclpair.POD_VALID_HOURS: "48"}},  # not on one of its nodes
-    {"annotations": {ncclpair.POD_CHECK: "nccl-pair-0a0b0c0d", ncclpair.POD_NODES: "gpu-1,gpu-2",
-                     ncclpair.POD_VALID_HOURS: "x"}},
-])
-def test_a_pod_that_is_not_what_the_check_renders_gives_no_verdict(broken: dict[str, Any]) -> None:
+def _forged(change: str) -> dict[str, Any]:
     pod = check_pod("p-0", "gpu-1", 10)
-    pod["metadata"].update(broken)
-    assert ncclpair.pod_verdict(pod) is None
+    meta = pod["metadata"]
+    if change == "no annotations":
+        meta["annotations"] = {}
+    elif change == "a check name that is not its pair's":
+        meta["annotations"][ncclpair.POD_CHECK] = "nccl-pair-00000000"
+    elif change == "not on one of its nodes":
+        pod["spec"]["nodeName"] = "gpu-3"
+    elif change == "bad validity":
+        meta["annotations"][ncclpair.POD_VALID_HOURS] = "x"
+    elif change == "no owner (a bare pod with the labels)":
+        del meta["ownerReferences"]
+    elif change == "owned by another Job":
+        meta["ownerReferences"][0]["name"] = "train-29414820"
+    elif change == "owned by something else":
+        meta["ownerReferences"][0]["kind"] = "ReplicaSet"
+    return pod
+
+
+@pytest.mark.parametrize("change", ["no annotations", "a check name that is not its pair's", "not on one of its nodes",
+                                    "bad validity", "no owner (a bare pod with the labels)", "owned by another Job",
+                                    "owned by something else"])
+def test_a_pod_that_is_not_what_the_check_renders_gives_no_verdict(change: str) -> None:
+    assert ncclpair.pod_verdict(_forged(change)) is None
     assert ncclpair.pod_verdict(check_pod("p-0", "gpu-1", 10)) is not None
+
+
+def test_results_with_a_node_that_is_gone_are_not_evidence(api: tuple[FakeKubeApi, KubeClient, Path]) -> None:
+    fake, kube, _ = api
+    # gpu-1 fails with gpu-2 and with gpu-9 (deleted since); gpu-9's "pass elsewhere" is gone with it
+    fake.annotate("gpu-1", {**result("nccl-pair-00000000", "gpu-2", 10), **result("nccl-pair-00000001", "gpu-9", 10)})
+    fake.annotate("gpu-2", {**result("nccl-pair-00000000", "gpu-1", 10), **result("nccl-pair-00000002", "gpu-3", 0)})
+    service(kube, Clock()).reconcile()
+    assert not is_out(fake, "gpu-1")

@@ -22,13 +22,14 @@ set per case, by rewriting the module's own arguments (tests/workloads/test_trai
   fail, code 10;
 - the service, fed those real annotation values: with the two lab nodes a failure names no node
   (an Event, no cordon); in a ring of three where gpu-1 fails with both peers and gpu-2 passes with
-  gpu-3, gpu-1 alone is cordoned and tainted, and nothing is evicted.
+  gpu-3, gpu-1 alone is tainted out of service, and nothing is evicted.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
+import signal
 import sys
 import time
 from pathlib import Path
@@ -48,6 +49,7 @@ from tests.workloads.test_training_e2e import (  # noqa: E402
     BENCH_SIZES,
     Pod,
     PodSpec,
+    _descendants,
     _kubelet_expand,
     free_port,
     localize,
@@ -162,7 +164,9 @@ def run_pair_check(cron: dict[str, Any], link_gbps: str, tmp: Path) -> dict[str,
         api.put_pod({
             "metadata": {"name": f"{job}-{index}-x", "namespace": cron["namespace"],
                          "labels": {**meta["labels"], "batch.kubernetes.io/job-name": job},
-                         "annotations": dict(meta.get("annotations") or {})},
+                         "annotations": dict(meta.get("annotations") or {}),
+                         "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": job, "uid": "u",
+                                              "controller": True, "blockOwnerDeletion": True}]},
             "spec": {"nodeName": pair[index], "containers": [{"name": cron["container"]["name"]}]},
             "status": {"phase": "Succeeded" if code == 0 else "Failed", "containerStatuses": [{
                 "name": cron["container"]["name"],
@@ -252,7 +256,7 @@ def _with_peer(value: dict[str, Any], peer: str) -> str:
     return json.dumps({**value, "peer": peer}, sort_keys=True)
 
 
-def test_the_service_cordons_only_a_node_failing_with_two_peers_that_pass_elsewhere(passing, failing, tmp_path):
+def test_the_service_takes_out_only_a_node_failing_with_two_peers_that_pass_elsewhere(passing, failing, tmp_path):
     real_fail, real_pass = verdicts(failing), verdicts(passing)
     a, b = failing["pair"]
 
@@ -277,8 +281,10 @@ def test_the_service_cordons_only_a_node_failing_with_two_peers_that_pass_elsewh
     with ring.serve() as url:
         _service(ring, url, tmp_path).reconcile()
     node = ring.node(a)
-    assert node["spec"].get("unschedulable") is True, ring.calls
-    assert [t["key"] for t in node["spec"].get("taints", [])] == [svc.TAINT_KEY]
+    # taken out for NCCL: tainted with that reason (the pair check tolerates it), not cordoned
+    assert node["spec"].get("taints") == [{"key": svc.TAINT_KEY, "value": svc.NCCL_FAIL_REASON,
+                                           "effect": "NoSchedule"}], ring.calls
+    assert not node["spec"].get("unschedulable")
     reason = node["metadata"]["annotations"][svc.ANN_REASON]
     assert reason.startswith(svc.NCCL_FAIL_REASON), reason
     assert b in reason and c in reason
@@ -286,3 +292,38 @@ def test_the_service_cordons_only_a_node_failing_with_two_peers_that_pass_elsewh
         assert not ring.node(other)["spec"].get("unschedulable") and not ring.node(other)["spec"].get("taints")
     # a cordon, not a drain: the GPU pod stays, no eviction was asked for
     assert not ring.calls_of("POST", "/eviction") and ("training", "job-a-0") in ring.pods
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+    except OSError:  # gone meanwhile
+        return ""
+
+
+def test_a_pod_stopped_while_waiting_for_its_peer_exits_143_and_gives_no_verdict(cronjob, tmp_path):
+    """Preempted, evicted or deleted while waiting at the rendezvous (its peer's node still busy):
+    torchrun alone would exit 1 (an `error`); the launch script says 143, which records nothing.
+    The wait itself is the Job's whole deadline (join_timeout/read_timeout), not torch's 60 s."""
+    job = cronjob["name"] + JOB_SUFFIX
+    env = kubelet_env(cronjob["container"], {JOB_NAME_FIELD: job})
+    command = [_kubelet_expand(c, env) for c in cronjob["container"]["command"]]
+    assert "join_timeout=1800,read_timeout=1800" in command[2]
+    spec = PodSpec(command, env, cronjob["pods"], "JOB_COMPLETION_INDEX", "rendered CronJob")
+    local = localize(spec, launch.BENCH_MODULE, {**BENCH_SIZES, "backend": "gloo"}, tmp_path / "shared")
+    # rank 1 alone, its rank 0 nowhere: it waits (port with nothing listening)
+    pod = Pod(1, local, pod_env(spec, 1, free_port(), tmp_path), tmp_path / "pod-1.log")
+    try:
+        # well into the wait: preflight done, torchrun up (the script's trap is set) and retrying
+        deadline = time.monotonic() + WAIT_SECONDS
+        while time.monotonic() < deadline and not any("torchrun" in _cmdline(pid) for pid in _descendants(pod.proc.pid)):
+            assert pod.proc.poll() is None, pod.log.read_text()
+            time.sleep(0.2)
+        time.sleep(3)
+        assert pod.proc.poll() is None, pod.log.read_text()
+        pod.proc.send_signal(signal.SIGTERM)  # the kubelet signals the container's PID 1: the shell
+        code = pod.proc.wait(timeout=60)
+    finally:
+        pod.kill()
+    assert code == 143, pod.log.read_text()[-3000:]
+    assert svc.ncclpair.result_for(code) is None

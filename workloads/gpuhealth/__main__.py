@@ -51,6 +51,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="extended resource that makes a node a GPU node and a pod a GPU pod")
     p.add_argument("--event-namespace", default=_env("EVENT_NAMESPACE", "default"),
                    help="namespace of the Events about nodes (kubectl describe node reads 'default')")
+    p.add_argument("--pair-namespace", default=_env("PAIR_NAMESPACE", "training"),
+                   help="namespace of the NCCL pair check's pods (the only ones read as its results)")
+    p.add_argument("--pair-window-minutes", type=float, default=float(_env("PAIR_WINDOW_MINUTES", "96")),
+                   help="how long one run of the pair check's rounds takes: results further apart are not "
+                        "evidence of the same fault")
     p.add_argument("--api-server", default=_env("API_SERVER", ""),
                    help="Kubernetes API URL; default: in-cluster (KUBERNETES_SERVICE_HOST/PORT)")
     p.add_argument("--token-file", default=_env("TOKEN_FILE", ""), help="bearer token file (with --api-server)")
@@ -71,7 +76,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         settings = Settings(max_nodes_out=args.max_nodes_out, max_percent_out=args.max_percent_out,
                             dry_run=args.dry_run, gpu_resource=args.gpu_resource,
-                            event_namespace=args.event_namespace, reconcile_seconds=args.reconcile_seconds)
+                            event_namespace=args.event_namespace, reconcile_seconds=args.reconcile_seconds,
+                            pair_namespace=args.pair_namespace, pair_window_minutes=args.pair_window_minutes)
         if args.api_server:
             kube = KubeClient(args.api_server, Path(args.token_file) if args.token_file else None,
                               Path(args.ca_file) if args.ca_file else None, insecure_loopback=args.insecure_loopback)

@@ -99,9 +99,10 @@ class KubeClient:
         return dict(self.request("PATCH", f"/api/v1/nodes/{urllib.parse.quote(name)}", patch,
                                  content_type="application/merge-patch+json"))
 
-    def list_pods(self, label_selector: str) -> list[dict[str, Any]]:
-        """Pods of every namespace with the labels (`key=value`): the NCCL pair check's."""
-        return list(self.request("GET", "/api/v1/pods", query={"labelSelector": label_selector}).get("items", []))
+    def list_pods(self, namespace: str, label_selector: str) -> list[dict[str, Any]]:
+        """Pods of `namespace` with the labels (`key=value`): the NCCL pair check's."""
+        return list(self.request("GET", f"/api/v1/namespaces/{urllib.parse.quote(namespace)}/pods",
+                                 query={"labelSelector": label_selector}).get("items", []))
 
     def list_pods_on(self, node: str) -> list[dict[str, Any]]:
         return list(self.request("GET", "/api/v1/pods", query={"fieldSelector": f"spec.nodeName={node}"})

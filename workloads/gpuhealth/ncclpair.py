@@ -31,7 +31,9 @@ fabric (every pair failing) names no node.
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import json
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -114,11 +116,15 @@ def node_results(node: str, annotations: dict[str, str], now: dt.datetime) -> li
     return out
 
 
-def suspects(results: Iterable[PairResult], since: dict[str, dt.datetime] | None = None) -> dict[str, list[PairResult]]:
+def suspects(results: Iterable[PairResult], window: dt.timedelta,
+             since: dict[str, dt.datetime] | None = None) -> dict[str, list[PairResult]]:
     """Nodes the failing checks name, with the failures that name them (module docstring).
 
-    `since`: node -> a time before which its own failures no longer count (it was returned to
-    service after them)."""
+    Evidence from one run of the checks only: the failures counted are those within `window`
+    (the time all rounds of one run take) of the node's newest failure, and each peer's pass
+    with another node must fall in that same stretch (a peer that passed yesterday and was not
+    checked today says nothing about today). `since`: node -> a time before which its own failures
+    no longer count (it was returned to service after them)."""
     since = since or {}
     by_node: dict[str, list[PairResult]] = {}
     for r in results:
@@ -131,18 +137,37 @@ def suspects(results: Iterable[PairResult], since: dict[str, dt.datetime] | None
     named: dict[str, list[PairResult]] = {}
     for node, rs in by_node.items():
         failures = [r for r in rs if r.result == "fail" and counts(r)]
+        if not failures:
+            continue
+        newest = max(r.time for r in failures)
+        failures = [r for r in failures if r.time >= newest - window]
         peers = {r.peer for r in failures}
         if len(peers) < 2:
             continue
-        # each peer must be fine elsewhere: a pass of its own with a node other than this one
-        if all(any(o.result == "pass" and o.peer != node for o in by_node.get(peer, [])) for peer in peers):
+        # each peer must be fine elsewhere, in the same run: a pass with a node other than this one
+        if all(any(o.result == "pass" and o.peer != node and abs(o.time - newest) <= window
+                   for o in by_node.get(peer, [])) for peer in peers):
             named[node] = sorted(failures, key=lambda r: r.time)
     return named
 
 
+def check_name(pair: list[str] | tuple[str, ...]) -> str:
+    """The check's name for its pair, as components/gpu_health_pairs.py names its CronJob."""
+    return CHECK_PREFIX + hashlib.sha256(",".join(pair).encode()).hexdigest()[:8]
+
+
+def _made_by_its_cronjob(meta: dict[str, Any], check: str) -> bool:
+    """The pod's controller is a Job of the check's CronJob (<check>-<scheduled minutes>) or one made
+    from it by hand (<check>-<digits>): a pod someone created with the labels alone is not evidence."""
+    owners = [o for o in meta.get("ownerReferences") or [] if o.get("controller")]
+    return (len(owners) == 1 and owners[0].get("kind") == "Job" and owners[0].get("apiVersion") == "batch/v1"
+            and re.fullmatch(re.escape(check) + r"-[0-9]+", str(owners[0].get("name", ""))) is not None)
+
+
 def pod_verdict(pod: dict[str, Any]) -> tuple[str, dict[str, str]] | None:
     """(node, the annotation to write there) for a finished pair-check pod, or None (not one, not
-    finished, no verdict, or its metadata is not what the check renders)."""
+    finished, no verdict, or not what the check renders: its name is the hash of its pair, its
+    controller a Job of its CronJob, and it ran on one of the pair)."""
     meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
     ann = meta.get("annotations") or {}
     check, nodes, node = ann.get(POD_CHECK, ""), ann.get(POD_NODES, "").split(","), spec.get("nodeName", "")
@@ -150,7 +175,8 @@ def pod_verdict(pod: dict[str, Any]) -> tuple[str, dict[str, str]] | None:
         valid_hours = int(ann.get(POD_VALID_HOURS, ""))
     except ValueError:
         return None
-    if not check.startswith(CHECK_PREFIX) or len(nodes) != 2 or node not in nodes or valid_hours < 1:
+    if (len(nodes) != 2 or check != check_name(nodes) or node not in nodes or valid_hours < 1
+            or not _made_by_its_cronjob(meta, check)):
         return None
     for c in status.get("containerStatuses") or []:
         terminated = (c.get("state") or {}).get("terminated")

@@ -102,6 +102,7 @@ ALERT_ACTIONS = {
 ACTION_LABEL = "gpu_health_action"
 DIAG_FAIL_REASON = "DiagLevel1Failed"
 NCCL_FAIL_REASON = "NcclPairFailed"
+NCCL_CHECK_BASIS = PREFIX + "nccl-pair"  # the `reason` of a return counted after a passing pair check
 _XID_IN_TEXT = re.compile(r"\bXID\s+([0-9]+)", re.IGNORECASE)
 _TAINT_VALUE = re.compile(r"[^A-Za-z0-9._-]")
 
@@ -137,6 +138,10 @@ class Settings:
     gpu_resource: str = "nvidia.com/gpu"
     event_namespace: str = "default"
     reconcile_seconds: float = 30.0
+    # The NCCL pair check: the namespace of its pods, and how long one run of all its rounds takes
+    # (results further apart are not evidence of the same fault).
+    pair_namespace: str = "training"
+    pair_window_minutes: float = 96.0
 
     def __post_init__(self) -> None:
         if self.max_nodes_out < 0:
@@ -145,6 +150,8 @@ class Settings:
             raise ValueError("--max-percent-out must be within 0..100")
         if self.reconcile_seconds <= 0:
             raise ValueError("--reconcile-seconds must be > 0")
+        if self.pair_window_minutes <= 0:
+            raise ValueError("--pair-window-minutes must be > 0")
 
     def limit(self, gpu_nodes: int) -> int:
         """Nodes this service may hold out of service at once: the stricter of the two limits."""
@@ -422,7 +429,7 @@ class GpuHealth:
         written once per pod (a result newer than the pod's, or the same, is left as it is). These
         are check results, like the diagnostic's: written in dry run too."""
         try:
-            pods = self.kube.list_pods("=".join(ncclpair.POD_LABEL))
+            pods = self.kube.list_pods(self.settings.pair_namespace, "=".join(ncclpair.POD_LABEL))
         except (ApiError, OSError) as e:
             self.metrics.api_errors.labels("list-pods").inc()
             log.warning("cannot list the NCCL pair check's pods: %s", e)
@@ -437,6 +444,9 @@ class GpuHealth:
             current = _annotations(node).get(key)
             if current is not None and _pair_time(current) >= _pair_time(value):
                 continue
+            if json.loads(value)["result"] == "error" and current is not None and ncclpair.node_results(
+                    name, {key: current}, self.clock()) and json.loads(current).get("result") in ("pass", "fail"):
+                continue  # a crashed run never hides the last measured verdict
             try:
                 updated = self.kube.patch_node(name, {"metadata": {"annotations": marks}})
             except (ApiError, OSError) as e:
@@ -452,10 +462,12 @@ class GpuHealth:
         """The NCCL pair checks (gpuhealth/ncclpair.py): a node the failures name is cordoned (no
         drain: a slow or fallen-back link slows jobs, it does not corrupt them); a failure that
         names no node is reported once, as an Event on the node and a metric, and changes nothing."""
-        results = [r for name, node in gpu_nodes.items() for r in ncclpair.node_results(name, _annotations(node), now)]
+        # results with a node that is no GPU node any more say nothing about this one
+        results = [r for name, node in gpu_nodes.items() for r in ncclpair.node_results(name, _annotations(node), now)
+                   if r.peer in gpu_nodes]
         restored = {name: t for name, node in gpu_nodes.items()
                     if (t := parse_time(_annotations(node).get(ANN_RESTORED))) is not None}
-        named = ncclpair.suspects(results, restored)
+        named = ncclpair.suspects(results, dt.timedelta(minutes=self.settings.pair_window_minutes), restored)
         for name in gpu_nodes:
             key = (name, NCCL_FAIL_REASON, "")
             failures = named.get(name)
@@ -512,10 +524,15 @@ class GpuHealth:
             ANN_XID: str(req.xid) if req.xid is not None else None,
             ANN_TIME: stamp,
         }
-        if not escalate:
-            annotations[ANN_CORDONED] = "false" if spec.get("unschedulable") else "true"
+        # Out for NCCL: tainted, not cordoned, so the pair check (which tolerates this taint value
+        # only) can run there again, while nothing else lands; any other reason cordons too.
+        cordon = req.reason != NCCL_FAIL_REASON
+        if cordon and not spec.get("unschedulable"):
+            annotations[ANN_CORDONED] = "true"
+        elif not escalate:
+            annotations[ANN_CORDONED] = "false"
         patch = {"metadata": {"resourceVersion": node["metadata"].get("resourceVersion"), "annotations": annotations},
-                 "spec": {"unschedulable": True, "taints": taints}}
+                 "spec": {"taints": taints, **({"unschedulable": True} if cordon else {})}}
         if not node["metadata"].get("resourceVersion"):
             del patch["metadata"]["resourceVersion"]
         try:
@@ -530,10 +547,11 @@ class GpuHealth:
             node.update(updated)
         self._count(req.action.label, req.reason, "done")
         recommend = {Action.RESET_GPU: "; reset the GPU (nvidia-smi -r)", Action.REBOOT: "; reboot the node"}
+        check = "NCCL pair check" if req.reason == NCCL_FAIL_REASON else DIAG
         self._event(node, "GpuHealthOutOfService",
-                    f"{verb} {what}: cordoned, tainted {TAINT_KEY}={req.taint_value}:NoSchedule"
+                    f"{verb} {what}: {'cordoned, ' if cordon else ''}tainted {TAINT_KEY}={req.taint_value}:NoSchedule"
                     f"{', draining GPU pods' if req.action.drains else ''}{recommend.get(req.action, '')}; "
-                    f"returns after a passing {DIAG} newer than {stamp}")
+                    f"returns after a passing {check} newer than {stamp}")
         return True
 
     def _drain(self, node: dict[str, Any]) -> None:
@@ -589,18 +607,19 @@ class GpuHealth:
                 return False
             latest = max(passes, key=lambda r: r.time)
             check, passed_at = f"NCCL pair check {latest.check} with {latest.peer}", latest.time
+            basis = NCCL_CHECK_BASIS
         else:
             diag = diag_result(ann, now)
             if diag is None or not diag.passed or diag.time <= since:
                 return False
-            check, passed_at = DIAG, diag.time
+            check, passed_at, basis = DIAG, diag.time, DIAG
         msg = f"returned to service: {check} passed at {fmt_time(passed_at)}, newer than the action at {fmt_time(since)}"
         if self.settings.dry_run:
             self.simulated.pop(name, None)
             if (name, fmt_time(passed_at)) in self.returns_reported:
                 return False
             self.returns_reported.add((name, fmt_time(passed_at)))
-            self._count("uncordon", DIAG, "dry-run")
+            self._count("uncordon", basis, "dry-run")
             self._event(node, "GpuHealthDryRun", "dry run: would be " + msg + "; nothing changed", warning=False)
             return True
         spec = node.get("spec") or {}
@@ -616,10 +635,10 @@ class GpuHealth:
             self.kube.patch_node(name, patch)
         except (ApiError, OSError) as e:
             self.metrics.api_errors.labels("patch-node").inc()
-            self._count("uncordon", DIAG, "error")
+            self._count("uncordon", basis, "error")
             log.warning("cannot return %s to service (retried next reconcile): %s", name, e)
             return False
-        self._count("uncordon", DIAG, "done")
+        self._count("uncordon", basis, "done")
         self._event(node, "GpuHealthReturned", msg, warning=False)
         return True
 

@@ -194,8 +194,11 @@ def _pod(case: str) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize(("case", "expected"), [
-    ("lab", ["--max-nodes-out", "1", "--max-percent-out", "25", "--reconcile-seconds", "60"]),
-    ("dev-dry-run", ["--dry-run", "--max-nodes-out", "3", "--max-percent-out", "50", "--reconcile-seconds", "60"]),
+    # pair window: three rounds of timeoutMinutes (30) + 2
+    ("lab", ["--max-nodes-out", "1", "--max-percent-out", "25", "--reconcile-seconds", "60",
+             "--pair-namespace", "training", "--pair-window-minutes", "96"]),
+    ("dev-dry-run", ["--dry-run", "--max-nodes-out", "3", "--max-percent-out", "50", "--reconcile-seconds", "60",
+                     "--pair-namespace", "training", "--pair-window-minutes", "96"]),
 ])
 def test_the_service_command(case: str, expected: list[str]) -> None:
     (container,) = _pod(case)["containers"]

@@ -27,6 +27,7 @@ from tests.conftest import ED25519, PROJECT_DIR, stack_config_with
 if str(PROJECT_DIR / "workloads") not in sys.path:
     sys.path.insert(0, str(PROJECT_DIR / "workloads"))
 from gpuhealth import ncclpair  # noqa: E402
+from gpuhealth import service as svc  # noqa: E402
 
 LAB_HOSTS = yaml.safe_load((PROJECT_DIR / "Pulumi.lab.yaml").read_text())["config"]["gpu-cluster:hosts"]
 # Two more one-GPU workers (a ring of four) and one with two GPUs (a group of its own: unpaired).
@@ -95,6 +96,9 @@ def test_nodes_pair_only_with_nodes_of_their_gpu_count() -> None:
 
 def test_the_names_are_the_ones_the_service_reads() -> None:
     assert pairs.CHECK_PREFIX == ncclpair.CHECK_PREFIX
+    assert pairs.NCCL_TAINT_VALUE == svc.NCCL_FAIL_REASON
+    for pair in (("gpu-1", "gpu-2"), ("a" * 60, "b.example.com")):
+        assert pairs.check_name(pair) == ncclpair.check_name(pair)
     assert pairs.CHECK_LABEL == dict([ncclpair.POD_LABEL])
     assert (pairs.POD_CHECK, pairs.POD_NODES, pairs.POD_VALID_HOURS) == (
         ncclpair.POD_CHECK, ncclpair.POD_NODES, ncclpair.POD_VALID_HOURS)
@@ -115,11 +119,14 @@ def test_a_ring_of_four_in_two_rounds_and_the_odd_node_unpaired() -> None:
     found = {pair_of(cj): cj for cj in cronjobs("lab-5")}
     assert set(found) == {("gpu-1", "gpu-2"), ("gpu-2", "gpu-3"), ("gpu-3", "gpu-4"), ("gpu-4", "gpu-1")}
     schedules = {p: cj["spec"]["schedule"] for p, cj in found.items()}
-    # rounds timeoutMinutes + 1 (31) apart: a round's Jobs are past their deadline when the next starts
+    # rounds timeoutMinutes + 2 (32) apart: a round's Jobs start at most 60 s late and are past
+    # their deadline when the next round starts
     assert schedules[("gpu-1", "gpu-2")] == schedules[("gpu-3", "gpu-4")] == "47 4 * * *"
-    assert schedules[("gpu-2", "gpu-3")] == schedules[("gpu-4", "gpu-1")] == "18 5 * * *"
+    assert schedules[("gpu-2", "gpu-3")] == schedules[("gpu-4", "gpu-1")] == "19 5 * * *"
     for cj in found.values():
-        assert cj["spec"]["jobTemplate"]["spec"]["activeDeadlineSeconds"] == 30 * 60
+        deadline = cj["spec"]["jobTemplate"]["spec"]["activeDeadlineSeconds"]
+        assert deadline == 30 * 60
+        assert cj["spec"]["startingDeadlineSeconds"] + deadline < 32 * 60
         assert cj["spec"]["concurrencyPolicy"] == "Forbid"
 
 
@@ -198,11 +205,19 @@ def test_the_pods_take_every_gpu_at_idle_priority_and_end_on_a_disruption() -> N
     assert container["resources"]["limits"]["nvidia.com/gpu"] == 1  # every GPU of a one-GPU node
     script = container["command"][2]
     assert "-m trainer.allreduce_bench" in script and "--link-gbps=25" in script.replace("--link-gbps 25", "--link-gbps=25")
-    keys = {t.get("key") for t in spec["tolerations"]}
-    assert {TAINT_KEY, UNSCHEDULABLE_TAINT} <= keys  # re-checks a node the service took out
-    rules = cj["spec"]["jobTemplate"]["spec"]["podFailurePolicy"]["rules"]
-    assert rules[0] == {"action": "FailJob", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}
-    assert cj["spec"]["jobTemplate"]["spec"]["backoffLimitPerIndex"] == 0
+    # re-checks a node the service took out for NCCL (tainted with that reason, not cordoned), and
+    # no node cordoned by an administrator or out for another reason
+    ours = [t for t in spec["tolerations"] if t.get("key") == TAINT_KEY]
+    assert ours == [{"key": TAINT_KEY, "operator": "Equal", "value": svc.NCCL_FAIL_REASON, "effect": "NoSchedule"}]
+    assert not [t for t in spec["tolerations"] if t.get("key") == UNSCHEDULABLE_TAINT or
+                (t.get("operator") == "Exists" and not t.get("key"))]
+    job = cj["spec"]["jobTemplate"]["spec"]
+    # a disruption ends the run; nothing else does before both pods reached their own verdict
+    assert job["podFailurePolicy"]["rules"] == [
+        {"action": "FailJob", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}]
+    assert job["backoffLimitPerIndex"] == 0 and job["maxFailedIndexes"] == job["completions"] == 2
+    # the rendezvous waits as long as the Job may run: the peer may start later
+    assert f"join_timeout={30 * 60},read_timeout={30 * 60}" in script
     assert not any(v.get("persistentVolumeClaim") for v in spec["volumes"])
     # the diagnostic's pods are idle-only too
     diag = [o for o in objects("lab") if o["kind"] == "CronJob" and o["metadata"]["name"] == "gpu-diag-gpu-1"]
@@ -225,10 +240,10 @@ def test_the_pods_have_no_api_access_and_carry_what_the_service_reads() -> None:
 
 def test_outputs_list_the_pairs_and_rounds() -> None:
     out = plan("lab-5").outputs["gpuHealth"]["ncclPairCheck"]
-    assert out["schedule"] == ["47 4 * * *", "18 5 * * *"]
+    assert out["schedule"] == ["47 4 * * *", "19 5 * * *"]
     assert sorted(out["pairs"].values()) == ["gpu-1,gpu-2", "gpu-2,gpu-3", "gpu-3,gpu-4", "gpu-4,gpu-1"]
     out3 = plan("lab-3").outputs["gpuHealth"]["ncclPairCheck"]
-    assert out3["schedule"] == ["47 4 * * *", "18 5 * * *", "49 5 * * *"]
+    assert out3["schedule"] == ["47 4 * * *", "19 5 * * *", "51 5 * * *"]
 
 
 # --- config ---------------------------------------------------------------------------------------
