@@ -133,11 +133,13 @@ def diag_nodes(cfg: Addons, cluster: Cluster) -> dict[str, int]:
 
 
 def pair_check_nodes(cfg: Addons, cluster: Cluster) -> dict[str, int]:
-    """GPU node -> physical GPUs, for the NCCL pair check (one sweep process per GPU): the count the
-    platform knows (lab), else training.gpusPerNode. None under MIG or time-slicing."""
+    """GPU node -> physical GPUs, for the NCCL pair check (one sweep process per GPU): only where
+    the platform knows each node's count (lab). A guess (training.gpusPerNode) could be fewer than
+    the node has: the check's pods would then share the node, and its NIC, with training pods and
+    measure them. None under MIG or time-slicing."""
     if cfg.gpu.sharing.mode is not SharingMode.NONE:
         return {}
-    return {node: cluster.gpu_counts.get(node, cfg.training.gpus_per_node) for node in cluster.gpu_nodes}
+    return {node: cluster.gpu_counts[node] for node in cluster.gpu_nodes if node in cluster.gpu_counts}
 
 
 def gpu_health(cfg: Addons, cluster: Cluster, monitoring: Monitoring | None,

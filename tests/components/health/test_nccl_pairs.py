@@ -42,6 +42,9 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "lab-off": ("lab", {"gpuHealth": {"ncclCheck": {"enabled": False}}}),
     "lab-sliced": ("lab", {"gpu": {"sharing": {"mode": "time-slicing", "replicas": 2}}}),
     "dev": ("dev", {}),
+    # two GPU nodes and a link rate, but dev knows no node's GPU count: no pair check (a guess could
+    # be fewer GPUs than the node has, and the check would share the node with training pods)
+    "dev-two": ("dev", {"gpuNodes": ["gpu-a", "gpu-b"], "network": {"linkGbps": 100}}),
 }
 
 
@@ -111,7 +114,8 @@ def test_committed_lab_has_one_pair_and_dev_none() -> None:
     (cj,) = cronjobs("lab")
     assert pair_of(cj) == ("gpu-1", "gpu-2") and cj["spec"]["schedule"] == "47 4 * * *"
     assert cronjobs("dev") == []  # no network.linkGbps on dev: off by default
-    assert cronjobs("lab-off") == [] and cronjobs("lab-sliced") == []
+    assert cronjobs("lab-off") == [] and cronjobs("lab-sliced") == [] and cronjobs("dev-two") == []
+    assert plan("dev-two").outputs["gpuHealth"]["ncclPairCheck"].startswith("none: ")
     assert "nccl-pair-check" not in {o["metadata"]["name"] for o in objects("lab-off")}
 
 
