@@ -118,7 +118,9 @@ def service_args(h: GpuHealthConfig) -> list[str]:
         "--max-nodes-out", str(h.max_nodes_out),
         "--max-percent-out", str(h.max_percent_out),
         "--reconcile-seconds", str(h.reconcile_seconds),
-        # the NCCL pair check: its pods' namespace, and one run of its rounds (config/health.py)
+        # the diagnostic's pods (never evicted by a drain), the NCCL pair check's pods and one run
+        # of its rounds (config/health.py)
+        "--diag-namespace", NAMESPACE,
         "--pair-namespace", TRAINING_NAMESPACE,
         "--pair-window-minutes", str(PAIR_ROUNDS_MAX * h.nccl_check.round_minutes),
     ]

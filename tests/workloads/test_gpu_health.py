@@ -468,3 +468,21 @@ def test_refused_diagnostic_failure_is_dropped_once_it_passes(api: tuple[FakeKub
     health.reconcile()
     health.reconcile()
     assert not fake.calls_of("PATCH", "gpu-2")
+
+
+def test_a_drain_leaves_the_diagnostic_that_brings_the_node_back(api: tuple[FakeKubeApi, KubeClient]) -> None:
+    """The diagnostic's pod asks for the node's GPUs and tolerates the service's taint: evicting it
+    with the other GPU pods would keep the node out for good. A look-alike elsewhere is evicted."""
+    fake, kube = api
+    key, value = svc.DIAG_POD_LABEL
+    for ns, name in (("gpu-health", "gpu-diag-gpu-1-29414820-x"), ("team", "impostor")):
+        fake.put_pod({"metadata": {"name": name, "namespace": ns, "labels": {key: value}},
+                      "spec": {"nodeName": "gpu-1", "containers": [{"name": "dcgm", "resources": {
+                          "limits": {"nvidia.com/gpu": "8"}}}]},
+                      "status": {"phase": "Running"}})
+    health = service(kube, Clock())
+    health.handle_webhook(webhook(alert("gpu-1", xid=79)))
+    health.reconcile()
+    evicted = {c.path.split("/")[-2] for c in fake.calls if c.path.endswith("/eviction")}
+    assert evicted == {"train-0", "impostor"}
+    assert ("gpu-health", "gpu-diag-gpu-1-29414820-x") in fake.pods

@@ -51,6 +51,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="extended resource that makes a node a GPU node and a pod a GPU pod")
     p.add_argument("--event-namespace", default=_env("EVENT_NAMESPACE", "default"),
                    help="namespace of the Events about nodes (kubectl describe node reads 'default')")
+    p.add_argument("--diag-namespace", default=_env("DIAG_NAMESPACE", "gpu-health"),
+                   help="namespace of the diagnostic's pods (labelled app.kubernetes.io/name=gpu-diag): never evicted")
     p.add_argument("--pair-namespace", default=_env("PAIR_NAMESPACE", "training"),
                    help="namespace of the NCCL pair check's pods (the only ones read as its results)")
     p.add_argument("--pair-window-minutes", type=float, default=float(_env("PAIR_WINDOW_MINUTES", "96")),
@@ -77,7 +79,8 @@ def main(argv: list[str] | None = None) -> int:
         settings = Settings(max_nodes_out=args.max_nodes_out, max_percent_out=args.max_percent_out,
                             dry_run=args.dry_run, gpu_resource=args.gpu_resource,
                             event_namespace=args.event_namespace, reconcile_seconds=args.reconcile_seconds,
-                            pair_namespace=args.pair_namespace, pair_window_minutes=args.pair_window_minutes)
+                            pair_namespace=args.pair_namespace, pair_window_minutes=args.pair_window_minutes,
+                            diag_namespace=args.diag_namespace)
         if args.api_server:
             kube = KubeClient(args.api_server, Path(args.token_file) if args.token_file else None,
                               Path(args.ca_file) if args.ca_file else None, insecure_loopback=args.insecure_loopback)

@@ -103,6 +103,9 @@ ACTION_LABEL = "gpu_health_action"
 DIAG_FAIL_REASON = "DiagLevel1Failed"
 NCCL_FAIL_REASON = "NcclPairFailed"
 NCCL_CHECK_BASIS = PREFIX + "nccl-pair"  # the `reason` of a return counted after a passing pair check
+# The diagnostic's pods (components/gpu_health.py DIAG_LABELS; a test keeps them equal). They ask
+# for the GPUs of a node this service took out, to bring it back: a drain must not evict them.
+DIAG_POD_LABEL = ("app.kubernetes.io/name", "gpu-diag")
 _XID_IN_TEXT = re.compile(r"\bXID\s+([0-9]+)", re.IGNORECASE)
 _TAINT_VALUE = re.compile(r"[^A-Za-z0-9._-]")
 
@@ -142,6 +145,8 @@ class Settings:
     # (results further apart are not evidence of the same fault).
     pair_namespace: str = "training"
     pair_window_minutes: float = 96.0
+    # The namespace of the diagnostic's pods (components/gpu_health.py): a drain leaves them be.
+    diag_namespace: str = "gpu-health"
 
     def __post_init__(self) -> None:
         if self.max_nodes_out < 0:
@@ -566,6 +571,8 @@ class GpuHealth:
         for pod in pods:
             if not is_gpu_pod(pod, self.settings.gpu_resource) or (pod.get("metadata") or {}).get("deletionTimestamp"):
                 continue
+            if self._is_diagnostic(pod):
+                continue  # the check that returns the node: evicting it would keep the node out for good
             ns, pname = pod["metadata"].get("namespace", "default"), pod["metadata"]["name"]
             try:
                 self.kube.evict(ns, pname)
@@ -591,6 +598,11 @@ class GpuHealth:
             self.blocked_reported.discard((ns, pname))
             self._count("evict", reason, "done")
             self._event(node, "GpuHealthEvicted", f"evicted GPU pod {ns}/{pname} (policy/v1 Eviction)")
+
+    def _is_diagnostic(self, pod: dict[str, Any]) -> bool:
+        meta = pod.get("metadata") or {}
+        key, value = DIAG_POD_LABEL
+        return meta.get("namespace") == self.settings.diag_namespace and (meta.get("labels") or {}).get(key) == value
 
     def _maybe_return(self, node: dict[str, Any], now: dt.datetime) -> bool:
         name = node["metadata"]["name"]

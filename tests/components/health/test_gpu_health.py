@@ -9,6 +9,7 @@ import functools
 import json
 import os
 import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, HTTPServer
@@ -23,7 +24,12 @@ from components.gpu_health import DIAG_NAME, NAME, NAMESPACE, SERVICE_RULES, TAI
 from components.scheduling_contract import CONTROL_PLANE_TOLERATION, GPU_TOLERATION
 from render import cluster, program
 from render.__main__ import kubernetes_objects
+from tests.conftest import PROJECT_DIR
 from tests.monitoring_crd_schema import is_custom_resource, validate_custom_resource
+
+if str(PROJECT_DIR / "workloads") not in sys.path:
+    sys.path.insert(0, str(PROJECT_DIR / "workloads"))
+from gpuhealth import service as svc  # noqa: E402
 
 IMAGE = "registry.example.com/gpu-cluster/trainer:0.1.0"
 
@@ -196,9 +202,9 @@ def _pod(case: str) -> dict[str, Any]:
 @pytest.mark.parametrize(("case", "expected"), [
     # pair window: three rounds of timeoutMinutes (30) + 2
     ("lab", ["--max-nodes-out", "1", "--max-percent-out", "25", "--reconcile-seconds", "60",
-             "--pair-namespace", "training", "--pair-window-minutes", "96"]),
+             "--diag-namespace", "gpu-health", "--pair-namespace", "training", "--pair-window-minutes", "96"]),
     ("dev-dry-run", ["--dry-run", "--max-nodes-out", "3", "--max-percent-out", "50", "--reconcile-seconds", "60",
-                     "--pair-namespace", "training", "--pair-window-minutes", "96"]),
+                     "--diag-namespace", "gpu-health", "--pair-namespace", "training", "--pair-window-minutes", "96"]),
 ])
 def test_the_service_command(case: str, expected: list[str]) -> None:
     (container,) = _pod(case)["containers"]
@@ -247,6 +253,10 @@ def test_the_diagnostic_pod_takes_every_gpu_of_its_node() -> None:
         # It runs on a node the service took out: cordoned, and tainted with any effect.
         assert {"key": TAINT_KEY, "operator": "Exists"} in pod["tolerations"]
         assert {"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
+        # ... and the service's drain of that node leaves it be (gpuhealth.service.DIAG_POD_LABEL)
+        key, value = svc.DIAG_POD_LABEL
+        assert cron["spec"]["jobTemplate"]["spec"]["template"]["metadata"]["labels"][key] == value
+        assert cron["metadata"]["namespace"] == NAMESPACE
         (record,) = pod["containers"]
         assert record["image"] == IMAGE and "--level" in record["command"]
         on_demand = find("lab", "CronJob", f"gpu-diag-l2-{host.name}")
