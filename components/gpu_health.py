@@ -350,7 +350,9 @@ def level2_command(node: str) -> str:
     return f"kubectl -n {NAMESPACE} create job --from=cronjob/{name} {name[:40]}-$(date +%s)"
 
 
-def _resource(name: str, body: dict[str, Any], opts: pulumi.ResourceOptions) -> pulumi.CustomResource:
+def typed_resource(name: str, body: dict[str, Any], opts: pulumi.ResourceOptions) -> pulumi.CustomResource:
+    """The typed Pulumi resource for a manifest of this module's (and gpu_health_pairs.py's) kinds;
+    anything else as a custom resource (the ServiceMonitor)."""
     kind, meta = body["kind"], body["metadata"]
     if kind == "ServiceAccount":
         return k8s.core.v1.ServiceAccount(name, metadata=meta, opts=opts)
@@ -363,6 +365,8 @@ def _resource(name: str, body: dict[str, Any], opts: pulumi.ResourceOptions) -> 
         return k8s.apps.v1.Deployment(name, metadata=meta, spec=body["spec"], opts=opts)
     if kind == "Service":
         return k8s.core.v1.Service(name, metadata=meta, spec=body["spec"], opts=opts)
+    if kind == "NetworkPolicy":
+        return k8s.networking.v1.NetworkPolicy(name, metadata=meta, spec=body["spec"], opts=opts)
     if kind == "ConfigMap":
         return k8s.core.v1.ConfigMap(name, metadata=meta, data=body["data"], opts=opts)
     if kind == "CronJob":
@@ -393,7 +397,7 @@ class GpuHealth(pulumi.ComponentResource):
                 after += [r for (k, _), r in created.items()
                           if k in ("ServiceAccount", "ClusterRoleBinding", "ConfigMap", "PriorityClass")]
             resource_name = f"{name}-{kind.lower()}-{obj_name}"
-            created[(kind, obj_name)] = _resource(resource_name, body,
+            created[(kind, obj_name)] = typed_resource(resource_name, body,
                                                   pulumi.ResourceOptions(parent=self, depends_on=after))
         self.priority_class = created[("PriorityClass", IDLE_PRIORITY_CLASS)]
         self.webhook_url = WEBHOOK_URL

@@ -49,9 +49,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import pulumi
-import pulumi_kubernetes as k8s
 
-from components.gpu_health import IDLE_PRIORITY_CLASS, TAINT_KEY
+from components.gpu_health import IDLE_PRIORITY_CLASS, TAINT_KEY, typed_resource
 from components.rdma_network import PodRdma
 from components.scheduling_contract import GPU_RESOURCE, training_job_labels
 from components.storage_contract import TRAINING_NAMESPACE
@@ -210,17 +209,6 @@ def manifests(args: NcclPairCheckArgs) -> list[dict[str, Any]]:
     return objs
 
 
-def _resource(name: str, body: dict[str, Any], opts: pulumi.ResourceOptions) -> pulumi.CustomResource:
-    kind, meta = body["kind"], body["metadata"]
-    if kind == "Service":
-        return k8s.core.v1.Service(name, metadata=meta, spec=body["spec"], opts=opts)
-    if kind == "NetworkPolicy":
-        return k8s.networking.v1.NetworkPolicy(name, metadata=meta, spec=body["spec"], opts=opts)
-    if kind == "CronJob":
-        return k8s.batch.v1.CronJob(name, metadata=meta, spec=body["spec"], opts=opts)
-    raise ValueError(f"NcclPairChecks: no resource type for {kind}")
-
-
 class NcclPairChecks(pulumi.ComponentResource):
     """Per pair of GPU nodes a headless Service, NetworkPolicy and CronJob."""
 
@@ -233,7 +221,7 @@ class NcclPairChecks(pulumi.ComponentResource):
         for body in manifests(args):
             kind = body["kind"]
             after = created[-2:] if kind == "CronJob" else []  # its Service and NetworkPolicy
-            created.append(_resource(f"{name}-{kind.lower()}-{body['metadata']['name']}", body,
+            created.append(typed_resource(f"{name}-{kind.lower()}-{body['metadata']['name']}", body,
                                      pulumi.ResourceOptions(parent=self, depends_on=after)))
         self.checks = checks
         self.register_outputs({"checks": {c.name: list(c.pair) for c in checks}})
