@@ -95,25 +95,28 @@ def annotation(check: str, peer: str, code: int, now: dt.datetime, valid_hours: 
     return {PREFIX + check: json.dumps(value, sort_keys=True)}
 
 
+def parse(node: str, key: str, text: str) -> PairResult | None:
+    """One annotation of `node` as a pair result; None when it is not one or is malformed."""
+    if not key.startswith(PREFIX + CHECK_PREFIX):
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(value, dict):
+        return None
+    t, expires = _parse_time(value.get("time")), _parse_time(value.get("expires"))
+    result, peer, code = value.get("result"), value.get("peer"), value.get("code")
+    if (t is None or expires is None or result not in ("pass", "fail", "error")
+            or not isinstance(peer, str) or not peer or not isinstance(code, int)):
+        return None
+    return PairResult(key[len(PREFIX):], node, peer, result, code, t, expires)
+
+
 def node_results(node: str, annotations: dict[str, str], now: dt.datetime) -> list[PairResult]:
     """The node's unexpired, well-formed pair results (malformed ones are ignored, never acted on)."""
-    out = []
-    for key, text in annotations.items():
-        if not key.startswith(PREFIX + CHECK_PREFIX):
-            continue
-        try:
-            value = json.loads(text)
-        except ValueError:
-            continue
-        if not isinstance(value, dict):
-            continue
-        t, expires = _parse_time(value.get("time")), _parse_time(value.get("expires"))
-        result, peer, code = value.get("result"), value.get("peer"), value.get("code")
-        if (t is None or expires is None or expires <= now or result not in ("pass", "fail", "error")
-                or not isinstance(peer, str) or not peer or not isinstance(code, int)):
-            continue
-        out.append(PairResult(key[len(PREFIX):], node, peer, result, code, t, expires))
-    return out
+    parsed = (parse(node, key, text) for key, text in annotations.items())
+    return [r for r in parsed if r is not None and r.expires > now]
 
 
 def suspects(results: Iterable[PairResult], window: dt.timedelta,

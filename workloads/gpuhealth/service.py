@@ -264,15 +264,6 @@ class DiagResult:
     expires: dt.datetime
 
 
-def _pair_time(value: str) -> str:
-    """The RFC 3339 time in a pair result's JSON ('' when unreadable): UTC 'Z' strings sort by time."""
-    try:
-        found = json.loads(value)
-    except ValueError:
-        return ""
-    return str(found.get("time", "")) if isinstance(found, dict) else ""
-
-
 def diag_result(annotations: dict[str, str], now: dt.datetime) -> DiagResult | None:
     """The node's level-1 diagnostic, or None when absent, malformed or expired."""
     value = annotations.get(DIAG)
@@ -446,11 +437,13 @@ class GpuHealth:
             name, marks = found
             node = gpu_nodes[name]
             (key, value), = marks.items()
+            new = ncclpair.parse(name, key, value)
             current = _annotations(node).get(key)
-            if current is not None and _pair_time(current) >= _pair_time(value):
+            old = ncclpair.parse(name, key, current) if current is not None else None
+            assert new is not None  # pod_verdict wrote it
+            if old is not None and old.time >= new.time:
                 continue
-            if json.loads(value)["result"] == "error" and current is not None and ncclpair.node_results(
-                    name, {key: current}, self.clock()) and json.loads(current).get("result") in ("pass", "fail"):
+            if new.result == "error" and old is not None and old.result != "error" and old.expires > self.clock():
                 continue  # a crashed run never hides the last measured verdict
             try:
                 updated = self.kube.patch_node(name, {"metadata": {"annotations": marks}})
@@ -464,8 +457,8 @@ class GpuHealth:
             log.info("recorded on %s: %s=%s", name, key, value)
 
     def _pair_checks(self, gpu_nodes: dict[str, dict[str, Any]], out: dict[str, Action], now: dt.datetime) -> None:
-        """The NCCL pair checks (gpuhealth/ncclpair.py): a node the failures name is cordoned (no
-        drain: a slow or fallen-back link slows jobs, it does not corrupt them); a failure that
+        """The NCCL pair checks (gpuhealth/ncclpair.py): a node the failures name is tainted (not
+        cordoned, not drained: a slow or fallen-back link slows jobs, it does not corrupt them); a failure that
         names no node is reported once, as an Event on the node and a metric, and changes nothing."""
         # results with a node that is no GPU node any more say nothing about this one
         results = [r for name, node in gpu_nodes.items() for r in ncclpair.node_results(name, _annotations(node), now)
