@@ -43,6 +43,7 @@ from components.gpu_health_pairs import check_name  # noqa: E402
 from components.storage_contract import MOUNT_ROOT  # noqa: E402
 from components.training import launch  # noqa: E402
 from config.health import NcclPairCheck  # noqa: E402
+from tests import kubelet  # noqa: E402
 from tests.conftest import PROJECT_DIR  # noqa: E402
 from tests.fake_k8s_api import TOKEN, FakeKubeApi  # noqa: E402
 from tests.workloads.test_training_e2e import (  # noqa: E402
@@ -50,7 +51,6 @@ from tests.workloads.test_training_e2e import (  # noqa: E402
     Pod,
     PodSpec,
     _descendants,
-    _kubelet_expand,
     free_port,
     localize,
     pod_env,
@@ -95,20 +95,6 @@ def rendered_pair_cronjob() -> dict[str, Any]:
     }
 
 
-def kubelet_env(container: dict[str, Any], fields: dict[str, str]) -> dict[str, str]:
-    """The container env as the kubelet builds it: fieldRefs resolved, `$(VAR)` in a value expanded
-    from the variables defined before it."""
-    env: dict[str, str] = {}
-    for e in container.get("env", []):
-        if "value" in e:
-            env[e["name"]] = _kubelet_expand(str(e["value"]), env)
-        else:
-            path = e["valueFrom"]["fieldRef"]["fieldPath"]
-            assert path in fields, f"env {e['name']}: no stand-in for fieldRef {path}"
-            env[e["name"]] = fields[path]
-    return env
-
-
 def committed_valid_hours() -> int:
     from render import program
 
@@ -131,9 +117,9 @@ def run_pair_check(cron: dict[str, Any], link_gbps: str, tmp: Path) -> dict[str,
     container, pair = cron["container"], cron["pair"]
     specs = []
     for _index in range(cron["pods"]):
-        env = kubelet_env(container, {JOB_NAME_FIELD: job})
+        env = kubelet.container_env(container, {JOB_NAME_FIELD: job})
         env = {k: v.replace(MOUNT_ROOT, str(tmp / "shared")) for k, v in env.items()}
-        command = [_kubelet_expand(c, env) for c in [*container.get("command", []), *container.get("args", [])]]
+        command = [kubelet.expand(c, env) for c in [*container.get("command", []), *container.get("args", [])]]
         specs.append(PodSpec(command, env, cron["pods"], "JOB_COMPLETION_INDEX", f"rendered CronJob {cron['name']}"))
     # rank 0's address is the Job's own: <job>-0.<service> (mapped to 127.0.0.1 below, as pod_env does)
     assert specs[0].env["MASTER_ADDR"] == f"{job}-0.{cron['name']}-hosts", specs[0].env
@@ -306,8 +292,8 @@ def test_a_pod_stopped_while_waiting_for_its_peer_exits_143_and_gives_no_verdict
     torchrun alone would exit 1 (an `error`); the launch script says 143, which records nothing.
     The wait itself is the Job's whole deadline (join_timeout/read_timeout), not torch's 60 s."""
     job = cronjob["name"] + JOB_SUFFIX
-    env = kubelet_env(cronjob["container"], {JOB_NAME_FIELD: job})
-    command = [_kubelet_expand(c, env) for c in cronjob["container"]["command"]]
+    env = kubelet.container_env(cronjob["container"], {JOB_NAME_FIELD: job})
+    command = [kubelet.expand(c, env) for c in cronjob["container"]["command"]]
     assert "join_timeout=1800,read_timeout=1800" in command[2]
     spec = PodSpec(command, env, cronjob["pods"], "JOB_COMPLETION_INDEX", "rendered CronJob")
     local = localize(spec, launch.BENCH_MODULE, {**BENCH_SIZES, "backend": "gloo"}, tmp_path / "shared")

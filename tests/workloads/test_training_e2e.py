@@ -39,6 +39,7 @@ torch = pytest.importorskip("torch", reason="torch (CPU) is in requirements-dev.
 
 from components.storage_contract import MOUNT_ROOT, TRAINING_NAMESPACE  # noqa: E402
 from components.training import launch  # noqa: E402
+from tests import kubelet  # noqa: E402
 from tests.conftest import PROJECT_DIR  # noqa: E402
 
 PROJECT = PROJECT_DIR
@@ -72,16 +73,10 @@ class PodSpec:
     source: str
 
 
-def _kubelet_expand(text: str, env: dict[str, str]) -> str:
-    """$(VAR) references in command/args, as the kubelet expands them ($$ escapes a $)."""
-    return re.sub(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_]*)\)",
-                  lambda m: "$" if m[0] == "$$" else env.get(m[1], m[0]), text)
-
-
 def _container_spec(container: dict, pods: int, rank_var: str, source: str) -> PodSpec:
     env = {e["name"]: str(e["value"]) for e in container.get("env", []) if "value" in e}
     command = [*container.get("command", []), *container.get("args", [])]
-    return PodSpec(command=[_kubelet_expand(c, env) for c in command], env=env, pods=pods,
+    return PodSpec(command=[kubelet.expand(c, env) for c in command], env=env, pods=pods,
                    rank_var=rank_var, source=source)
 
 

@@ -6,7 +6,6 @@ limited to the paired nodes, idle-only priority, and the config refusals."""
 from __future__ import annotations
 
 import functools
-import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ from components.gpu_health import IDLE_PRIORITY_CLASS, TAINT_KEY, UNSCHEDULABLE_
 from components.storage_contract import TRAINING_NAMESPACE
 from render import cluster, program
 from render.__main__ import kubernetes_objects
+from tests import kubelet
 from tests.conftest import ED25519, PROJECT_DIR, stack_config_with
 
 if str(PROJECT_DIR / "workloads") not in sys.path:
@@ -170,24 +170,13 @@ def test_the_placement_check_sees_a_missing_priority_class(upstream_dir: Path) -
     assert any(f"PriorityClass {IDLE_PRIORITY_CLASS} does not exist" in str(problem) for problem in report.problems)
 
 
-def _kubelet_env(container: dict[str, Any], field_values: dict[str, str]) -> dict[str, str]:
-    """The container's env as the kubelet resolves it: fieldRefs, then $(VAR) from earlier vars only."""
-    env: dict[str, str] = {}
-    for e in container["env"]:
-        if "valueFrom" in e:
-            env[e["name"]] = field_values[e["valueFrom"]["fieldRef"]["fieldPath"]]
-        else:
-            env[e["name"]] = re.sub(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", lambda m: env.get(m[1], m[0]), e["value"])
-    return env
-
-
 def test_rank_zero_is_addressed_by_the_run_time_job_name() -> None:
     (cj,) = cronjobs("lab")
     name = cj["metadata"]["name"]
     job = f"{name}-29414820"  # a CronJob's Job: <cronjob>-<minutes since the epoch>
     spec = pod_spec(cj)
     (container,) = spec["containers"]
-    env = _kubelet_env(container, {f"metadata.labels['{pairs.JOB_NAME_LABEL}']": job})
+    env = kubelet.container_env(container, {f"metadata.labels['{pairs.JOB_NAME_LABEL}']": job})
     service = [o for o in objects("lab") if o["kind"] == "Service" and o["metadata"]["name"] == spec["subdomain"]]
     assert service and service[0]["spec"]["clusterIP"] == "None"
     # an Indexed Job's pod is <job>-<index>, under the subdomain: rank 0 resolves as this
