@@ -57,6 +57,8 @@ HEALTH_FIELDS: tuple[tuple[str, str, str], ...] = (
     ("DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL", "counter", "Total number of NVLink data CRC errors."),
     ("DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL", "counter", "Total number of NVLink retries."),
     ("DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL", "counter", "Total number of NVLink recovery errors."),
+    # Nanoseconds (DCGM's field docs and dcgm_fields.h; dcgm-exporter's CSV said "us" until its PR
+    # #589): components/monitoring/alerts.py divides their rate by 1e9 for a share of the time.
     ("DCGM_FI_DEV_POWER_VIOLATION", "counter", "Throttling duration due to power constraints (in ns)."),
     ("DCGM_FI_DEV_THERMAL_VIOLATION", "counter", "Throttling duration due to thermal constraints (in ns)."),
 )
