@@ -6,8 +6,9 @@ Global rank 0 prints an nccl-tests style table (size, count, time, algbw, busbw 
 #wrong), the NCCL transport found in NCCL's INFO log, and one `acceptance: verdict=...` line.
 Every rank exits with the verdict's code (trainer.nccl): 0 pass, 10 largest-size busbw below
 --min-busbw-fraction x --link-gbps, 11 NCCL used TCP sockets while --rdma is declared, 12 no
-transport lines to confirm --rdma, 3 bad arguments. Under torchrun the pod sees 1 for any
-failure (torchrun's own code); the verdict line says which.
+transport lines to confirm --rdma, 15 --rdma declared but no channel over NET/IB (only P2P/SHM:
+RDMA never exercised), 3 bad arguments. Under torchrun the pod sees 1 for any failure (torchrun's
+own code) unless --exit-code-file hands the code to the launch script; the verdict line says which.
 
 NCCL's log: with the nccl backend and no --nccl-log, this process sets NCCL_DEBUG=INFO (when it is
 lower) and, unless NCCL_DEBUG_FILE is set, NCCL_DEBUG_FILE=/tmp/nccl-debug.<pid>.log before NCCL
@@ -46,7 +47,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--link-gbps", type=float, default=0.0, help="declared per-node link rate, Gbit/s (0: no bandwidth check)")
     p.add_argument("--min-busbw-fraction", type=float, default=0.9)
-    p.add_argument("--rdma", action="store_true", help="RDMA (IB/RoCE) is declared: sockets fail the test")
+    p.add_argument("--rdma", action="store_true", help="RDMA (IB/RoCE) is declared: the all-reduce must run over NET/IB (sockets, or P2P/SHM only, fail)")
     p.add_argument("--expect-transport", choices=("any", "RDMA"), default="any", help="RDMA: same as --rdma")
     p.add_argument("--nccl-log", action="append", default=[], help="NCCL INFO log file(s) to read instead of our own")
     p.add_argument("--backend", choices=("auto", "nccl", "gloo"), default="auto")
@@ -121,7 +122,8 @@ def merge_across_ranks(local: NcclTransport, device) -> NcclTransport:
     channels = {k: v for k, v in zip(_KINDS, values[2:], strict=True) if v}
     # channel kinds outside _KINDS (e.g. NVLS, COLLNET) are kept from this rank's own log
     channels.update({k: v for k, v in local.channels.items() if k not in _KINDS})
-    return NcclTransport(network=network, devices=local.devices, channels=channels)
+    # nNodes and MNNVL are the communicator's, the same in every rank's log
+    return NcclTransport(network=network, devices=local.devices, channels=channels, nodes=local.nodes, mnnvl=local.mnnvl)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -2,8 +2,24 @@
 
 - bus bandwidth of an all-reduce, as nccl-tests defines it: busbw = algbw x 2(n-1)/n;
 - rows of an nccl-tests style table (ours prints the same columns, so one parser reads both);
-- NCCL_DEBUG=INFO lines: which network NCCL chose and which transport each channel uses;
-- the verdict: pass, too slow for the declared link, or fell back to TCP sockets while RDMA was declared.
+- NCCL_DEBUG=INFO lines: which network NCCL chose, which transport each channel uses, how many
+  nodes the communicator spans;
+- the verdict: pass, too slow for the declared link, or (RDMA declared) fell back to TCP sockets, left
+  no transport lines to tell, or never used RDMA at all (no channel over NET/IB).
+
+Exit codes (allreduce_bench's; components/training/launch.py mirrors them, a test keeps them equal):
+  0  pass
+  10 EXIT_LOW_BUSBW          the largest size's busbw < min_busbw_fraction x link_gbps, or no sweep rows
+  11 EXIT_SOCKET_FALLBACK    RDMA declared, NCCL used TCP sockets (NET/Socket) on some rank
+  12 EXIT_NO_TRANSPORT_INFO  RDMA declared, no channel lines in NCCL's log (NCCL_DEBUG below INFO, INIT
+                             not in NCCL_DEBUG_SUBSYS, or a gloo run): nothing confirms RDMA
+  15 EXIT_NO_RDMA_CHANNEL    RDMA declared, channels logged but none over NET/IB: the ranks talked only
+                             over P2P/SHM (NVLink, PCIe, host memory), so RDMA was never exercised. The
+                             acceptance always spans nodes, and between nodes NCCL needs the network:
+                             this is a run whose ranks all landed on one node (NCCL logs "nNodes 1"),
+                             a communicator per node, or a multi-node NVLink domain (MNNVL 1, e.g.
+                             GB200 NVL72), where the inter-node traffic is NVLink and RDMA is not tested
+  (3, the sweep's own configuration error, is trainer.EXIT_CONFIG_ERROR; 13 and 14 are trainer.rdma_link's.)
 
 Units: algbw/busbw in GB/s (1e9 bytes/s, as nccl-tests prints them); link rates in Gbit/s.
 """
@@ -19,6 +35,7 @@ EXIT_PASS = 0
 EXIT_LOW_BUSBW = 10
 EXIT_SOCKET_FALLBACK = 11
 EXIT_NO_TRANSPORT_INFO = 12
+EXIT_NO_RDMA_CHANNEL = 15
 
 
 def bus_bandwidth(algbw: float, nranks: int) -> float:
@@ -112,6 +129,8 @@ _USING_NETWORK = re.compile(r"NCCL INFO Using (?:non-device )?network (?P<net>[A
 # `NCCL INFO NET/IB : Using [0]irdma0:1/RoCE [RO]; OOB net1:10.100.100.1<0>`, `NET/Socket : Using [0]eth0:...`
 _NET_DEVICES = re.compile(r"NCCL INFO NET/(?P<net>[A-Za-z0-9_]+) ?: Using (?P<devices>.*)")
 _NO_DEVICE = re.compile(r"NCCL INFO NET/(?P<net>[A-Za-z0-9_]+) ?: No device found")
+# `NCCL INFO comm 0x55a7be5601c0 rank 0 nRanks 8 nNodes 1 localRanks 8 localRank 0 MNNVL 0` (2.19+).
+_COMM_NODES = re.compile(r"NCCL INFO comm \S+ rank \d+ nRanks \d+ nNodes (?P<nodes>\d+)(?:.*? MNNVL (?P<mnnvl>\d+))?")
 
 
 def _net_family(name: str) -> str:
@@ -130,6 +149,8 @@ class NcclTransport:
     network: str | None = None  # "IB" (RDMA, InfiniBand or RoCE) or "Socket": the inter-node net NCCL chose
     devices: list[str] = field(default_factory=list)  # e.g. ["IB: [0]irdma0:1/RoCE [RO]; OOB net1:10.100.100.1<0>"]
     channels: dict[str, int] = field(default_factory=dict)  # "NET/IB", "NET/Socket", "P2P", "SHM" -> channel count
+    nodes: int | None = None  # the most nodes a communicator spans ("nNodes"), where NCCL logs it
+    mnnvl: bool = False  # a multi-node NVLink domain: nodes reach each other over NVLink, not the network
 
     @property
     def uses_sockets(self) -> bool:
@@ -137,7 +158,12 @@ class NcclTransport:
 
     @property
     def uses_rdma(self) -> bool:
-        return not self.uses_sockets and (self.network == "IB" or "NET/IB" in self.channels)
+        return not self.uses_sockets and self.rdma_channels > 0
+
+    @property
+    def rdma_channels(self) -> int:
+        """Channels over RDMA (NET/IB: InfiniBand or RoCE): what proves the all-reduce used it."""
+        return self.channels.get("NET/IB", 0)
 
     @property
     def seen(self) -> bool:
@@ -156,7 +182,9 @@ class NcclTransport:
             channels[k] = channels.get(k, 0) + v
         networks = {n for n in (self.network, other.network) if n}
         network = "Socket" if "Socket" in networks else (next(iter(networks)) if networks else None)
-        return NcclTransport(network=network, devices=self.devices + other.devices, channels=channels)
+        nodes = max((n for n in (self.nodes, other.nodes) if n is not None), default=None)
+        return NcclTransport(network=network, devices=self.devices + other.devices, channels=channels, nodes=nodes,
+                             mnnvl=self.mnnvl or other.mnnvl)
 
 
 def parse_nccl_log(lines: Iterable[str]) -> NcclTransport:
@@ -174,7 +202,21 @@ def parse_nccl_log(lines: Iterable[str]) -> NcclTransport:
                 result.network = net
         elif m := _NET_DEVICES.search(line):
             result.devices.append(f"{_net_family(m['net'])}: {m['devices'].strip()}")
+        elif m := _COMM_NODES.search(line):
+            result.nodes = max(result.nodes or 0, int(m["nodes"]))
+            result.mnnvl = result.mnnvl or (m["mnnvl"] or "0") != "0"
     return result
+
+
+def _no_rdma_channel_reason(transport: NcclTransport) -> str:
+    kinds = ", ".join(sorted(transport.channels))
+    why = ""
+    if transport.mnnvl:
+        why = " (a multi-node NVLink domain, MNNVL 1: the nodes reached each other over NVLink)"
+    elif transport.nodes == 1:
+        why = " (NCCL's communicator spans 1 node: nNodes 1)"
+    return (f"no channel over NET/IB: NCCL connected the ranks only via {kinds}{why}, so RDMA was never "
+            "exercised while network.rdma is declared")
 
 
 @dataclass(frozen=True)
@@ -207,7 +249,7 @@ def verdict(
     nccl_expected: bool = True,
 ) -> Verdict:
     """Pass when the largest size's busbw >= min_busbw_fraction x link_gbps and, with RDMA declared,
-    NCCL did not fall back to TCP sockets.
+    NCCL carried the all-reduce over RDMA: some channel over NET/IB and none over TCP sockets.
 
     link_gbps None skips the bandwidth check. `nccl_expected` is False for a gloo (CPU) run, where
     there is no NCCL log to read: a declared RDMA link then cannot be confirmed and fails.
@@ -223,10 +265,13 @@ def verdict(
         if transport.uses_sockets:
             codes.append(EXIT_SOCKET_FALLBACK)
             reasons.append("NCCL fell back to TCP sockets (NET/Socket) while network.rdma is declared")
-        elif not transport.seen:
+        elif not transport.channels:
             codes.append(EXIT_NO_TRANSPORT_INFO)
-            reasons.append("no NCCL transport lines found (needs NCCL_DEBUG=INFO)" if nccl_expected
-                           else "not an NCCL run: RDMA cannot be confirmed")
+            reasons.append("no NCCL channel lines found (needs NCCL_DEBUG=INFO, with INIT in NCCL_DEBUG_SUBSYS)"
+                           if nccl_expected else "not an NCCL run: RDMA cannot be confirmed")
+        elif not transport.rdma_channels:
+            codes.append(EXIT_NO_RDMA_CHANNEL)
+            reasons.append(_no_rdma_channel_reason(transport))
     if largest is None:
         codes.append(EXIT_LOW_BUSBW)
         reasons.append("no sweep rows")

@@ -2,7 +2,9 @@
 
     python -m trainer.rdma_exporter --port 9879 [--sysfs-root /sys/class/infiniband] [--node NAME]
 
-Serves /metrics (any path) on --listen-address:--port with the `prometheus_client` package; every
+Serves /metrics (any path) on --listen-address:--port with the `prometheus_client` package, each
+connection on its own thread with --client-timeout seconds in all and at most --max-connections at
+once (trainer/scrape_server.py: an idle or half-sent request never delays another scrape); every
 scrape walks <sysfs-root>/<device>/ports/<port>/ once (no background thread, no cache), so a
 device that appears or disappears between scrapes (in RDMA exclusive netns mode the device moves
 into a training pod's namespace and vanishes from the host's view) simply appears in or drops out
@@ -68,15 +70,17 @@ import argparse
 import os
 import re
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import CollectorRegistry, generate_latest, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+
+from trainer.scrape_server import DEFAULT_MAX_CONNECTIONS, DEFAULT_TIMEOUT_SECONDS, ScrapeServer
 
 DEFAULT_SYSFS_ROOT = "/sys/class/infiniband"
 DEFAULT_PORT = 9879
@@ -174,6 +178,8 @@ class RdmaCollector(Collector):
         self.totals: dict[tuple[str, str, str, str], Total] = {}
         self.errors: dict[tuple[str, str, str], int] = {}
         self.devices = 0  # visible at the last read
+        # Scrapes run on threads of their own: one at a time reads and advances the totals.
+        self._lock = threading.Lock()
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -271,6 +277,11 @@ class RdmaCollector(Collector):
         return ([self.node] if self.node else []) + list(values)
 
     def collect(self) -> Iterator[Metric]:
+        with self._lock:
+            metrics = list(self._collect())
+        yield from metrics
+
+    def _collect(self) -> Iterator[Metric]:
         ports, seen = self.read()
         families = {
             group: CounterMetricFamily(metric, doc, labels=self._labels("device", "port", "counter"))
@@ -339,11 +350,6 @@ class RdmaCollector(Collector):
 # ------------------------------------------------------------------------------------------------
 
 
-class _QuietHandler(WSGIRequestHandler):
-    def log_message(self, format: str, *args: object) -> None:
-        pass  # one line per scrape on stderr is noise
-
-
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m trainer.rdma_exporter", description=__doc__.split("\n\n")[0])
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"TCP port (default {DEFAULT_PORT}; 0: any free one)")
@@ -351,10 +357,18 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--sysfs-root", type=Path, default=Path(DEFAULT_SYSFS_ROOT),
                    help=f"the RDMA devices' sysfs directory (default {DEFAULT_SYSFS_ROOT})")
     p.add_argument("--node", help="put node=NAME on every series (leave out under Kubernetes: relabel instead)")
+    p.add_argument("--client-timeout", type=float, default=DEFAULT_TIMEOUT_SECONDS,
+                   help=f"seconds a connection may take in all, request and answer (default {DEFAULT_TIMEOUT_SECONDS:g})")
+    p.add_argument("--max-connections", type=int, default=DEFAULT_MAX_CONNECTIONS,
+                   help=f"connections served at once; more are closed unanswered (default {DEFAULT_MAX_CONNECTIONS})")
     p.add_argument("--once", action="store_true", help="print one scrape to stdout and exit")
     args = p.parse_args(argv)
     if not 0 <= args.port <= 65535:
         p.error(f"--port must be in 0..65535, got {args.port}")
+    if not 0 < args.client_timeout <= 3600:
+        p.error(f"--client-timeout must be in (0, 3600] seconds, got {args.client_timeout:g}")
+    if not 1 <= args.max_connections <= 1024:
+        p.error(f"--max-connections must be in 1..1024, got {args.max_connections}")
     if args.node is not None and not args.node.strip():
         p.error("--node must not be empty")
     return args
@@ -368,8 +382,8 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.write(generate_latest(registry).decode())
         return 0
     try:
-        server: WSGIServer = make_server(args.listen_address, args.port, make_wsgi_app(registry),
-                                         handler_class=_QuietHandler)
+        server = ScrapeServer((args.listen_address, args.port), make_wsgi_app(registry),
+                              timeout=args.client_timeout, max_connections=args.max_connections)
     except OSError as e:
         print(f"rdma_exporter: cannot listen on {args.listen_address}:{args.port}: {e}", file=sys.stderr)
         return 1
