@@ -25,9 +25,15 @@ from numpy._core.multiarray import _reconstruct  # noqa: E402
 from numpy._core.numeric import _frombuffer  # noqa: E402
 from numpy.testing._private.utils import runstring  # noqa: E402
 
-from tests.workloads.test_datasets import tiny_images  # noqa: E402
+from tests.conftest import PROJECT_DIR  # noqa: E402
+
+if str(PROJECT_DIR / "workloads") not in sys.path:
+    sys.path.insert(0, str(PROJECT_DIR / "workloads"))
+
 from trainer import EXIT_CONFIG_ERROR, cifar_pickle, datasets  # noqa: E402
 from trainer import train as trainer_train  # noqa: E402
+
+from tests.workloads.test_datasets import tiny_images  # noqa: E402
 
 CLASS_NAMES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
 NUMPY1_MODULES = {"numpy._core.multiarray": "numpy.core.multiarray", "numpy._core.numeric": "numpy.core.numeric"}
@@ -38,7 +44,7 @@ def as_numpy1(blob: bytes) -> bytes:
     re-emitted, frames dropped: they are optional, and the renamed strings change their lengths)."""
     ops = list(pickletools.genops(blob))
     out = bytearray()
-    for (op, arg, pos), end in zip(ops, [p for _, _, p in ops[1:]] + [len(blob)]):
+    for (op, arg, pos), end in zip(ops, [p for _, _, p in ops[1:]] + [len(blob)], strict=True):
         raw = blob[pos:end]
         if op.name == "FRAME":
             continue

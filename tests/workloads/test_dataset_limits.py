@@ -24,10 +24,15 @@ from numpy._core.multiarray import _reconstruct  # noqa: E402
 from numpy._core.numeric import _frombuffer  # noqa: E402
 
 from tests.conftest import PROJECT_DIR  # noqa: E402
-from tests.workloads.test_cifar_pickles import _Call  # noqa: E402
-from tests.workloads.test_datasets import idx_bytes, write_cifar10, write_fashion_mnist  # noqa: E402
+
+if str(PROJECT_DIR / "workloads") not in sys.path:
+    sys.path.insert(0, str(PROJECT_DIR / "workloads"))
+
 from trainer import EXIT_CONFIG_ERROR, datasets  # noqa: E402
 from trainer import train as trainer_train  # noqa: E402
+
+from tests.workloads.test_cifar_pickles import _Call  # noqa: E402
+from tests.workloads.test_datasets import idx_bytes, write_cifar10, write_fashion_mnist  # noqa: E402
 
 MEASURE = r"""
 import json, resource, sys, time
@@ -109,11 +114,11 @@ def test_a_gzip_bomb_is_read_no_further_than_its_header_declares(tmp_path):
 
 
 def _write_cifar_batch(make) -> Callable[[Path], Path]:
-    """data_batch_2 replaced by make(): bytes, or an object pickled with protocol 2."""
+    """data_batch_2 replaced by make(): bytes, or an object pickled with protocol 3 (bytes without _codecs)."""
     def write(data: Path) -> Path:
         root = write_cifar10(data, per_batch=4, test=4)
         made = make()
-        blob = made if isinstance(made, bytes) else pickle.dumps(made, protocol=2)
+        blob = made if isinstance(made, bytes) else pickle.dumps(made, protocol=3)
         (root / "data_batch_2").write_bytes(blob)
         return root / "data_batch_2"
     return write
@@ -141,6 +146,13 @@ def _corrupt_deflate(data: Path) -> Path:
     return path
 
 
+def _sparse_batch_over_the_cap(data: Path) -> Path:
+    path = write_cifar10(data, per_batch=4, test=4) / "data_batch_5"
+    with open(path, "r+b") as f:
+        f.truncate(datasets.CIFAR10_MAX_BATCH_BYTES + 1)  # sparse: no disk, and refused before any read
+    return path
+
+
 def _not_gzip(data: Path) -> Path:
     path = write_fashion_mnist(data) / "train-labels-idx1-ubyte.gz"
     path.write_bytes(idx_bytes(2049, (120,), bytes(120)))
@@ -153,7 +165,7 @@ MALFORMED = {
     "cifar labels of floats": ("cifar10", _write_cifar_batch(lambda: {b"data": _four_images(), b"labels": [0, 1, 2, 1.5]}), "must be a list of ints or a 1-D integer array"),
     "cifar labels 2-D": ("cifar10", _write_cifar_batch(lambda: {b"data": _four_images(), b"labels": np.zeros((2, 2), np.int64)}), "1-D integer array"),
     "cifar pixels given as an int": ("cifar10", _write_cifar_batch(lambda: {b"data": _array((4, 3072), "u1", 4 * 3072), b"labels": [0] * 4}), "array data is a int, bytes expected"),
-    "cifar bytes after the pickle": ("cifar10", _write_cifar_batch(lambda: pickle.dumps({b"data": _four_images(), b"labels": [0] * 4}, protocol=2) + b"\0" * 64), "64 bytes after the pickle's end"),
+    "cifar bytes after the pickle": ("cifar10", _write_cifar_batch(lambda: pickle.dumps({b"data": _four_images(), b"labels": [0] * 4}, protocol=3) + b"\0" * 64), "64 bytes after the pickle's end"),
     "cifar more images than a batch": ("cifar10", _write_cifar_batch(lambda: {b"data": np.zeros((10_001, 3072), np.uint8), b"labels": [0] * 10_001}), "10001 images, a CIFAR-10 batch holds at most 10000"),
     "cifar pickle of a list": ("cifar10", _write_cifar_batch(lambda: [1, 2, 3]), "a list, not a dict"),
     "cifar wrong keys": ("cifar10", _write_cifar_batch(lambda: {b"pixels": _four_images(), b"labels": [0] * 4}), "needs b'data'"),
@@ -161,8 +173,10 @@ MALFORMED = {
     "cifar data of int64": ("cifar10", _write_cifar_batch(lambda: {b"data": np.zeros((4, 3072), np.int64), b"labels": [0] * 4}), r"b'data' must be uint8 \[N, 3072\], got i8"),
     "cifar protocol 5 shape larger than its buffer": ("cifar10", _write_cifar_batch(lambda: pickle.dumps({b"data": _Call(_frombuffer, bytearray(12), np.dtype("u1"), (4, 3072), "C")}, protocol=5)),
         "array 4 x 3072 of u1 needs 12288 bytes but holds 12"),
+    "cifar file larger than any batch": ("cifar10", _sparse_batch_over_the_cap,
+                                         "67108865 bytes, more than a CIFAR-10 python batch takes"),
     "idx negative dimensions": ("fashion-mnist", _write_fashion(
-        "train-images-idx3-ubyte", idx_bytes(2051, (-1, -28, 28), bytes(784))), "dimension 0 is -1: 1 to 60000 expected"),
+        "train-images-idx3-ubyte", idx_bytes(2051, (120, -28, -28), bytes(120 * 784))), "dimension 1 is -28: 1 to 28 expected"),
     "idx zero images": ("fashion-mnist", _write_fashion(
         "t10k-images-idx3-ubyte", idx_bytes(2051, (0, 28, 28), b"")), "dimension 0 is 0"),
     "idx images larger than FashionMNIST's": ("fashion-mnist", _write_fashion(

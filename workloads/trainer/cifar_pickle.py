@@ -26,7 +26,8 @@ import io
 import pickle
 import reprlib
 import struct
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 # numpy's pickled type codes of the plain integer types and their struct formats (labels may be any).
 INTEGER_FORMATS = {"u1": "B", "i1": "b", "u2": "H", "i2": "h", "u4": "I", "i4": "i", "u8": "Q", "i8": "q"}
@@ -169,7 +170,7 @@ class _Dispatch(dict):
         raise pickle.UnpicklingError(f"invalid pickle opcode 0x{key:02x}")
 
 
-class _CifarUnpickler(pickle._Unpickler):  # type: ignore[name-defined,misc]
+class _CifarUnpickler(pickle._Unpickler):
     def __init__(self, stream: io.BytesIO, max_opcodes: int) -> None:
         super().__init__(stream, encoding="bytes")
         budget = [max_opcodes]
@@ -182,7 +183,7 @@ class _CifarUnpickler(pickle._Unpickler):  # type: ignore[name-defined,misc]
                 run(unpickler)
             return step
 
-        self.dispatch = _Dispatch({code: counted(run) for code, run in pickle._Unpickler.dispatch.items()})  # type: ignore[attr-defined]
+        self.dispatch = _Dispatch({code: counted(run) for code, run in pickle._Unpickler.dispatch.items()})  # type: ignore[misc]
 
     def find_class(self, module: str, name: str) -> Any:
         try:

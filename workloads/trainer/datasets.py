@@ -24,8 +24,9 @@ import gzip
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
+from io import BufferedIOBase
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 from trainer import cifar_pickle
 from trainer.idx_format import IdxError, read_data, read_header
@@ -184,7 +185,7 @@ FASHION_MNIST_MAX_SIDE = 28
 
 
 @contextlib.contextmanager
-def _open_idx(root: Path, stem: str) -> Iterator[tuple[Path, BinaryIO]]:
+def _open_idx(root: Path, stem: str) -> Iterator[tuple[Path, BufferedIOBase]]:
     """The gzip'd file, or else the plain one, as a stream of its idx bytes."""
     for path in (root / f"{stem}.gz", root / stem):
         if path.is_file():

@@ -10,7 +10,7 @@ plus one byte. A lying header or a gzip bomb (5 MB that inflate to 3.7 GB) costs
 from __future__ import annotations
 
 import struct
-from typing import BinaryIO
+from io import BufferedIOBase
 
 UNSIGNED_BYTE = 0x08
 TYPE_NAMES = {0x08: "unsigned byte", 0x09: "signed byte", 0x0B: "short", 0x0C: "int", 0x0D: "float",
@@ -21,12 +21,12 @@ class IdxError(ValueError):
     """The stream is not an unsigned-byte idx file of the expected shape."""
 
 
-def _read(stream: BinaryIO, size: int) -> bytes:
+def _read(stream: BufferedIOBase, size: int) -> bytes:
     data = stream.read(size)
     return data if isinstance(data, bytes) else b""
 
 
-def read_header(stream: BinaryIO, ndim: int, limits: tuple[int, ...]) -> tuple[int, ...]:
+def read_header(stream: BufferedIOBase, ndim: int, limits: tuple[int, ...]) -> tuple[int, ...]:
     """The dimensions of an unsigned-byte idx file of `ndim` dimensions, each in 1..limits[i]."""
     expected_magic = UNSIGNED_BYTE << 8 | ndim
     header = _read(stream, 4 + 4 * ndim)
@@ -39,13 +39,13 @@ def read_header(stream: BinaryIO, ndim: int, limits: tuple[int, ...]) -> tuple[i
         raise IdxError(f"magic number {magic}, {expected_magic} expected ({found}; unsigned byte, {ndim} "
                        f"dimension{'s' if ndim > 1 else ''} expected)")
     dims = struct.unpack(f">{ndim}i", header[4:])
-    for axis, (size, limit) in enumerate(zip(dims, limits)):
+    for axis, (size, limit) in enumerate(zip(dims, limits, strict=True)):
         if not 1 <= size <= limit:
             raise IdxError(f"dimension {axis} is {size}: 1 to {limit} expected ({' x '.join(map(str, dims))})")
     return dims
 
 
-def read_data(stream: BinaryIO, dims: tuple[int, ...]) -> bytes:
+def read_data(stream: BufferedIOBase, dims: tuple[int, ...]) -> bytes:
     """The data after the header: exactly prod(dims) bytes, read as at most one byte more."""
     expected = 1
     for size in dims:
