@@ -110,6 +110,22 @@ def test_labels_as_list_or_any_integer_array_and_keys_as_bytes_or_str(tmp_path, 
     assert splits.test_labels.tolist() == written["test_batch"][1]  # big-endian read in its byte order
 
 
+def test_a_full_batch_in_its_largest_encoding_fits_the_limits(tmp_path):
+    """10,000 images whose every byte protocol 2 writes as two (UTF-8 of a latin-1 str), with
+    10,000 file names as long as the official ones: within the size and opcode budgets."""
+    resave_cifar10(tmp_path, 2)
+    n = datasets.CIFAR10_BATCH_IMAGES
+    names = [f"leptodactylus_pentadactylus_s_{i:06d}.png".encode() for i in range(n)]
+    blob = {b"batch_label": b"training batch 1 of 5", b"labels": [i % 10 for i in range(n)],
+            b"data": np.full((n, 3072), 0xFF, np.uint8), b"filenames": names}
+    raw = pickle.dumps(blob, protocol=2)
+    assert 0.9 * datasets.CIFAR10_MAX_BATCH_BYTES < len(raw) <= datasets.CIFAR10_MAX_BATCH_BYTES
+    (tmp_path / datasets.CIFAR10_DIR / "data_batch_1").write_bytes(raw)
+    splits = datasets.read_cifar10(tmp_path)
+    assert splits.train_images.shape == (n + 24, 3, 32, 32) and int(splits.train_images[:n].min()) == 0xFF
+    assert splits.train_labels[:12].tolist() == [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 0, 1]
+
+
 def test_fortran_ordered_data_is_refused_by_name(tmp_path):
     resave_cifar10(tmp_path, 5)
     images, labels = tiny_images(4, 1)

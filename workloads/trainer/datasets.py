@@ -136,9 +136,13 @@ def _label_values(labels: Any, n: int, path: Path) -> list[int]:
 
 
 def _cifar_batch(path: Path) -> tuple[Any, Any]:
+    with _reading(path, "a CIFAR-10 python batch"):
+        return _cifar_tensors(path, _load_cifar_pickle(path, CIFAR10_MAX_BATCH_BYTES))
+
+
+def _cifar_tensors(path: Path, blob: dict[str, Any]) -> tuple[Any, Any]:
     import torch
 
-    blob = _load_cifar_pickle(path, CIFAR10_MAX_BATCH_BYTES)
     data, labels = blob.get("data"), blob.get("labels")
     if not isinstance(data, cifar_pickle.Array) or data.shape is None or data.dtype is None or labels is None:
         raise DatasetError(f"{path}: needs b'data' (a uint8 array) and b'labels'")
