@@ -45,7 +45,8 @@ def vm_data_kib():
         return next(int(line.split()[1]) for line in f if line.startswith("VmData:"))
 
 limit = (vm_data_kib() + int(sys.argv[2]) * 1024) * 1024
-resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
+hard = resource.getrlimit(resource.RLIMIT_DATA)[1]
+resource.setrlimit(resource.RLIMIT_DATA, (limit if hard == resource.RLIM_INFINITY else min(limit, hard), hard))
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 start = time.monotonic()
 code = train.main(sys.argv[3:])
