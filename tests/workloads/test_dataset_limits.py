@@ -68,6 +68,7 @@ def run_preflight_measured(tmp_path: Path, dataset: str) -> dict:
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]  # an uncaught MemoryError ends it with 1 and a traceback
     result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert "MemoryError" not in proc.stderr, proc.stderr[-3000:]  # refused by a check, not by hitting the limit
     return {**result, "stderr": proc.stderr}
 
 
