@@ -7,12 +7,14 @@ from __future__ import annotations
 import enum
 import ipaddress
 import re
+from decimal import Decimal
 
 from pydantic import Field, field_validator
 
 from config.errors import Problems
-from config.fields import Model, check_pinned_image, check_quantity, empty_to_none, quantity_value
+from config.fields import Model, check_pinned_image, check_quantity, empty_to_none
 from config.gpu import GpuConfig, SharingMode
+from config.quantities import format_bytes, parse_quantity
 
 _IFNAME = re.compile(r"\^?[A-Za-z0-9_.=-]+(,[A-Za-z0-9_.=-]+)*")
 
@@ -80,6 +82,29 @@ class ElasticConfig(Model):
     min_nodes: int = Field(default=1, ge=1, description="Fewest pods the job runs with.")
 
 
+# Floors of a training pod's resources (each refused below, naming the key):
+# - cpu 10m: the kubelet enforces a CFS quota of at least 1 ms per 100 ms period (kubelet
+#   cm/helpers_linux.go MinQuotaPeriod, the kernel's minimum), so a smaller limit is not the one applied.
+# - memory 1Gi besides /dev/shm: the pod runs torchrun's agent and a Python worker per GPU that imports
+#   PyTorch and holds a CUDA context, each several hundred MiB of host memory before the first batch;
+#   below 1Gi the pod is OOM-killed as it starts. memoryRequest has the same floor, so the scheduler
+#   does not place the pod where that memory is not.
+# - shmSize 64Mi: the container runtime's default /dev/shm, which already kills DataLoader workers
+#   (components/training/job.py); a smaller volume would be worse than none.
+MIN_CPU = Decimal("0.01")
+MIN_MEMORY = Decimal(2**30)
+MIN_SHM = Decimal(64 * 2**20)
+
+
+def _at_least(floor: Decimal, what: str) -> classmethod:  # type: ignore[type-arg]
+    def check(cls: type, v: object) -> str:
+        text = check_quantity(v)  # type: ignore[arg-type]
+        if parse_quantity(text) < floor:
+            raise ValueError(f"{text!r} is below {what}")
+        return text
+    return classmethod(check)
+
+
 class TrainingConfig(Model):
     """The distributed training job (torchrun) and its pods."""
 
@@ -125,9 +150,12 @@ class TrainingConfig(Model):
     nccl: NcclConfig = Field(default_factory=NcclConfig)
 
     _optional = field_validator("image", mode="before")(classmethod(lambda cls, v: empty_to_none(v)))
-    _quantities = field_validator("cpu_request", "cpu_limit", "memory_request", "memory_limit", "shm_size", mode="before")(
-        classmethod(lambda cls, v: check_quantity(v))
-    )
+    _cpu = field_validator("cpu_request", "cpu_limit", mode="before")(
+        _at_least(MIN_CPU, "10m, the least CPU a pod's limit can enforce (one 1 ms CFS quota per 100 ms)"))
+    _memory = field_validator("memory_request", "memory_limit", mode="before")(
+        _at_least(MIN_MEMORY, "1Gi: torchrun and a PyTorch worker holding a CUDA context need more host memory"))
+    _shm = field_validator("shm_size", mode="before")(
+        _at_least(MIN_SHM, "64Mi, the container default /dev/shm that already fails DataLoader workers"))
 
     @field_validator("image")
     @classmethod
@@ -320,10 +348,16 @@ def training_problems(t: TrainingConfig, acc: AcceptanceConfig, network: Network
     problems: Problems = []
     runs = t.enabled or acc.nccl
     for req, lim, key in ((t.cpu_request, t.cpu_limit, "cpu"), (t.memory_request, t.memory_limit, "memory")):
-        if quantity_value(req) > quantity_value(lim):
+        if parse_quantity(req) > parse_quantity(lim):
             problems.append((f"training.{key}Request", f"{req} is more than training.{key}Limit {lim}"))
-    if quantity_value(t.shm_size) > quantity_value(t.memory_limit):
+    # What the pod writes to /dev/shm (a memory-backed emptyDir) is charged to its memory limit.
+    shm, limit = parse_quantity(t.shm_size), parse_quantity(t.memory_limit)
+    if shm > limit:
         problems.append(("training.shmSize", f"{t.shm_size} exceeds training.memoryLimit {t.memory_limit} (shm counts as memory)"))
+    elif limit - shm < MIN_MEMORY:
+        problems.append(("training.memoryLimit",
+                         f"{t.memory_limit} leaves {format_bytes(limit - shm)} besides training.shmSize {t.shm_size} "
+                         "(shm counts as memory): the processes need at least 1Gi of their own"))
     if t.warmup_epochs is not None and t.warmup_epochs >= t.epochs:
         problems.append(("training.warmupEpochs",
                          f"{t.warmup_epochs:g} is not less than training.epochs {t.epochs}: the run would end in warm-up"))
