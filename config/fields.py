@@ -11,9 +11,10 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, field_validator
 from pydantic.alias_generators import to_camel
 
+from components.lab.scripts import HEREDOC_END
 from config.quantities import check_positive_quantity, parse_quantity
 
 
@@ -23,6 +24,26 @@ class Model(BaseModel):
     model_config = ConfigDict(
         alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True
     )
+
+    @field_validator("*")
+    @classmethod
+    def _no_script_end(cls, v: Any) -> Any:
+        # Every key has its own format rule; this one holds for all of them, including keys added
+        # later: the lab's host scripts are sent inside a here-document that ends at this word
+        # (components/lab/scripts.as_root refuses a script holding it, after resources exist).
+        texts = [v] if isinstance(v, str) else [t for t in _texts(v) if isinstance(t, str)]
+        if any(HEREDOC_END in t for t in texts):
+            raise ValueError(f"must not contain {HEREDOC_END}, the end marker of the host scripts")
+        return v
+
+
+def _texts(value: Any) -> list[Any]:
+    """The strings of a list or mapping value (a section's own model checks its strings itself)."""
+    if isinstance(value, list | tuple):
+        return list(value)
+    if isinstance(value, Mapping):
+        return [*value.keys(), *value.values()]
+    return []
 
 
 def empty_to_none(value: Any) -> Any:

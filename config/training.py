@@ -232,10 +232,13 @@ class AcceptanceConfig(Model):
 
 
 # A Linux interface name (IFNAMSIZ 16 with the NUL), a PCI address in sysfs form, an RDMA device
-# name (IB_DEVICE_NAME_MAX 64) and a kernel module name: each reaches host scripts and CNI configs.
+# name and a kernel module name: each reaches host scripts and CNI configs.
 _LINUX_IFNAME = re.compile(r"[A-Za-z0-9_.-]{1,15}")
 _PCI_ADDRESS = re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")
-_RDMA_DEVICE = re.compile(r"[A-Za-z0-9_.-]{1,63}")
+# RDMA device names are at most 63 characters (IB_DEVICE_NAME_MAX 64 with the NUL) and lowercase as
+# every driver names them (mlx5_0, irdma0, bnxt_re0, efa_0, rxe0) and as rdma-core's udev renaming
+# does (rocep59s0f0, ibp59s0f0): an uppercase name is a typo, or text meant for something else.
+_RDMA_DEVICE = re.compile(r"[a-z][a-z0-9_.-]{0,62}")
 _KERNEL_MODULE = re.compile(r"[a-z0-9_]{1,55}")
 _NCCL_VAR = re.compile(r"NCCL_[A-Z0-9_]{1,60}")
 # What the program sets itself from network.roce (and training.nccl.debug): named elsewhere.
@@ -295,7 +298,9 @@ class RoceConfig(Model):
     @classmethod
     def _hca(cls, v: str) -> str:
         if not _RDMA_DEVICE.fullmatch(v):
-            raise ValueError("must be an RDMA device name as `rdma link` prints it, e.g. 'irdma0', 'mlx5_0'")
+            raise ValueError("must be an RDMA device name as `rdma link` prints it: a lowercase letter, then lowercase "
+                             "letters, digits, '_', '.' or '-', at most 63 characters (e.g. 'irdma0', 'mlx5_0', "
+                             "'rocep59s0f0')")
         return v
 
     @field_validator("driver")
