@@ -216,7 +216,7 @@ def quantity_value(text: str) -> float:
     return float(parse_quantity(text))
 
 
-def check_quantity(value: str) -> str:
+def check_quantity(value: object) -> str:
     """A Kubernetes quantity above zero (config/quantities.py reads it as the API server does)."""
     return check_positive_quantity(value)
 

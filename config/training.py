@@ -8,6 +8,7 @@ import enum
 import ipaddress
 import re
 from decimal import Decimal
+from typing import Any
 
 from pydantic import Field, field_validator
 
@@ -96,9 +97,10 @@ MIN_MEMORY = Decimal(2**30)
 MIN_SHM = Decimal(64 * 2**20)
 
 
-def _at_least(floor: Decimal, what: str) -> classmethod:  # type: ignore[type-arg]
+def _at_least(floor: Decimal, what: str) -> Any:
+    """A field validator: a quantity of at least `floor`."""
     def check(cls: type, v: object) -> str:
-        text = check_quantity(v)  # type: ignore[arg-type]
+        text = check_quantity(v)
         if parse_quantity(text) < floor:
             raise ValueError(f"{text!r} is below {what}")
         return text

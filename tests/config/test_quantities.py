@@ -49,7 +49,7 @@ def problems(**training: Any) -> dict[str, str]:
 
 
 # (training keys, the key refused, words of the refusal)
-REFUSED = {
+REFUSED: dict[str, tuple[dict[str, Any], str, str]] = {
     "memory one byte": ({"memoryLimit": "1"}, "training.memoryLimit", "below 1Gi"),
     "memory request 64Mi": ({"memoryRequest": "64Mi"}, "training.memoryRequest", "below 1Gi"),
     "cpu limit zero": ({"cpuLimit": "0"}, "training.cpuLimit", "more than zero"),
