@@ -111,6 +111,8 @@ def _related(problem_key: str, key: str) -> bool:
     return any(a == b or b.startswith(a + ".") or b.startswith(a + "[") for a, b in ((problem_key, key), (key, problem_key)))
 
 
+# One worker renders them all under pytest-xdist's --dist loadgroup (the fixture is per module).
+@pytest.mark.xdist_group("value_bounds")
 @pytest.mark.parametrize(("platform", "key"), [
     pytest.param(p, k, marks=pytest.mark.xfail(strict=True, reason=KNOWN[(p, k)])) if (p, k) in KNOWN else (p, k)
     for p, k in _keys()
