@@ -17,7 +17,9 @@ from config.fields import Model, check_pinned_image, check_quantity, empty_to_no
 from config.gpu import GpuConfig, SharingMode
 from config.quantities import format_bytes, parse_quantity
 
-_IFNAME = re.compile(r"\^?[A-Za-z0-9_.=-]+(,[A-Za-z0-9_.=-]+)*")
+# NCCL_SOCKET_IFNAME: interface names or prefixes (at most 15 characters, IFNAMSIZ), '=' for an exact
+# match, the list optionally '^'-negated.
+_IFNAME = re.compile(r"\^?=?[A-Za-z0-9_.-]{1,15}(,=?[A-Za-z0-9_.-]{1,15})*")
 
 
 class Launcher(enum.StrEnum):
@@ -47,7 +49,8 @@ class NcclConfig(Model):
     @classmethod
     def _ifname(cls, v: str | None) -> str | None:
         if v is not None and not _IFNAME.fullmatch(v):
-            raise ValueError("must be interface names or prefixes, comma separated, optionally '^'-negated ('eth0', '^lo,docker')")
+            raise ValueError("must be interface names or prefixes (at most 15 characters of A-Z a-z 0-9 _ . -, '=' "
+                             "before one for an exact match), comma separated, optionally '^'-negated ('eth0', '^lo,docker')")
         return v
 
 

@@ -112,3 +112,15 @@ def test_wandb_base_url_port_is_what_the_egress_policy_opens(url: str, port: int
 ])
 def test_no_value_holds_the_script_terminator(overrides: dict[str, Any], key: str) -> None:
     assert "end marker of the host scripts" in problems(**overrides)[key]
+
+
+@pytest.mark.parametrize("ifname", ["a" * 16, "eth0," + "b" * 16, "eth0=", "^", "eth0,",
+                                    pytest.param("a" * 10_000, id="10000-characters")])
+def test_socket_ifname_items_are_interface_names(ifname: str) -> None:
+    assert "interface names" in problems(training={"nccl": {"socketIfname": ifname}})["training.nccl.socketIfname"]
+
+
+@pytest.mark.parametrize("ifname", ["eth0", "^lo,docker", "=eth0", "^=docker0", "a" * 15, "ens1f0,ib0"])
+def test_socket_ifname_forms_nccl_reads_are_taken(ifname: str) -> None:
+    cfg = config.parse(lab_raw(training={"nccl": {"socketIfname": ifname}}), {"sshPrivateKey"})
+    assert cfg.training.nccl.socket_ifname == ifname
