@@ -11,8 +11,11 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, field_validator
 from pydantic.alias_generators import to_camel
+
+from components.lab.scripts import HEREDOC_END
+from config.quantities import check_positive_quantity, parse_quantity
 
 
 class Model(BaseModel):
@@ -21,6 +24,26 @@ class Model(BaseModel):
     model_config = ConfigDict(
         alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True
     )
+
+    @field_validator("*")
+    @classmethod
+    def _no_script_end(cls, v: Any) -> Any:
+        # Every key has its own format rule; this one holds for all of them, including keys added
+        # later: the lab's host scripts are sent inside a here-document that ends at this word
+        # (components/lab/scripts.as_root refuses a script holding it, after resources exist).
+        texts = [v] if isinstance(v, str) else [t for t in _texts(v) if isinstance(t, str)]
+        if any(HEREDOC_END in t for t in texts):
+            raise ValueError(f"must not contain {HEREDOC_END}, the end marker of the host scripts")
+        return v
+
+
+def _texts(value: Any) -> list[Any]:
+    """The strings of a list or mapping value (a section's own model checks its strings itself)."""
+    if isinstance(value, list | tuple):
+        return list(value)
+    if isinstance(value, Mapping):
+        return [*value.keys(), *value.values()]
+    return []
 
 
 def empty_to_none(value: Any) -> Any:
@@ -182,12 +205,6 @@ def ipv4_or_none(text: str) -> ipaddress.IPv4Address | None:
 
 # --- Kubernetes quantities and images -------------------------------------------------------------
 
-# A Kubernetes quantity as used for cpu/memory/shm sizes ("500m", "4", "16Gi", "1.5G").
-_QUANTITY = re.compile(r"([0-9]+(?:\.[0-9]+)?)(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?")
-_QUANTITY_FACTOR = {
-    None: 1, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18,
-    "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
-}
 # An image reference pinned by a tag (not "latest") or by a digest.
 _IMAGE_NAME = re.compile(r"[a-z0-9]+(?:(?:[._-]|__|[-]+)[a-z0-9]+)*(?::[0-9]+)?(?:/[a-z0-9]+(?:(?:[._]|__|[-]+)[a-z0-9]+)*)*")
 _IMAGE_TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
@@ -196,16 +213,12 @@ _IMAGE_DIGEST = re.compile(r"sha256:[a-f0-9]{64}")
 
 def quantity_value(text: str) -> float:
     """The numeric value of a Kubernetes quantity (cpu in cores, memory in bytes)."""
-    m = _QUANTITY.fullmatch(text)
-    if not m:
-        raise ValueError(f"{text!r} is not a Kubernetes quantity")
-    return float(m.group(1)) * _QUANTITY_FACTOR[m.group(2)]
+    return float(parse_quantity(text))
 
 
-def check_quantity(value: str) -> str:
-    if not _QUANTITY.fullmatch(str(value)):
-        raise ValueError("must be a Kubernetes quantity such as '500m', '4', '16Gi'")
-    return str(value)
+def check_quantity(value: object) -> str:
+    """A Kubernetes quantity above zero (config/quantities.py reads it as the API server does)."""
+    return check_positive_quantity(value)
 
 
 def check_pinned_image(value: str) -> str:

@@ -19,29 +19,11 @@ Defaults, and why:
 
 from __future__ import annotations
 
-import re
-
 from pydantic import Field, field_validator, model_validator
 
+from config.cron import check_cron
 from config.errors import Problems
 from config.fields import Model, check_pinned_image, empty_to_none
-
-# Five cron fields (minute hour day-of-month month day-of-week) as a Kubernetes CronJob takes them:
-# numbers, '*', ranges, steps and lists; no @macros or names, so the check stays exact.
-_CRON_FIELD = re.compile(r"(\*|[0-9]+(-[0-9]+)?)(/[0-9]+)?(,(\*|[0-9]+(-[0-9]+)?)(/[0-9]+)?)*")
-_CRON_RANGES = ((0, 59), (0, 23), (1, 31), (1, 12), (0, 7))
-
-
-def check_cron(value: str) -> str:
-    fields = value.split(" ")
-    if len(fields) != 5 or not all(_CRON_FIELD.fullmatch(f) for f in fields):
-        raise ValueError(f"{value!r} is not a cron schedule of five fields separated by single spaces "
-                         "(minute hour day-of-month month day-of-week), e.g. '17 3 * * *'")
-    for text, (low, high) in zip(fields, _CRON_RANGES, strict=True):
-        for number in re.findall(r"[0-9]+", text.replace("/", " / ")):
-            if not low <= int(number) <= high:
-                raise ValueError(f"{value!r}: {number} is outside {low}-{high} in field {text!r}")
-    return value
 
 
 class GpuDiagnostic(Model):
@@ -79,7 +61,7 @@ class NcclPairCheck(Model):
 
     @model_validator(mode="after")
     def _rounds_fit_the_day(self) -> NcclPairCheck:
-        minute, hour = self.schedule.split(" ")[:2]
+        minute, hour = ([*self.schedule.split(" "), ""])[:2]
         if not (minute.isdigit() and hour.isdigit()):
             raise ValueError(f"schedule {self.schedule!r}: the minute and hour must be single numbers (e.g. "
                              "'47 4 * * *'): the rounds of pairs start from that time, timeoutMinutes + 2 apart")

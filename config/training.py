@@ -7,14 +7,19 @@ from __future__ import annotations
 import enum
 import ipaddress
 import re
+from decimal import Decimal
+from typing import Any
 
 from pydantic import Field, field_validator
 
 from config.errors import Problems
-from config.fields import Model, check_pinned_image, check_quantity, empty_to_none, quantity_value
+from config.fields import Model, check_pinned_image, check_quantity, empty_to_none
 from config.gpu import GpuConfig, SharingMode
+from config.quantities import format_bytes, parse_quantity
 
-_IFNAME = re.compile(r"\^?[A-Za-z0-9_.=-]+(,[A-Za-z0-9_.=-]+)*")
+# NCCL_SOCKET_IFNAME: interface names or prefixes (at most 15 characters, IFNAMSIZ), '=' for an exact
+# match, the list optionally '^'-negated.
+_IFNAME = re.compile(r"\^?=?[A-Za-z0-9_.-]{1,15}(,=?[A-Za-z0-9_.-]{1,15})*")
 
 
 class Launcher(enum.StrEnum):
@@ -44,7 +49,8 @@ class NcclConfig(Model):
     @classmethod
     def _ifname(cls, v: str | None) -> str | None:
         if v is not None and not _IFNAME.fullmatch(v):
-            raise ValueError("must be interface names or prefixes, comma separated, optionally '^'-negated ('eth0', '^lo,docker')")
+            raise ValueError("must be interface names or prefixes (at most 15 characters of A-Z a-z 0-9 _ . -, '=' "
+                             "before one for an exact match), comma separated, optionally '^'-negated ('eth0', '^lo,docker')")
         return v
 
 
@@ -78,6 +84,31 @@ class ElasticConfig(Model):
 
     enabled: bool = Field(default=False)
     min_nodes: int = Field(default=1, ge=1, description="Fewest pods the job runs with.")
+
+
+# Floors of a training pod's resources (each refused below, naming the key):
+# - cpu 10m: the kubelet enforces a CFS quota of at least 1 ms per 100 ms period (kubelet
+#   cm/helpers_linux.go MinQuotaPeriod, the kernel's minimum), so a smaller limit is not the one applied.
+# - memory 1Gi besides /dev/shm: the pod runs torchrun's agent (it imports PyTorch) and a worker per
+#   GPU. Measured (torch 2.11+cu130 on an H200): `import torch` 491 MiB resident, 614 MiB with the CUDA
+#   context, 774 MiB after a first forward and backward pass; agent and one worker already pass 1Gi,
+#   so below it the pod is OOM-killed as it starts. memoryRequest has the same floor, so the
+#   scheduler does not place the pod where that memory is not.
+# - shmSize 64Mi: the container runtime's default /dev/shm, which already kills DataLoader workers
+#   (components/training/job.py); a smaller volume would be worse than none.
+MIN_CPU = Decimal("0.01")
+MIN_MEMORY = Decimal(2**30)
+MIN_SHM = Decimal(64 * 2**20)
+
+
+def _at_least(floor: Decimal, what: str) -> Any:
+    """A field validator: a quantity of at least `floor`."""
+    def check(cls: type, v: object) -> str:
+        text = check_quantity(v)
+        if parse_quantity(text) < floor:
+            raise ValueError(f"{text!r} is below {what}")
+        return text
+    return classmethod(check)
 
 
 class TrainingConfig(Model):
@@ -125,9 +156,12 @@ class TrainingConfig(Model):
     nccl: NcclConfig = Field(default_factory=NcclConfig)
 
     _optional = field_validator("image", mode="before")(classmethod(lambda cls, v: empty_to_none(v)))
-    _quantities = field_validator("cpu_request", "cpu_limit", "memory_request", "memory_limit", "shm_size", mode="before")(
-        classmethod(lambda cls, v: check_quantity(v))
-    )
+    _cpu = field_validator("cpu_request", "cpu_limit", mode="before")(
+        _at_least(MIN_CPU, "10m, the least CPU a pod's limit can enforce (one 1 ms CFS quota per 100 ms)"))
+    _memory = field_validator("memory_request", "memory_limit", mode="before")(
+        _at_least(MIN_MEMORY, "1Gi: torchrun and a PyTorch worker holding a CUDA context need more host memory"))
+    _shm = field_validator("shm_size", mode="before")(
+        _at_least(MIN_SHM, "64Mi, the container default /dev/shm that already fails DataLoader workers"))
 
     @field_validator("image")
     @classmethod
@@ -204,10 +238,13 @@ class AcceptanceConfig(Model):
 
 
 # A Linux interface name (IFNAMSIZ 16 with the NUL), a PCI address in sysfs form, an RDMA device
-# name (IB_DEVICE_NAME_MAX 64) and a kernel module name: each reaches host scripts and CNI configs.
+# name and a kernel module name: each reaches host scripts and CNI configs.
 _LINUX_IFNAME = re.compile(r"[A-Za-z0-9_.-]{1,15}")
 _PCI_ADDRESS = re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")
-_RDMA_DEVICE = re.compile(r"[A-Za-z0-9_.-]{1,63}")
+# RDMA device names are at most 63 characters (IB_DEVICE_NAME_MAX 64 with the NUL) and lowercase as
+# every driver names them (mlx5_0, irdma0, bnxt_re0, efa_0, rxe0) and as rdma-core's udev renaming
+# does (rocep59s0f0, ibp59s0f0): an uppercase name is a typo, or text meant for something else.
+_RDMA_DEVICE = re.compile(r"[a-z][a-z0-9_.-]{0,62}")
 _KERNEL_MODULE = re.compile(r"[a-z0-9_]{1,55}")
 _NCCL_VAR = re.compile(r"NCCL_[A-Z0-9_]{1,60}")
 # What the program sets itself from network.roce (and training.nccl.debug): named elsewhere.
@@ -267,7 +304,9 @@ class RoceConfig(Model):
     @classmethod
     def _hca(cls, v: str) -> str:
         if not _RDMA_DEVICE.fullmatch(v):
-            raise ValueError("must be an RDMA device name as `rdma link` prints it, e.g. 'irdma0', 'mlx5_0'")
+            raise ValueError("must be an RDMA device name as `rdma link` prints it: a lowercase letter, then lowercase "
+                             "letters, digits, '_', '.' or '-', at most 63 characters (e.g. 'irdma0', 'mlx5_0', "
+                             "'rocep59s0f0')")
         return v
 
     @field_validator("driver")
@@ -320,10 +359,16 @@ def training_problems(t: TrainingConfig, acc: AcceptanceConfig, network: Network
     problems: Problems = []
     runs = t.enabled or acc.nccl
     for req, lim, key in ((t.cpu_request, t.cpu_limit, "cpu"), (t.memory_request, t.memory_limit, "memory")):
-        if quantity_value(req) > quantity_value(lim):
+        if parse_quantity(req) > parse_quantity(lim):
             problems.append((f"training.{key}Request", f"{req} is more than training.{key}Limit {lim}"))
-    if quantity_value(t.shm_size) > quantity_value(t.memory_limit):
+    # What the pod writes to /dev/shm (a memory-backed emptyDir) is charged to its memory limit.
+    shm, limit = parse_quantity(t.shm_size), parse_quantity(t.memory_limit)
+    if shm > limit:
         problems.append(("training.shmSize", f"{t.shm_size} exceeds training.memoryLimit {t.memory_limit} (shm counts as memory)"))
+    elif limit - shm < MIN_MEMORY:
+        problems.append(("training.memoryLimit",
+                         f"{t.memory_limit} leaves {format_bytes(limit - shm)} besides training.shmSize {t.shm_size} "
+                         "(shm counts as memory): the processes need at least 1Gi of their own"))
     if t.warmup_epochs is not None and t.warmup_epochs >= t.epochs:
         problems.append(("training.warmupEpochs",
                          f"{t.warmup_epochs:g} is not less than training.epochs {t.epochs}: the run would end in warm-up"))

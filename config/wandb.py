@@ -17,7 +17,7 @@ import re
 from pydantic import Field, field_validator
 
 from config.errors import Problems
-from config.fields import Model, empty_to_none
+from config.fields import Model, check_remote_host, empty_to_none
 from config.training import TrainingConfig
 
 API_KEY = "wandbApiKey"  # the secret key (gpu-cluster:wandbApiKey)
@@ -28,8 +28,9 @@ _ENTITY = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
 # Queue and project names: W&B allows more, but never '/', ':' or whitespace in what the CLI
 # takes (`-q`, `-p`); this subset also stays a safe file and label-free string.
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
-# https://host[:port][/path]: the chart writes it into a ConfigMap unquoted.
-_BASE_URL = re.compile(r"https://[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?(:[0-9]{1,5})?(/[A-Za-z0-9._~-]+)*/?")
+# https://host[:port][/path]: the chart writes it into a ConfigMap unquoted, and the agent's
+# egress NetworkPolicy opens its port (components/training/wandb_launch.py).
+_BASE_URL = re.compile(r"https://(?P<host>[^/:]+)(:(?P<port>[0-9]+))?(?P<path>(/[A-Za-z0-9._~-]+)*/?)")
 
 
 def _check(pattern: re.Pattern[str], v: str | None, what: str) -> str | None:
@@ -61,9 +62,17 @@ class WandbConfig(Model):
     @field_validator("base_url")
     @classmethod
     def _https(cls, v: str) -> str:
-        if not _BASE_URL.fullmatch(v):
-            raise ValueError("must be an https:// address such as 'https://api.wandb.ai' "
-                             "(https: the API key travels with every request)")
+        m = _BASE_URL.fullmatch(v)
+        if not m:
+            raise ValueError("must be an https:// address 'https://<host>[:<port>][/<path>]' such as "
+                             "'https://api.wandb.ai' (https: the API key travels with every request)")
+        try:
+            check_remote_host(m["host"])
+        except ValueError as err:
+            raise ValueError(f"the host {m['host']!r}: {err}") from None
+        port = m["port"]
+        if port is not None and (port.startswith("0") or len(port) > 5 or int(port) > 65535):
+            raise ValueError(f"the port {port} is not a TCP port: 1-65535, without leading zeros (or none: 443)")
         return v.rstrip("/")
 
 
