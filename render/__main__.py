@@ -36,7 +36,6 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import shutil
 import sys
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -45,7 +44,7 @@ from typing import Any
 import yaml
 
 from config import ConfigError
-from render import program, update
+from render import out_dir, program, update
 
 # Releases, charts, kustomize directories and manifest files are bundles the provider expands,
 # not objects themselves.
@@ -96,12 +95,14 @@ class _Writer:
 
     def __init__(self, root: Path):
         self.root = root.resolve()
+        self.written: list[Path] = []  # what the marker lists (render/out_dir.py)
 
     def __call__(self, path: Path, text: str, mode: int = 0o644) -> None:
         target = path.resolve()
         if target != self.root and self.root not in target.parents:
-            raise ValueError(f"refusing to write {path}: outside {self.root}")
+            raise out_dir.OutDirError(f"refusing to write {path}: it resolves outside {self.root} (a symlink?)")
         _write(target, text, mode)
+        self.written.append(target)
 
 
 def _write(path: Path, text: str, mode: int = 0o644) -> None:
@@ -142,9 +143,10 @@ def _summary(plan: program.Plan, steps: dict, objects: list, releases: list) -> 
 
 
 def write(plan: program.Plan, out: Path, verdict: str = "", update_section: str = "") -> None:
-    if out.exists():
-        shutil.rmtree(out)
-    out.mkdir(parents=True)
+    """Write the plan's files under `out`. Only render's own earlier output there is deleted
+    (render/out_dir.py); raises out_dir.OutDirError for a directory that holds anything else."""
+    out_dir.clear(out)
+    out_dir.mark(out, [])  # render's from now on, even if this run stops half-way
     put = _Writer(out)  # every file below is checked to land inside `out`
     entries = [r.entry() for r in plan.resources]
     put(out / "plan.json", json.dumps({"stack": plan.stack, "resources": entries,
@@ -177,6 +179,7 @@ def write(plan: program.Plan, out: Path, verdict: str = "", update_section: str 
     put(out / "graph.dot", _dot(plan))
     sections = "".join(f"\n{section}" for section in (verdict, update_section) if section)
     put(out / "summary.md", _summary(plan, steps, objects, releases) + sections)
+    out_dir.mark(out, put.written)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -189,6 +192,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="an older Pulumi.<stack>.yaml or plan.json: print what an update from it would do")
     args = parser.parse_args(argv)
     out = args.out or Path("out") / args.stack
+    try:
+        out_dir.check(out)  # before the work: a directory render may not clear is refused at once
+    except out_dir.OutDirError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     try:
         plan = program.run(args.stack)
     except ConfigError as err:
@@ -218,7 +226,11 @@ def main(argv: list[str] | None = None) -> int:
         except cluster.CheckSetupError as err:
             print(f"error: the whole-cluster check cannot run: {err}", file=sys.stderr)
             return 1
-    write(plan, out, report.markdown() if report else "", changes.markdown() if changes else "")
+    try:
+        write(plan, out, report.markdown() if report else "", changes.markdown() if changes else "")
+    except out_dir.OutDirError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     print(f"{len(plan.resources)} resources -> {out}/ (summary.md, plan.json, graph.dot)")
     if changes is not None:
         print(changes.text(), end="")
