@@ -44,7 +44,7 @@ from typing import Any
 import yaml
 
 from config import ConfigError
-from render import out_dir, program, update
+from render import out_dir, program, update, update_risks
 
 # Releases, charts, kustomize directories and manifest files are bundles the provider expands,
 # not objects themselves.
@@ -209,14 +209,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.against is not None:
         try:
             # After the new plan: rendering the older config replaces the program's root stack.
-            older = update.older_resources(args.against, args.stack)
+            older = update_risks.older_side(args.against, args.stack)
         except ConfigError as err:
             print(f"error: the older config {args.against}: {err}", file=sys.stderr)
             return 2
         except (OSError, ValueError) as err:
             print(f"error: --against {args.against}: {err}", file=sys.stderr)
             return 2
-        changes = update.compare(older, update.Resource.from_plan(plan), args.stack, str(args.against))
+        newer = update_risks.plan_side(plan)
+        changes = update.compare(older.resources, newer.resources, args.stack, str(args.against))
+        changes.refused = update_risks.refusals(older, plan.config)
+        changes.risks = update_risks.whole_cluster_changes(older, newer)
     report = None
     if not args.no_check:
         from render import cluster
@@ -234,6 +237,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{len(plan.resources)} resources -> {out}/ (summary.md, plan.json, graph.dot)")
     if changes is not None:
         print(changes.text(), end="")
+    if changes is not None and changes.refused:
+        # pulumi up stops before registering anything (stacks/lab.py): the check's verdict is moot.
+        print("error: pulumi up would refuse this update:\n  " + "\n  ".join(changes.refused), file=sys.stderr)
+        return 2
     if report is not None and not report.ok:
         print(f"would not come up ({len(report.problems)} problems; summary.md, 'Would it come up'):", file=sys.stderr)
         for problem in report.problems:
@@ -243,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"would come up: {report.objects} objects, {len(report.lines)} workloads placed")
     if changes is not None and changes.destructive:
         print(f"the update has {len(changes.loud)} '!!' lines (nodes drained, reset or deleted; protected "
-              "resources): exit 4", file=sys.stderr)
+              "resources; the pod network, GPU stack or shared storage swapped): exit 4", file=sys.stderr)
         return 4
     return 0
 

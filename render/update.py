@@ -27,7 +27,6 @@ schema is not available offline (gcp: shown as "update?", the provider decides).
 from __future__ import annotations
 
 import copy
-import json
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -37,7 +36,7 @@ from typing import Any
 
 import yaml
 
-from render import program
+from render import drain_guards, program
 
 COMMAND_TYPES = ("command:remote:Command", "command:local:Command")
 K8S_PROVIDER = "pulumi:providers:kubernetes"
@@ -176,17 +175,22 @@ class UpdatePlan:
     against: str
     steps: list[Step]
     notes: list[str] = field(default_factory=list)
+    # What `pulumi up` refuses, key by key (render/update_risks.py refusals): exit 2.
+    refused: list[str] = field(default_factory=list)
+    # Whole-cluster changes (CNI, GPU stack, storage backend; update_risks.whole_cluster_changes).
+    risks: list[str] = field(default_factory=list)
 
     def of(self, action: Action) -> list[Step]:
         return [s for s in self.steps if s.action is action]
 
     @property
     def loud(self) -> list[str]:
-        return [line for s in self.steps for line in s.loud]
+        return self.risks + [line for s in self.steps for line in s.loud]
 
     @property
     def destructive(self) -> bool:
-        """A node would be drained, reset or deleted, or a protected resource replaced or deleted."""
+        """A node would be drained, reset or deleted, a protected resource replaced or deleted, or
+        the pod network, GPU stack or shared storage swapped."""
         return bool(self.loud)
 
     def summary_line(self) -> str:
@@ -201,10 +205,12 @@ class UpdatePlan:
             f"{counts[Action.SAME]} unchanged",
         ]
         tail = f"; {len(self.loud)} loud" if self.loud else ""
+        tail += f"; REFUSED by pulumi up ({len(self.refused)})" if self.refused else ""
         return f"update of {self.stack} from {self.against}: " + ", ".join(parts) + tail
 
     def text(self) -> str:
         out = [self.summary_line()]
+        out += [f"REFUSED {line}" for line in self.refused]
         out += [f"!! {line}" for line in self.loud]
         for action in (Action.CREATE, Action.UPDATE, Action.REPLACE, Action.DELETE):
             steps = self.of(action)
@@ -222,6 +228,8 @@ class UpdatePlan:
 
     def markdown(self) -> str:
         out = [f"## Update from `{self.against}`", "", self.summary_line() + ".", ""]
+        if self.refused:
+            out += [f"- **REFUSED {line}**" for line in self.refused] + [""]
         if self.loud:
             out += [f"- **!! {line}**" for line in self.loud] + [""]
         for action in (Action.CREATE, Action.UPDATE, Action.REPLACE, Action.DELETE):
@@ -810,8 +818,17 @@ def _loud(step: Step, deleted_or_replaced: set[str]) -> None:
         which, effects = update_effects(step.new)
         if effects:
             host = (step.new.inputs.get("connection") or {}).get("host", "?")
+            # What ran on the host before: the older update script, or its create (never updated).
+            before = old.inputs.get(which) if old is not None else None
+            if old is not None and which == "update" and not isinstance(before, str):
+                before = old.inputs.get("create")
+            verdict = drain_guards.rerun(before, step.new.inputs.get(which))
+            if verdict is not None and not verdict.drains:
+                step.reasons.append(verdict.drains_if)
+                return
+            detail = f": {verdict.drains}" if verdict is not None else ""
             step.loud.append(f"UPDATE {step.new.name}: runs its {which} script again on {host}, a script that "
-                             f"{', '.join(effects)}")
+                             f"{', '.join(effects)}{detail}")
         return
     if old is None or step.action not in (Action.REPLACE, Action.DELETE):
         return
@@ -882,15 +899,11 @@ def compare(old: list[Resource], new: list[Resource], stack: str = "", against: 
 
 
 def older_resources(path: Path, stack: str) -> list[Resource]:
-    """The older side: a plan.json as written, or a stack file rendered with today's program.
+    """The older side's resources (render/update_risks.py older_side: a plan.json as written, or a
+    stack file rendered with today's program).
 
     Raises config.ConfigError for a bad older stack file, ValueError for a plan of another stack.
     """
-    text = path.read_text()
-    if path.suffix == ".json" or text.lstrip().startswith("{"):
-        data = json.loads(text)
-        if data.get("stack") != stack:
-            raise ValueError(f"{path} is a plan of stack {data.get('stack')!r}, not {stack!r}")
-        return [Resource.from_entry(e) for e in data.get("resources") or []]
-    plan = program.run(stack, config=program.stack_config(stack, stack_file=path))
-    return Resource.from_plan(plan)
+    from render import update_risks
+
+    return update_risks.older_side(path, stack).resources
