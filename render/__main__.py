@@ -19,16 +19,28 @@ Writes:
                               whole-cluster check (render/cluster/) of every object the cluster
                               would receive, Helm charts rendered, against Kubernetes' schemas,
                               CRDs, Pod Security and the scheduler, on the nodes the stack will have
+  DIR/.gpu-cluster-render     the marker: the files this render wrote. DIR (default out/<stack>)
+                              must be missing, empty or an earlier render's: the next render
+                              deletes only the files its marker lists; a directory holding
+                              anything else, or a file, is refused (render/out_dir.py)
 --against OLD (an older Pulumi.<stack>.yaml, rendered with today's program, or an older
 plan.json) prints what `pulumi up` from OLD would create, update, replace and delete
 (render/update.py), with a line starting `!!` for every step whose delete drains, resets or
-deletes a node and every protected resource it would replace or delete; summary.md gets it under
-"Update from".
+deletes a node, every update whose script drains a node (an upgrade script only when the config
+changes a version it compares the host with, the membership drain only for hosts that leave:
+otherwise "drains if ...", render/drain_guards.py), every protected resource it would replace or
+delete, and a change of CNI, GPU stack or shared storage backend (render/update_risks.py); a
+`REFUSED` line names each key `pulumi up` would refuse (a downgrade, a skipped minor, a CIDR,
+endpoint or first control plane change without allowRebuild: LabStack.change_problems, the rule
+`up` runs). summary.md gets it under "Update from".
 Exit status: 0 the plan would come up; 2 a bad stack config (the config error, of either side;
-nothing is written); 3 something would not come up (each workload, node and reason on stderr and
-in summary.md); 1 the check could not run (upstream charts missing: --no-check skips it); 4 with
---against, the plan comes up but the update has `!!` lines (a node drained, reset or deleted, or
-a protected resource replaced or deleted), so a CI job can refuse it. 2, 1 and 3 come before 4.
+nothing is written), an `--out` render may not clear (nothing is changed), or with --against an
+update `pulumi up` would refuse (REFUSED lines; the files are written); 3 something would not come
+up (each workload, node and reason on stderr and in summary.md); 1 the check could not run
+(upstream charts missing: --no-check skips it); 4 with --against, the plan comes up but the update
+has `!!` lines (a node drained, reset or deleted, a protected resource replaced or deleted, or the
+pod network, GPU stack or shared storage swapped), so a CI job can refuse it. 2, 1 and 3 come
+before 4.
 """
 
 from __future__ import annotations
@@ -185,7 +197,8 @@ def write(plan: program.Plan, out: Path, verdict: str = "", update_section: str 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m render", description=__doc__.split("\n")[0])
     parser.add_argument("stack", help="stack name: reads Pulumi.<stack>.yaml")
-    parser.add_argument("--out", type=Path, help="output directory (default: out/<stack>)")
+    parser.add_argument("--out", type=Path,
+                        help="output directory (default: out/<stack>): missing, empty or an earlier render's")
     parser.add_argument("--no-check", action="store_true",
                         help="skip the whole-cluster check (it needs the upstream charts and requirements-dev.txt)")
     parser.add_argument("--against", type=Path, metavar="OLD",

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 # The helpers every upgrade script carries (scripts._UPGRADE_HELPERS); its drain_node is called
 # only behind a version comparison.
 _UPGRADE_SCRIPT = re.compile(r"^readonly SLOT_PREFIX=gpu-cluster-upgrade-slot-$", re.MULTILINE)
-_DRAIN_CALL = re.compile(r"^\s*drain_node\s", re.MULTILINE)
+NODE_DRAIN = re.compile(r"^\s*drain_node\s", re.MULTILINE)
 # The values the drain condition compares with the host, and the config key each comes from.
 _VERSION_VALUES: tuple[tuple[str, str, re.Pattern[str]], ...] = (
     ("want", "kubernetesVersion", re.compile(r"^\s*want=([0-9][^\s()]*)$", re.MULTILINE)),
@@ -53,7 +53,7 @@ class Verdict:
 
 def version_values(script: str) -> dict[str, str] | None:
     """The versions an upgrade script's drain compares with the host; None for another script."""
-    if not _UPGRADE_SCRIPT.search(script) or not _DRAIN_CALL.search(script):
+    if not _UPGRADE_SCRIPT.search(script) or not NODE_DRAIN.search(script):
         return None
     values = {}
     for name, _key, pattern in _VERSION_VALUES:
