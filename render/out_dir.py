@@ -26,7 +26,7 @@ _EXPLANATION = (
 )
 
 
-class OutDirError(Exception):
+class OutDirError(ValueError):
     """`--out` names a directory render must not write into (exit status 2)."""
 
 
@@ -56,9 +56,12 @@ def check(out: Path) -> None:
     except OSError as err:
         raise OutDirError(f"--out {out}: cannot read it ({err.strerror})") from err
     if not empty:
+        # A render from before the marker left plan.json and summary.md: say how to move on once.
+        older = " (if it is the output of a render older than the marker, remove it once by hand)" \
+            if (out / "plan.json").is_file() and (out / "summary.md").is_file() else ""
         raise OutDirError(
             f"--out {out}: the directory holds files render did not write (no {MARKER} in it); render clears only "
-            "its own output, so give an empty or new directory (or the --out of an earlier render)"
+            f"its own output, so give an empty or new directory (or the --out of an earlier render){older}"
         )
 
 

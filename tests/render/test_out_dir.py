@@ -141,3 +141,14 @@ def test_write_refuses_a_foreign_directory_too(tmp_path: Path) -> None:
     with pytest.raises(out_dir.OutDirError, match="--out"):
         render_main.write(program.run("dev"), tmp_path)
     assert (tmp_path / "keep.txt").read_text() == "keep\n"
+
+
+def test_an_output_from_before_the_marker_is_refused_with_the_way_out(tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """A render older than the marker left plan.json and summary.md: not deleted (render cannot
+    tell it from a user's files), but the message says what to do once."""
+    (tmp_path / "plan.json").write_text("{}\n")
+    (tmp_path / "summary.md").write_text("# Plan of stack `dev`\n")
+    rc, err = _render(tmp_path, capsys)
+    assert rc == 2 and "older than the marker, remove it once by hand" in err
+    assert (tmp_path / "plan.json").read_text() == "{}\n"
