@@ -19,16 +19,28 @@ Writes:
                               whole-cluster check (render/cluster/) of every object the cluster
                               would receive, Helm charts rendered, against Kubernetes' schemas,
                               CRDs, Pod Security and the scheduler, on the nodes the stack will have
+  DIR/.gpu-cluster-render     the marker: the files this render wrote. DIR (default out/<stack>)
+                              must be missing, empty or an earlier render's: the next render
+                              deletes only the files its marker lists; a directory holding
+                              anything else, or a file, is refused (render/out_dir.py)
 --against OLD (an older Pulumi.<stack>.yaml, rendered with today's program, or an older
 plan.json) prints what `pulumi up` from OLD would create, update, replace and delete
 (render/update.py), with a line starting `!!` for every step whose delete drains, resets or
-deletes a node and every protected resource it would replace or delete; summary.md gets it under
-"Update from".
+deletes a node, every update whose script drains a node (an upgrade script only when the config
+changes a version it compares the host with, the membership drain only for hosts that leave:
+otherwise "drains if ...", render/drain_guards.py), every protected resource it would replace or
+delete, and a change of CNI, GPU stack or shared storage backend (render/update_risks.py); a
+`REFUSED` line names each key `pulumi up` would refuse (a downgrade, a skipped minor, a CIDR,
+endpoint or first control plane change without allowRebuild: LabStack.change_problems, the rule
+`up` runs). summary.md gets it under "Update from".
 Exit status: 0 the plan would come up; 2 a bad stack config (the config error, of either side;
-nothing is written); 3 something would not come up (each workload, node and reason on stderr and
-in summary.md); 1 the check could not run (upstream charts missing: --no-check skips it); 4 with
---against, the plan comes up but the update has `!!` lines (a node drained, reset or deleted, or
-a protected resource replaced or deleted), so a CI job can refuse it. 2, 1 and 3 come before 4.
+nothing is written), an `--out` render may not clear (nothing is changed), or with --against an
+update `pulumi up` would refuse (REFUSED lines; the files are written); 3 something would not come
+up (each workload, node and reason on stderr and in summary.md); 1 the check could not run
+(upstream charts missing: --no-check skips it); 4 with --against, the plan comes up but the update
+has `!!` lines (a node drained, reset or deleted, a protected resource replaced or deleted, or the
+pod network, GPU stack or shared storage swapped), so a CI job can refuse it. 2, 1 and 3 come
+before 4.
 """
 
 from __future__ import annotations
@@ -36,7 +48,6 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import shutil
 import sys
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -45,7 +56,7 @@ from typing import Any
 import yaml
 
 from config import ConfigError
-from render import program, update
+from render import out_dir, program, update, update_risks
 
 # Releases, charts, kustomize directories and manifest files are bundles the provider expands,
 # not objects themselves.
@@ -96,12 +107,14 @@ class _Writer:
 
     def __init__(self, root: Path):
         self.root = root.resolve()
+        self.written: list[Path] = []  # what the marker lists (render/out_dir.py)
 
     def __call__(self, path: Path, text: str, mode: int = 0o644) -> None:
         target = path.resolve()
         if target != self.root and self.root not in target.parents:
-            raise ValueError(f"refusing to write {path}: outside {self.root}")
+            raise out_dir.OutDirError(f"refusing to write {path}: it resolves outside {self.root} (a symlink?)")
         _write(target, text, mode)
+        self.written.append(target)
 
 
 def _write(path: Path, text: str, mode: int = 0o644) -> None:
@@ -142,9 +155,10 @@ def _summary(plan: program.Plan, steps: dict, objects: list, releases: list) -> 
 
 
 def write(plan: program.Plan, out: Path, verdict: str = "", update_section: str = "") -> None:
-    if out.exists():
-        shutil.rmtree(out)
-    out.mkdir(parents=True)
+    """Write the plan's files under `out`. Only render's own earlier output there is deleted
+    (render/out_dir.py); raises out_dir.OutDirError for a directory that holds anything else."""
+    out_dir.clear(out)
+    out_dir.mark(out, [])  # render's from now on, even if this run stops half-way
     put = _Writer(out)  # every file below is checked to land inside `out`
     entries = [r.entry() for r in plan.resources]
     put(out / "plan.json", json.dumps({"stack": plan.stack, "resources": entries,
@@ -177,18 +191,25 @@ def write(plan: program.Plan, out: Path, verdict: str = "", update_section: str 
     put(out / "graph.dot", _dot(plan))
     sections = "".join(f"\n{section}" for section in (verdict, update_section) if section)
     put(out / "summary.md", _summary(plan, steps, objects, releases) + sections)
+    out_dir.mark(out, put.written)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m render", description=__doc__.split("\n")[0])
     parser.add_argument("stack", help="stack name: reads Pulumi.<stack>.yaml")
-    parser.add_argument("--out", type=Path, help="output directory (default: out/<stack>)")
+    parser.add_argument("--out", type=Path,
+                        help="output directory (default: out/<stack>): missing, empty or an earlier render's")
     parser.add_argument("--no-check", action="store_true",
                         help="skip the whole-cluster check (it needs the upstream charts and requirements-dev.txt)")
     parser.add_argument("--against", type=Path, metavar="OLD",
                         help="an older Pulumi.<stack>.yaml or plan.json: print what an update from it would do")
     args = parser.parse_args(argv)
     out = args.out or Path("out") / args.stack
+    try:
+        out_dir.check(out)  # before the work: a directory render may not clear is refused at once
+    except out_dir.OutDirError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     try:
         plan = program.run(args.stack)
     except ConfigError as err:
@@ -201,14 +222,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.against is not None:
         try:
             # After the new plan: rendering the older config replaces the program's root stack.
-            older = update.older_resources(args.against, args.stack)
+            older = update_risks.older_side(args.against, args.stack)
         except ConfigError as err:
             print(f"error: the older config {args.against}: {err}", file=sys.stderr)
             return 2
         except (OSError, ValueError) as err:
             print(f"error: --against {args.against}: {err}", file=sys.stderr)
             return 2
-        changes = update.compare(older, update.Resource.from_plan(plan), args.stack, str(args.against))
+        newer = update_risks.plan_side(plan)
+        changes = update.compare(older.resources, newer.resources, args.stack, str(args.against))
+        changes.refused = update_risks.refusals(older, plan.config)
+        changes.risks = update_risks.whole_cluster_changes(older, newer)
     report = None
     if not args.no_check:
         from render import cluster
@@ -218,10 +242,18 @@ def main(argv: list[str] | None = None) -> int:
         except cluster.CheckSetupError as err:
             print(f"error: the whole-cluster check cannot run: {err}", file=sys.stderr)
             return 1
-    write(plan, out, report.markdown() if report else "", changes.markdown() if changes else "")
+    try:
+        write(plan, out, report.markdown() if report else "", changes.markdown() if changes else "")
+    except out_dir.OutDirError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     print(f"{len(plan.resources)} resources -> {out}/ (summary.md, plan.json, graph.dot)")
     if changes is not None:
         print(changes.text(), end="")
+    if changes is not None and changes.refused:
+        # pulumi up stops before registering anything (stacks/lab.py): the check's verdict is moot.
+        print("error: pulumi up would refuse this update:\n  " + "\n  ".join(changes.refused), file=sys.stderr)
+        return 2
     if report is not None and not report.ok:
         print(f"would not come up ({len(report.problems)} problems; summary.md, 'Would it come up'):", file=sys.stderr)
         for problem in report.problems:
@@ -231,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"would come up: {report.objects} objects, {len(report.lines)} workloads placed")
     if changes is not None and changes.destructive:
         print(f"the update has {len(changes.loud)} '!!' lines (nodes drained, reset or deleted; protected "
-              "resources): exit 4", file=sys.stderr)
+              "resources; the pod network, GPU stack or shared storage swapped): exit 4", file=sys.stderr)
         return 4
     return 0
 

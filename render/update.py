@@ -3,7 +3,8 @@
 `python -m render <stack> --against OLD` (OLD: an older Pulumi.<stack>.yaml, rendered here with
 today's program, or a plan.json an older `python -m render` wrote). Resources are matched by URN
 (type, name and the parent chain); each pair is classified create, update, replace, delete or same
-by the engine's rules and the provider's, read from their sources:
+by the engine's rules (here) and the provider's (update_providers.py; the inputs and their diffs:
+update_inputs.py), read from their sources:
 
   engine      pulumi/pulumi pkg/resource/deploy/step_generator.go (a snapshot after v3.259; the SDK
               pinned is 3.272.0): generateStepsFromDiff, diff, providerChanged, processIgnoreChanges,
@@ -27,24 +28,24 @@ schema is not available offline (gcp: shown as "update?", the provider decides).
 from __future__ import annotations
 
 import copy
-import json
 import re
-from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
 
-import yaml
-
-from render import program
-
-COMMAND_TYPES = ("command:remote:Command", "command:local:Command")
-K8S_PROVIDER = "pulumi:providers:kubernetes"
-HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
-RANDOM_PASSWORD = "random:index/randomPassword:RandomPassword"
-# kubernetes types that are bundles expanded by the provider: their children are not in the plan.
-K8S_BUNDLES = ("kubernetes:kustomize/", "kubernetes:yaml/", "kubernetes:helm.sh/v4:")
+from render import drain_guards, program
+from render.update_inputs import (
+    UNKNOWN,
+    Change,
+    Resource,
+    _same,
+    contains,
+    format_path,  # noqa: F401 (update.format_path: the path helpers are part of this module's interface)
+    ignore_changes,
+    leaf_changes,
+    parse_path,
+)
+from render.update_providers import COMMAND_TYPES, provider_rule
 
 # What a remote command's delete script does to a node, recognised in the script's text.
 NODE_EFFECTS: tuple[tuple[str, re.Pattern[str]], ...] = (
@@ -60,25 +61,6 @@ NODE_EFFECTS: tuple[tuple[str, re.Pattern[str]], ...] = (
 # Steps that manage cluster membership, by name: used only when the delete script is secret.
 MEMBERSHIP_SUFFIXES = ("-init", "-join", "-ready")
 
-PathT = tuple[str | int, ...]
-
-
-class _Unknown:
-    """An input computed from a resource created or replaced in this update: unknown at preview."""
-
-    def __repr__(self) -> str:
-        return "<unknown>"
-
-    def __copy__(self) -> _Unknown:
-        return self
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> _Unknown:
-        return self
-
-
-UNKNOWN: Any = _Unknown()
-_MISSING: Any = object()
-
 
 class Action(StrEnum):
     CREATE = "create"
@@ -86,61 +68,6 @@ class Action(StrEnum):
     REPLACE = "replace"
     DELETE = "delete"
     SAME = "same"
-
-
-@dataclass(frozen=True)
-class Resource:
-    """One plan entry as the update sees it (program.Registration.entry(), or a plan.json entry)."""
-
-    urn: str
-    type: str
-    name: str
-    parent: str = ""
-    custom: bool = True
-    provider: str = ""  # "<provider urn>::<id>", "" for the default provider
-    inputs: dict[str, Any] = field(default_factory=dict)
-    dependencies: list[str] = field(default_factory=list)
-    property_dependencies: dict[str, list[str]] = field(default_factory=dict)
-    options: dict[str, Any] = field(default_factory=dict)
-    options_recorded: bool = True  # False for a plan.json written before options were recorded
-
-    @classmethod
-    def from_entry(cls, entry: dict[str, Any]) -> Resource:
-        type_ = entry["type"]
-        return cls(
-            urn=entry["urn"],
-            type=type_,
-            name=entry["name"],
-            parent=entry.get("parent", ""),
-            # Older plan.json entries have no "custom": components are the project's own types.
-            custom=entry.get("custom", not type_.startswith("gpucluster:")),
-            provider=entry.get("provider", ""),
-            inputs=entry.get("inputs") or {},
-            dependencies=list(entry.get("dependencies") or []),
-            property_dependencies=dict(entry.get("propertyDependencies") or {}),
-            options=dict(entry.get("options") or {}),
-            options_recorded="options" in entry,
-        )
-
-    @classmethod
-    def from_plan(cls, plan: program.Plan) -> list[Resource]:
-        return [cls.from_entry(r.entry()) for r in plan.resources]
-
-    @property
-    def provider_urn(self) -> str:
-        return self.provider.rsplit("::", 1)[0] if self.provider else ""
-
-    def option(self, name: str, default: Any = None) -> Any:
-        value = self.options.get(name)
-        return default if value is None else value
-
-
-@dataclass(frozen=True)
-class Change:
-    path: str  # a Pulumi property path: spec.template.spec.containers[0].image
-    kind: str  # add | delete | update
-    replaces: str = ""  # the rule that makes this change a replacement ("" when it does not)
-    unknown: bool = False  # the new value is unknown at preview
 
 
 @dataclass
@@ -176,17 +103,22 @@ class UpdatePlan:
     against: str
     steps: list[Step]
     notes: list[str] = field(default_factory=list)
+    # What `pulumi up` refuses, key by key (render/update_risks.py refusals): exit 2.
+    refused: list[str] = field(default_factory=list)
+    # Whole-cluster changes (CNI, GPU stack, storage backend; update_risks.whole_cluster_changes).
+    risks: list[str] = field(default_factory=list)
 
     def of(self, action: Action) -> list[Step]:
         return [s for s in self.steps if s.action is action]
 
     @property
     def loud(self) -> list[str]:
-        return [line for s in self.steps for line in s.loud]
+        return self.risks + [line for s in self.steps for line in s.loud]
 
     @property
     def destructive(self) -> bool:
-        """A node would be drained, reset or deleted, or a protected resource replaced or deleted."""
+        """A node would be drained, reset or deleted, a protected resource replaced or deleted, or
+        the pod network, GPU stack or shared storage swapped."""
         return bool(self.loud)
 
     def summary_line(self) -> str:
@@ -201,10 +133,12 @@ class UpdatePlan:
             f"{counts[Action.SAME]} unchanged",
         ]
         tail = f"; {len(self.loud)} loud" if self.loud else ""
+        tail += f"; REFUSED by pulumi up ({len(self.refused)})" if self.refused else ""
         return f"update of {self.stack} from {self.against}: " + ", ".join(parts) + tail
 
     def text(self) -> str:
         out = [self.summary_line()]
+        out += [f"REFUSED {line}" for line in self.refused]
         out += [f"!! {line}" for line in self.loud]
         for action in (Action.CREATE, Action.UPDATE, Action.REPLACE, Action.DELETE):
             steps = self.of(action)
@@ -222,6 +156,8 @@ class UpdatePlan:
 
     def markdown(self) -> str:
         out = [f"## Update from `{self.against}`", "", self.summary_line() + ".", ""]
+        if self.refused:
+            out += [f"- **REFUSED {line}**" for line in self.refused] + [""]
         if self.loud:
             out += [f"- **!! {line}**" for line in self.loud] + [""]
         for action in (Action.CREATE, Action.UPDATE, Action.REPLACE, Action.DELETE):
@@ -249,423 +185,6 @@ def _detail(step: Step) -> str:
             more = f" and {len(shown) - 6} more" if len(shown) > 6 else ""
             parts.append(f"changed: {paths}{more}")
     return "; ".join(parts)
-
-
-# ------------------------------------------------------------------------------------------------
-# property paths and value diffs
-
-
-_PATH_TOKEN = re.compile(r'\["((?:[^"\\]|\\.)*)"\]|\[(\d+|\*)\]|\.?([^.\[\]]+)')
-
-
-def parse_path(text: str) -> PathT:
-    """A Pulumi property path (`triggers[*]`, `metadata.annotations["a.b/c"]`) or a provider's
-    JSONPath (`.spec.containers[*].image`) as a tuple of keys and indices; `*` matches any."""
-    out: list[str | int] = []
-    pos = 0
-    text = text.lstrip(".")
-    while pos < len(text):
-        m = _PATH_TOKEN.match(text, pos)
-        if m is None or m.end() == pos:
-            raise ValueError(f"bad property path {text!r}")
-        quoted, index, key = m.groups()
-        if quoted is not None:
-            out.append(quoted.replace('\\"', '"'))
-        elif index is not None:
-            out.append("*" if index == "*" else int(index))
-        else:
-            out.append(key)
-        pos = m.end()
-    return tuple(out)
-
-
-def format_path(path: PathT) -> str:
-    out = ""
-    for part in path:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        elif re.fullmatch(r"[A-Za-z_$][\w$-]*", part):
-            out += f".{part}" if out else part
-        else:
-            out += '["' + part.replace('"', '\\"') + '"]'
-    return out
-
-
-def contains(pattern: PathT, path: PathT) -> bool:
-    """PropertyPath.Contains (sdk/go/common/resource/properties_path.go): `path` is `pattern` or
-    under it, `*` matching any key or index."""
-    if len(path) < len(pattern):
-        return False
-    return all(p == "*" or (type(p) is type(q) and p == q) for p, q in zip(pattern, path, strict=False))
-
-
-def _same(a: Any, b: Any) -> bool:
-    if isinstance(a, bool) or isinstance(b, bool):
-        return type(a) is type(b) and a == b
-    if isinstance(a, int | float) and isinstance(b, int | float):
-        return float(a) == float(b)
-    return bool(a == b)
-
-
-def _present(value: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in value.items() if v is not None}
-
-
-def leaf_changes(old: Any, new: Any, path: PathT = ()) -> list[tuple[PathT, str]]:
-    """Every changed leaf between two input values, as (path, add | delete | update); lists
-    element by element, as Pulumi's ObjectDiff and the providers' patch converters do."""
-    if new is UNKNOWN:
-        return [(path, "update")]
-    if isinstance(old, dict) and isinstance(new, dict):
-        old, new = _present(old), _present(new)
-        out: list[tuple[PathT, str]] = []
-        for key in sorted(set(old) | set(new)):
-            if key not in new:
-                out.append(((*path, key), "delete"))
-            elif key not in old:
-                out.append(((*path, key), "add"))
-            else:
-                out += leaf_changes(old[key], new[key], (*path, key))
-        return out
-    if isinstance(old, list) and isinstance(new, list):
-        out = []
-        for i in range(max(len(old), len(new))):
-            if i >= len(new):
-                out.append(((*path, i), "delete"))
-            elif i >= len(old):
-                out.append(((*path, i), "add"))
-            else:
-                out += leaf_changes(old[i], new[i], (*path, i))
-        return out
-    return [] if _same(old, new) else [(path, "update")]
-
-
-def _get(value: Any, path: PathT) -> Any:
-    for part in path:
-        if isinstance(part, int) and isinstance(value, list) and part < len(value):
-            value = value[part]
-        elif isinstance(part, str) and isinstance(value, dict) and part in value:
-            value = value[part]
-        else:
-            return _MISSING
-    return value
-
-
-def _expand(pattern: PathT, value: Any, prefix: PathT = ()) -> list[PathT]:
-    """The concrete paths a pattern with `*` names in `value`."""
-    if not pattern:
-        return [prefix]
-    head, rest = pattern[0], pattern[1:]
-    if head != "*":
-        return _expand(rest, _get(value, (head,)), (*prefix, head))
-    if isinstance(value, dict):
-        keys: Iterable[str | int] = list(value)
-    elif isinstance(value, list):
-        keys = range(len(value))
-    else:
-        keys = []
-    return [p for k in keys for p in _expand(rest, _get(value, (k,)), (*prefix, k))]
-
-
-def _reset(old: Any, new: Any, path: PathT) -> None:
-    """PropertyPath.Reset: the new value at `path` becomes the old one (removed when old has none)."""
-    parent = _get(new, path[:-1])
-    last = path[-1]
-    before = _get(old, path)
-    if isinstance(parent, dict) and isinstance(last, str):
-        if before is _MISSING:
-            parent.pop(last, None)
-        else:
-            parent[last] = copy.deepcopy(before)
-    elif isinstance(parent, list) and isinstance(last, int) and last < len(parent) and before is not _MISSING:
-        parent[last] = copy.deepcopy(before)
-
-
-def ignore_changes(old: dict[str, Any], new: dict[str, Any], paths: list[str]) -> dict[str, Any]:
-    """processIgnoreChanges (step_generator.go): each ignored path keeps its old value."""
-    out = copy.deepcopy(new)
-    for text in paths:
-        try:
-            pattern = parse_path(text)
-        except ValueError:
-            continue
-        if not pattern:
-            continue
-        for path in _expand(pattern, old) + _expand(pattern, out):
-            _reset(old, out, path)
-    return out
-
-
-# ------------------------------------------------------------------------------------------------
-# provider rules
-
-
-@dataclass
-class ProviderDiff:
-    changes: list[Change]
-    delete_before_replace: bool = False  # the provider's own choice (the option overrides it)
-    modelled: bool = True
-    reasons: list[str] = field(default_factory=list)
-    runs: str = ""
-
-
-ProviderRule = Callable[[Resource, Resource, dict[str, Any], list[tuple[PathT, str]], dict[str, Resource]], ProviderDiff]
-
-
-def _changes(leaves: list[tuple[PathT, str]], unknown: set[str], replaces: Callable[[PathT, str], str]) -> list[Change]:
-    return [
-        Change(format_path(path), kind, replaces(path, kind), unknown=bool(path) and str(path[0]) in unknown)
-        for path, kind in leaves
-    ]
-
-
-def command_diff(old: Resource, new: Resource, inputs: dict[str, Any], leaves: list[tuple[PathT, str]],
-                 providers: dict[str, Resource]) -> ProviderDiff:
-    """pulumi-command 1.2.1. Command implements infer.CustomUpdate (remote/commandController.go),
-    so pulumi-go-provider's derivedResourceController.Diff forces a replacement only for schema
-    properties marked replaceOnChanges: `triggers` alone (common/inputs.go, ResourceInputs); the
-    generated SDK registers replaceOnChanges ["triggers[*]"] too. Any other change is an update,
-    and Command.Update runs `update` when there is one, else `create` again; the old `delete` does
-    not run. The provider sets no DeleteBeforeReplace ("TODO" in infer/resource.go diff)."""
-    unknown = {k for k, v in inputs.items() if v is UNKNOWN}
-
-    def rule(path: PathT, _kind: str) -> str:
-        return "triggers changed (pulumi-command: triggers is replaceOnChanges)" if path[:1] == ("triggers",) else ""
-
-    changes = _changes(leaves, unknown, rule)
-    if any(c.replaces for c in changes):
-        return ProviderDiff(changes)
-    runs = "runs its update command" if inputs.get("update") else "runs its create command again (no update command)"
-    return ProviderDiff(changes, runs=runs)
-
-
-def _active_cluster(inputs: dict[str, Any]) -> Any:
-    """getActiveClusterFromConfig, where the kubeconfig is readable here; _MISSING when it is not."""
-    raw = inputs.get("kubeconfig")
-    if not isinstance(raw, str) or raw == program.SECRET_MARKER:
-        return _MISSING
-    try:
-        config = yaml.safe_load(raw)
-    except yaml.YAMLError:
-        return _MISSING
-    if not isinstance(config, dict):
-        return _MISSING
-    context_name = inputs.get("context") or config.get("current-context")
-    context = next((c.get("context") or {} for c in config.get("contexts") or [] if c.get("name") == context_name), {})
-    cluster_name = inputs.get("cluster") or context.get("cluster")
-    return next((c.get("cluster") for c in config.get("clusters") or [] if c.get("name") == cluster_name), _MISSING)
-
-
-def k8s_provider_diff(old: Resource, new: Resource, inputs: dict[str, Any], leaves: list[tuple[PathT, str]],
-                      providers: dict[str, Resource]) -> ProviderDiff:
-    """kubeProvider.DiffConfig (pulumi-kubernetes provider.go): a computed kubeconfig, context or
-    cluster replaces the provider (and so every resource it manages); a known change replaces it
-    when the kubeconfig's active cluster changes; renderYamlToDirectory replaces; a changed
-    clusterIdentifier replaces, an unchanged one that is set replaces nothing."""
-    unknown = {k for k, v in inputs.items() if v is UNKNOWN}
-    keys = {str(p[0]) for p, _ in leaves if p}
-    cluster_keys = {"kubeconfig", "context", "cluster"}
-    reasons: list[str] = []
-    replace_keys: dict[str, str] = {}
-    for key in sorted(keys & cluster_keys & unknown):
-        replace_keys[key] = f"{key} unknown at preview (kubernetes DiffConfig replaces on a computed {key})"
-    if "renderYamlToDirectory" in keys:
-        replace_keys["renderYamlToDirectory"] = "renderYamlToDirectory changed (kubernetes DiffConfig)"
-    known = (keys & cluster_keys) - unknown
-    if known and not unknown & cluster_keys:
-        before, after = _active_cluster(old.inputs), _active_cluster(inputs)
-        if before is _MISSING or after is _MISSING:
-            for key in sorted(known):
-                replace_keys[key] = (f"{key} changed: DiffConfig replaces when the active cluster changes; "
-                                     "the kubeconfig is not readable here, assumed it does")
-        elif before != after:
-            for key in sorted(known):
-                replace_keys[key] = f"{key} changed the active cluster (kubernetes DiffConfig)"
-        else:
-            reasons.append("the kubeconfig's active cluster is unchanged: no replacement")
-    ident_old, ident_new = old.inputs.get("clusterIdentifier"), inputs.get("clusterIdentifier")
-    if ident_old is not None and ident_new is not None:
-        if _same(ident_old, ident_new):
-            replace_keys = {}  # an unchanged clusterIdentifier suppresses every replacement
-            reasons.append("clusterIdentifier unchanged: no replacement")
-        else:
-            replace_keys["clusterIdentifier"] = "clusterIdentifier changed (kubernetes DiffConfig)"
-    changes = _changes(leaves, unknown, lambda path, _k: replace_keys.get(str(path[0]), "") if path else "")
-    return ProviderDiff(changes, reasons=reasons)
-
-
-# pulumi-kubernetes provider/pkg/provider/diff.go: forceNew, by group -> version -> kind.
-_LABEL_SELECTOR = (".matchExpressions", ".matchExpressions.key", ".matchExpressions.operator",
-                   ".matchExpressions.values", ".matchLabels")
-
-
-def _selector(prefix: str) -> tuple[str, ...]:
-    return tuple(prefix + p for p in _LABEL_SELECTOR)
-
-
-def _containers(*prefixes: str) -> tuple[str, ...]:
-    fields = (".args", ".command", ".env", ".env.value", ".image", ".imagePullPolicy", ".lifecycle",
-              ".livenessProbe", ".ports", ".readinessProbe", ".resources", ".securityContext", ".stdin",
-              ".stdinOnce", ".terminationMessagePath", ".terminationMessagePolicy", ".tty", ".volumeDevices",
-              ".volumeMounts", ".workingDir")
-    return tuple(prefix + f for prefix in prefixes for f in fields)
-
-
-_DAEMONSET = (".spec.selector", *_selector(".spec.selector"))
-_JOB = (".spec.completions", ".spec.parallelism", ".spec.selector", ".spec.template", *_selector(".spec.selector"))
-_STATEFULSET = (".spec.podManagementPolicy", ".spec.revisionHistoryLimit", ".spec.selector", ".spec.serviceName",
-                ".spec.volumeClaimTemplates", *_selector(".spec.selector"))
-_ROLE_BINDING = (".roleRef",)
-_CORE_V1: dict[str, tuple[str, ...]] = {
-    "PersistentVolume": tuple(".spec." + v for v in (
-        "awsElasticBlockStore", "azureDisk", "azureFile", "cephfs", "cinder", "csi", "fc", "flexVolume", "flocker",
-        "gcePersistentDisk", "glusterfs", "hostPath", "iscsi", "local", "nfs", "photonPersistentDisk",
-        "portworxVolume", "quobyte", "rbd", "scaleIO", "storageos", "vsphereVolume")),
-    "PersistentVolumeClaim": (".spec.accessModes", ".spec.selector", ".spec.storageClassName", ".spec.volumeName",
-                              *_selector(".spec.selector")),
-    "Pod": tuple(".spec." + v for v in (
-        "affinity", "automountServiceAccountToken", "dnsConfig", "dnsPolicy", "enableServiceLinks", "hostAliases",
-        "hostIPC", "hostNetwork", "hostPID", "hostname", "imagePullSecrets", "nodeName", "nodeSelector", "overhead",
-        "preemptionPolicy", "priority", "priorityClassName", "readinessGates", "restartPolicy", "runtimeClassName",
-        "schedulerName", "securityContext", "serviceAccount", "serviceAccountName", "shareProcessNamespace",
-        "subdomain", "terminationGracePeriodSeconds", "volumes"))
-    + _containers(".spec.containers[*]", ".spec.initContainers[*]"),
-    "ResourceQuota": (".spec.scopes",),
-    "Secret": (".type",),
-    "Service": (".spec.clusterIP",),
-}
-K8S_FORCE_NEW: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
-    "apps": {
-        "v1beta1": {"StatefulSet": _STATEFULSET},
-        "v1beta2": {"DaemonSet": _DAEMONSET, "Deployment": _DAEMONSET, "StatefulSet": _STATEFULSET},
-        "v1": {"DaemonSet": _DAEMONSET, "Deployment": _DAEMONSET, "StatefulSet": _STATEFULSET},
-    },
-    "core": {"v1": _CORE_V1},
-    "": {"v1": _CORE_V1},
-    "policy": {"v1beta1": {"PodDisruptionBudget": (".spec",)}},
-    "rbac.authorization.k8s.io": {
-        v: {"ClusterRoleBinding": _ROLE_BINDING, "RoleBinding": _ROLE_BINDING} for v in ("v1alpha1", "v1beta1", "v1")
-    },
-    "storage.k8s.io": {"v1": {"StorageClass": (".parameters", ".provisioner")}},
-    "batch": {v: {"Job": _JOB} for v in ("v1beta1", "v1", "v2alpha1")},
-}
-
-
-def k8s_force_new(obj: dict[str, Any], type_: str, provider: Resource | None) -> tuple[str, ...]:
-    """kubeProvider.forceNewProperties (diff.go) for one object; patch resources (`<Kind>Patch`)
-    only on name and namespace (provider.go Diff, kinds.IsPatchResource)."""
-    props: tuple[str, ...] = (".metadata.name", ".metadata.namespace")
-    kind = str(obj.get("kind", ""))
-    if type_.rsplit(":", 1)[-1] == kind + "Patch":
-        return props
-    group, _, version = str(obj.get("apiVersion", "")).rpartition("/")
-    kinds = K8S_FORCE_NEW.get(group, {}).get(version)
-    if kinds is None:
-        return props
-    config = provider.inputs if provider else {}
-    immutable = obj.get("immutable") is True
-    is_core = group in ("", "core")
-    if is_core and kind == "Secret" and (str(config.get("enableSecretMutable")).lower() != "true" or immutable):
-        return (*props, ".type", ".stringData", ".data")
-    if kind in kinds:
-        return (*props, *kinds[kind])
-    if is_core and kind == "ConfigMap" and (str(config.get("enableConfigMapMutable")).lower() != "true" or immutable):
-        return (*props, ".binaryData", ".data")
-    return props
-
-
-def _resolves(rest: PathT, value: Any) -> bool:
-    """A JSONPath's remaining segments find something in `value` (openapi.PatchPropertiesChanged)."""
-    if not rest:
-        return True
-    head = rest[0]
-    if head == "*":
-        return isinstance(value, list) and any(_resolves(rest[1:], v) for v in value)
-    nxt = _get(value, (head,))
-    return nxt is not _MISSING and _resolves(rest[1:], nxt)
-
-
-def _force_new_match(patterns: Iterable[PathT], path: PathT, new_value: Any) -> str:
-    for pattern in patterns:
-        if contains(pattern, path):
-            return format_path(pattern)
-        if len(path) < len(pattern) and contains(pattern[: len(path)], path) and new_value not in (_MISSING, UNKNOWN) \
-                and _resolves(pattern[len(path):], new_value):
-            return format_path(pattern)
-    return ""
-
-
-def k8s_object_diff(old: Resource, new: Resource, inputs: dict[str, Any], leaves: list[tuple[PathT, str]],
-                    providers: dict[str, Resource]) -> ProviderDiff:
-    """kubeProvider.Diff (provider.go): a change on a forceNew path replaces (deleting `metadata`
-    too); the provider asks for delete-before-replace when the object is named, keeps its name and
-    namespace (a second object of that name could not exist beside it)."""
-    unknown = {k for k, v in inputs.items() if v is UNKNOWN}
-    force_new = tuple(parse_path(p) for p in k8s_force_new(inputs, new.type, providers.get(new.provider_urn)))
-
-    def rule(path: PathT, kind: str) -> str:
-        if path == ("metadata",) and kind == "delete":
-            return "metadata removed (kubernetes Diff)"
-        match = _force_new_match(force_new, path, _get(inputs, path))
-        return f"{match} is immutable (kubernetes forceNew)" if match else ""
-
-    changes = _changes(leaves, unknown, rule)
-    old_md, new_md = old.inputs.get("metadata") or {}, inputs.get("metadata") or {}
-    named = isinstance(new_md, dict) and bool(new_md.get("name")) and isinstance(old_md, dict)
-    dbr = named and new_md.get("name") == old_md.get("name") and new_md.get("namespace") == old_md.get("namespace")
-    return ProviderDiff(changes, delete_before_replace=bool(dbr), **_unknown_verdict(changes))
-
-
-def _unknown_verdict(changes: list[Change]) -> dict[str, Any]:
-    """An update whose changes include an unknown value: the provider decides once it is known."""
-    if any(c.replaces for c in changes) or not any(c.unknown for c in changes):
-        return {}
-    return {"modelled": False,
-            "reasons": ["the provider decides once the unknown value is known (on an immutable path it replaces)"]}
-
-
-def helm_release_diff(old: Resource, new: Resource, inputs: dict[str, Any], leaves: list[tuple[PathT, str]],
-                      providers: dict[str, Resource]) -> ProviderDiff:
-    """helmReleaseProvider.Diff (helm_release.go): forceNew [.name, .namespace]; everything else
-    (chart, version, values) is an in-place upgrade; DeleteBeforeReplace false."""
-    unknown = {k for k, v in inputs.items() if v is UNKNOWN}
-
-    def rule(path: PathT, _kind: str) -> str:
-        return f"{path[0]} changed (helm release: name and namespace force a new release)" \
-            if path[:1] in (("name",), ("namespace",)) else ""
-
-    changes = _changes(leaves, unknown, rule)
-    return ProviderDiff(changes, runs="helm upgrade", **_unknown_verdict(changes))
-
-
-def random_password_diff(old: Resource, new: Resource, inputs: dict[str, Any], leaves: list[tuple[PathT, str]],
-                         providers: dict[str, Resource]) -> ProviderDiff:
-    """terraform-provider-random (resource_password.go): every input attribute is RequiresReplace
-    (keepers: when its values are not null; overrideSpecial: except "" -> null)."""
-    unknown = {k for k, v in inputs.items() if v is UNKNOWN}
-    return ProviderDiff(_changes(leaves, unknown, lambda p, _k: "random: every input forces a new password"))
-
-
-def unmodelled_diff(old: Resource, new: Resource, inputs: dict[str, Any], leaves: list[tuple[PathT, str]],
-                    providers: dict[str, Resource]) -> ProviderDiff:
-    unknown = {k for k, v in inputs.items() if v is UNKNOWN}
-    package = new.type.split(":", 1)[0]
-    return ProviderDiff(_changes(leaves, unknown, lambda p, _k: ""), modelled=False,
-                        reasons=[f"the {package} provider decides update or replace: its rules are not modelled"])
-
-
-def provider_rule(type_: str) -> ProviderRule:
-    if type_ in COMMAND_TYPES:
-        return command_diff
-    if type_ == K8S_PROVIDER:
-        return k8s_provider_diff
-    if type_ == HELM_RELEASE:
-        return helm_release_diff
-    if type_ == RANDOM_PASSWORD:
-        return random_password_diff
-    if type_.startswith("kubernetes:") and not type_.startswith(K8S_BUNDLES) and not type_.endswith("List"):
-        return k8s_object_diff
-    return unmodelled_diff
 
 
 # ------------------------------------------------------------------------------------------------
@@ -810,8 +329,17 @@ def _loud(step: Step, deleted_or_replaced: set[str]) -> None:
         which, effects = update_effects(step.new)
         if effects:
             host = (step.new.inputs.get("connection") or {}).get("host", "?")
+            # What ran on the host before: the older update script, or its create (never updated).
+            before = old.inputs.get(which) if old is not None else None
+            if old is not None and which == "update" and not isinstance(before, str):
+                before = old.inputs.get("create")
+            verdict = drain_guards.rerun(before, step.new.inputs.get(which))
+            if verdict is not None and not verdict.drains:
+                step.reasons.append(verdict.drains_if)
+                return
+            detail = f": {verdict.drains}" if verdict is not None else ""
             step.loud.append(f"UPDATE {step.new.name}: runs its {which} script again on {host}, a script that "
-                             f"{', '.join(effects)}")
+                             f"{', '.join(effects)}{detail}")
         return
     if old is None or step.action not in (Action.REPLACE, Action.DELETE):
         return
@@ -882,15 +410,11 @@ def compare(old: list[Resource], new: list[Resource], stack: str = "", against: 
 
 
 def older_resources(path: Path, stack: str) -> list[Resource]:
-    """The older side: a plan.json as written, or a stack file rendered with today's program.
+    """The older side's resources (render/update_risks.py older_side: a plan.json as written, or a
+    stack file rendered with today's program).
 
     Raises config.ConfigError for a bad older stack file, ValueError for a plan of another stack.
     """
-    text = path.read_text()
-    if path.suffix == ".json" or text.lstrip().startswith("{"):
-        data = json.loads(text)
-        if data.get("stack") != stack:
-            raise ValueError(f"{path} is a plan of stack {data.get('stack')!r}, not {stack!r}")
-        return [Resource.from_entry(e) for e in data.get("resources") or []]
-    plan = program.run(stack, config=program.stack_config(stack, stack_file=path))
-    return Resource.from_plan(plan)
+    from render import update_risks
+
+    return update_risks.older_side(path, stack).resources

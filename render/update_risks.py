@@ -1,0 +1,116 @@
+"""What an update from an older config does to the cluster as a whole, beyond its resources' steps.
+
+`python -m render <stack> --against OLD` compares resource by resource (render/update.py). Some
+changes are dangerous, or refused, as a whole, and a step-by-step table hides that:
+
+  refused   what `pulumi up` itself refuses before registering anything (stacks/lab.py reads the
+            previous `up`'s stack output `deployed` and calls LabStack.change_problems, config/lab.py):
+            a downgrade, a skipped minor, and without allowRebuild a change of podCidr,
+            serviceCidr, controlPlaneEndpoint or the first control plane. The same rule runs here,
+            on the older side's `deployed` output and the new config: `REFUSED` lines, exit 2.
+  loud      a change of the pod network (CNI), of the GPU software stack (gpu.stack) or of the
+            shared volume's backend: each swaps what running pods stand on, which no step's
+            delete script says. `!!` lines, exit 4.
+
+Each is read from both sides' plans (the `deployed`, `gpuStack` and `sharedClaim` outputs, the
+CNI's Helm releases), so an older plan.json works as well as an older stack file.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from components import versions
+from config import ConfigError
+from config.lab import DeployedLab
+from render import program
+
+# The Cni component's Helm releases (components/cni.py): the CRDs release rides along with calico.
+_CNI_RELEASE = "gpucluster:k8s:Cni$kubernetes:helm.sh/v3:Release::"
+
+
+@dataclass
+class Side:
+    """One side of an update: its plan entries (update.Resource) and stack outputs."""
+
+    resources: list[Any]
+    outputs: dict[str, Any] = field(default_factory=dict)
+
+
+def plan_side(plan: program.Plan) -> Side:
+    from render.update import Resource
+
+    return Side(Resource.from_plan(plan), dict(plan.outputs))
+
+
+def older_side(path: Path, stack: str) -> Side:
+    """The older side: a plan.json as written, or a stack file rendered with today's program.
+
+    Raises config.ConfigError for a bad older stack file, ValueError for a plan of another stack.
+    """
+    from render.update import Resource
+
+    text = path.read_text()
+    if path.suffix == ".json" or text.lstrip().startswith("{"):
+        data = json.loads(text)
+        if data.get("stack") != stack:
+            raise ValueError(f"{path} is a plan of stack {data.get('stack')!r}, not {stack!r}")
+        outputs = data.get("outputs")
+        return Side([Resource.from_entry(e) for e in data.get("resources") or []],
+                    outputs if isinstance(outputs, dict) else {})
+    return plan_side(program.run(stack, config=program.stack_config(stack, stack_file=path)))
+
+
+def refusals(older: Side, new_config: Any) -> list[str]:
+    """What `pulumi up` of `new_config` would refuse, given what the older side deployed: one line
+    per key, named as `pulumi config` names it. Empty when either side does not say (not lab, or
+    an older plan without the `deployed` output)."""
+    record = older.outputs.get("deployed")
+    check = getattr(new_config, "change_problems", None)
+    if not isinstance(record, dict) or check is None:
+        return []
+    try:
+        deployed = DeployedLab.model_validate(record)
+    except ValidationError:
+        return []
+    return [f"{ConfigError.qualified_key(key)}: {message}" for key, message in check(deployed)]
+
+
+def cni(side: Side) -> str:
+    """The pod network a side installs ("flannel", "calico"), "" when it installs none."""
+    names = sorted(
+        str(r.inputs.get("name", r.name)) for r in side.resources
+        if _CNI_RELEASE in r.urn and r.inputs.get("chart") != versions.CALICO_CRDS_CHART
+    )
+    return ", ".join(names)
+
+
+def _storage(side: Side) -> str:
+    claim = side.outputs.get("sharedClaim")
+    return str(claim.get("backend") or "") if isinstance(claim, dict) else ""
+
+
+def whole_cluster_changes(older: Side, newer: Side) -> list[str]:
+    """The `!!` lines of changes that swap what running pods stand on."""
+    lines = []
+    before, after = cni(older), cni(newer)
+    if before and after and before != after:
+        lines.append(f"CNI {before} -> {after} (gpu-cluster:cni): the pod network under every running pod is replaced; "
+                     f"{before}'s release is deleted and pods keep addresses of a network that is gone until they are "
+                     "recreated (this program does not migrate a running cluster's CNI: components/cni.py)")
+    before, after = str(older.outputs.get("gpuStack") or ""), str(newer.outputs.get("gpuStack") or "")
+    if before and after and before != after:
+        lines.append(f"GPU stack {before} -> {after} (gpu-cluster:gpu.stack): the GPU software under every GPU pod "
+                     "is replaced (device plugin, GPU Feature Discovery, DCGM exporter; with the operator its driver "
+                     "and container toolkit): GPUs are not advertised until the new stack is ready, and GPU pods "
+                     "restart")
+    before, after = _storage(older), _storage(newer)
+    if before and after and before != after:
+        lines.append(f"shared storage {before} -> {after} (gpu-cluster:storage): the training claim is bound to "
+                     "another volume; what was written to the old one (data, caches, checkpoints) is not copied")
+    return lines
