@@ -38,12 +38,13 @@ ALERTMANAGER_CREDENTIALS_FILE = f"/etc/alertmanager/secrets/{WEBHOOK_TOKEN_SECRE
 
 # The monitoring layer (components/monitoring: namespace and Helm release `monitoring`): the
 # prometheus-operator labels the pods of an Alertmanager / Prometheus resource with its name, which
-# kube-prometheus-stack makes <release>-kube-prometheus-<kind>. A test compares them with the pinned
-# chart's rendering (its own pod anti-affinity selects the pods with the same labels).
+# kube-prometheus-stack makes <release>-kube-prometheus-<kind>: these are the labels the pinned
+# chart's own pod anti-affinity selects them by (a test compares them with its rendering).
 MONITORING_NAMESPACE = "monitoring"
 ALERTMANAGER_POD_LABELS = {"app.kubernetes.io/name": "alertmanager",
                            "alertmanager": "monitoring-kube-prometheus-alertmanager"}
-PROMETHEUS_POD_LABELS = {"app.kubernetes.io/name": "prometheus", "prometheus": "monitoring-kube-prometheus-prometheus"}
+PROMETHEUS_POD_LABELS = {"app.kubernetes.io/name": "prometheus",
+                         "app.kubernetes.io/instance": "monitoring-kube-prometheus-prometheus"}
 DEFAULT_DENY = "default-deny-ingress"
 
 
