@@ -138,6 +138,7 @@ def test_webhook_with_the_token_acts(api: tuple[FakeKubeApi, KubeClient], token_
         assert (status, json.loads(body)) == (200, {"accepted": 1, "rejected": []})
         assert _wait(lambda: bool(fake.calls_of("PATCH")), 10), "the webhook wakes the loop"
         assert fake.node("gpu-1")["spec"]["unschedulable"] is True
+        assert _wait(lambda: metric(health, "gpu_health_nodes_out_of_service") == 1, 10), "the pass ends"
         text = _get(server, "/metrics")[1].decode()
     assert 'gpu_health_actions_total{action="reboot",reason="GpuFatalXidError",result="done"} 1.0' in text
     assert "gpu_health_nodes_out_of_service 1.0" in text

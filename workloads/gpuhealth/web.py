@@ -151,12 +151,16 @@ class _Handler(BaseHTTPRequestHandler):
     def _route(self, method: str) -> None:
         path = self.path.split("?")[0]
         try:
-            if path in WEBHOOK_PATHS:
-                self._webhook() if method == "POST" else self._wrong_method("POST")
-            elif path in GET_PATHS:
-                self._get(path) if method == "GET" else self._wrong_method("GET")
-            else:
+            if path not in WEBHOOK_PATHS + GET_PATHS:
                 self._text(404, f"not found: {path[:200]}")
+            elif path in WEBHOOK_PATHS and method != "POST":
+                self._wrong_method("POST")
+            elif path in GET_PATHS and method != "GET":
+                self._wrong_method("GET")
+            elif method == "POST":
+                self._webhook()
+            else:
+                self._get(path)
         except Exception:  # a bug must still get an answer, and not kill the server
             log.exception("http: %s %s failed", method, path[:200])
             self._text(500, "internal error (logged)")
