@@ -18,14 +18,17 @@ import re
 from pathlib import Path
 from typing import Any
 
+import pulumi
+import pytest
 import yaml
 
 from components import gpu_health_access as access
 from components import versions
-from components.gpu_health import DIAG_LABELS, LABELS, NAME, NAMESPACE, PORT
+from components.gpu_health import DIAG_LABELS, LABELS, NAME, NAMESPACE, PORT, GpuHealth, GpuHealthArgs
 from components.monitoring import NAMESPACE as MONITORING_NAMESPACE
-from components.monitoring import RELEASE_NAME
+from components.monitoring import RELEASE_NAME, Monitoring, MonitoringArgs
 from components.monitoring import gpu_health as health_monitoring
+from config.monitoring import MonitoringConfig
 from render import program
 from render.__main__ import kubernetes_objects
 from render.cluster.objects import chart_dir, collect
@@ -188,3 +191,24 @@ def test_every_other_pod_of_the_namespace_takes_no_ingress() -> None:
 def test_egress_is_left_open_for_the_api_server() -> None:
     # The service and the diagnostic call the API server: no policy here restricts egress.
     assert all(p["spec"]["policyTypes"] == ["Ingress"] for p in _policies())
+
+
+# --- the components alone ----------------------------------------------------------------------------
+
+
+def test_the_service_alone_makes_a_token_of_its_own(mocks: Any) -> None:
+    """Built without the stack's token (no monitoring to share it with), the webhook still needs one."""
+    from config.health import GpuHealthConfig
+
+    args = GpuHealthArgs(health=GpuHealthConfig(), image="registry.example.com/trainer:1")
+    pulumi.runtime.test(lambda: GpuHealth("gpu-health", args))()
+    (password,) = mocks.plan.of_type("random:index/randomPassword:RandomPassword")
+    (secret,) = [r for r in mocks.plan.of_type("kubernetes:core/v1:Secret")]
+    assert password.parent.endswith("::gpu-health") and secret.property_dependencies["stringData"] == [password.urn]
+    assert secret.inputs["stringData"] == program.SECRET_MARKER
+
+
+def test_monitoring_refuses_the_webhook_without_its_token(mocks: Any) -> None:
+    args = MonitoringArgs(monitoring=MonitoringConfig(), gpu_health_webhook="http://gpu-health.gpu-health.svc:8080/webhook")
+    with pytest.raises(ValueError, match="gpu_health_webhook_token"):
+        pulumi.runtime.test(lambda: Monitoring("monitoring", args))()
