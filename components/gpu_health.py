@@ -3,7 +3,8 @@
 * The service: `python -m gpuhealth` from the workload image (gpuHealth.image, else training.image),
   one replica in namespace `gpu-health` (Pod Security `restricted`: non-root, read-only root
   filesystem, every capability dropped). It receives Alertmanager's GPU fault alerts on
-  POST /webhook (the route: components/monitoring/gpu_health.py), reads the diagnostic
+  POST /webhook (the route: components/monitoring/gpu_health.py; only with the bearer token, and
+  only Alertmanager and Prometheus may connect: components/gpu_health_access.py), reads the diagnostic
   results from node annotations, and cordons and taints (gpu-cluster.io/gpu-unhealthy) a failing
   node, evicts its GPU pods through the Eviction API (PodDisruptionBudgets hold), records each
   action as an Event and a metric (GET /metrics, scraped by a ServiceMonitor with monitoring), and
@@ -52,6 +53,14 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components import versions
+from components.gpu_health_access import (
+    TOKEN_FILE,
+    TOKEN_MOUNT_DIR,
+    WEBHOOK_TOKEN_SECRET,
+    network_policies,
+    token_secret,
+    webhook_token,
+)
 from components.namespaces import pod_security_namespace
 from components.scheduling_contract import (
     GPU_RESOURCE,
@@ -72,6 +81,9 @@ TAINT_KEY = "gpu-cluster.io/gpu-unhealthy"  # set by the service (its contract),
 # A cordoned node's taint (the node controller sets it with spec.unschedulable); the scheduler
 # places a pod on a cordoned node only when it tolerates it.
 UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
+# /healthz fails (the liveness probe restarts the pod) and GpuHealthReconcileStale fires after this
+# many reconcile intervals without a successful pass (components/monitoring/gpu_health.py).
+STALE_RECONCILES = 4
 LABELS = {"app.kubernetes.io/name": NAME, "app.kubernetes.io/part-of": "gpu-cluster"}
 DIAG_NAME = "gpu-diag"
 # The checks that need a node's GPUs (the diagnostic, the NCCL pair check) run below every other
@@ -108,6 +120,9 @@ class GpuHealthArgs:
     diag_nodes: dict[str, int] = field(default_factory=dict)
     gpu_resource: str = GPU_RESOURCE
     service_monitor: bool = False  # monitoring is on: its CRDs exist
+    # The webhook's bearer token (components/gpu_health_access.py), the same Alertmanager is given;
+    # None: a token of its own (then nothing can call the webhook: monitoring is off).
+    webhook_token: pulumi.Input[str] | None = None
 
 
 def service_args(h: GpuHealthConfig) -> list[str]:
@@ -118,6 +133,9 @@ def service_args(h: GpuHealthConfig) -> list[str]:
         "--max-nodes-out", str(h.max_nodes_out),
         "--max-percent-out", str(h.max_percent_out),
         "--reconcile-seconds", str(h.reconcile_seconds),
+        "--stale-reconciles", str(STALE_RECONCILES),
+        # the Secret's key, mounted (components/gpu_health_access.py): a webhook call without it is refused
+        "--webhook-token-file", TOKEN_FILE,
         # the diagnostic's pods (never evicted by a drain), the NCCL pair check's pods and one run
         # of its rounds (config/health.py)
         "--diag-namespace", NAMESPACE,
@@ -171,7 +189,8 @@ def deployment(args: GpuHealthArgs) -> dict[str, Any]:
                 "metadata": {"labels": dict(LABELS)},
                 "spec": {
                     "serviceAccountName": NAME,
-                    "securityContext": dict(_RESTRICTED_POD),
+                    # fsGroup: the token file (mode 0440) is readable by the pod's group only
+                    "securityContext": {**_RESTRICTED_POD, "fsGroup": RUN_AS},
                     "tolerations": addon_tolerations(),
                     "affinity": addon_affinity(),
                     "containers": [{
@@ -185,9 +204,12 @@ def deployment(args: GpuHealthArgs) -> dict[str, Any]:
                         "resources": {"requests": {"cpu": "50m", "memory": "128Mi"},
                                       "limits": {"cpu": "500m", "memory": "512Mi"}},
                         "securityContext": dict(_RESTRICTED_CONTAINER),
-                        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+                        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"},
+                                         {"name": "webhook-token", "mountPath": TOKEN_MOUNT_DIR, "readOnly": True}],
                     }],
-                    "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}}],
+                    "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}},
+                                {"name": "webhook-token",
+                                 "secret": {"secretName": WEBHOOK_TOKEN_SECRET, "defaultMode": 0o440}}],
                 },
             },
         },
@@ -332,6 +354,7 @@ def manifests(args: GpuHealthArgs) -> list[dict[str, Any]]:
         cluster_role_binding(NAME),
         deployment(args),
         service(),
+        *network_policies(NAMESPACE, LABELS, PORT, LABELS),
     ]
     if args.service_monitor:
         objs.append(service_monitor())
@@ -389,6 +412,10 @@ class GpuHealth(pulumi.ComponentResource):
             raise ValueError("GpuHealth needs the workload image carrying gpuhealth (gpuHealth.image or training.image)")
         # Every pod here runs non-root, read-only, without capabilities: the strictest level.
         ns = pod_security_namespace(f"{name}-ns", NAMESPACE, "restricted", pulumi.ResourceOptions(parent=self))
+        token = (args.webhook_token if args.webhook_token is not None
+                 else webhook_token(f"{name}-webhook-token", pulumi.ResourceOptions(parent=self)))
+        secret = token_secret(f"{name}-webhook-token", NAMESPACE, token,
+                              pulumi.ResourceOptions(parent=self, depends_on=[ns]))
         created: dict[tuple[str, str], pulumi.Resource] = {}
         for body in manifests(args):
             kind, obj_name = body["kind"], body["metadata"]["name"]
@@ -396,6 +423,8 @@ class GpuHealth(pulumi.ComponentResource):
             if kind in ("Deployment", "CronJob"):  # their ServiceAccount, rights, script and priority first
                 after += [r for (k, _), r in created.items()
                           if k in ("ServiceAccount", "ClusterRoleBinding", "ConfigMap", "PriorityClass")]
+            if kind == "Deployment":
+                after.append(secret)  # the webhook token it mounts
             resource_name = f"{name}-{kind.lower()}-{obj_name}"
             created[(kind, obj_name)] = typed_resource(resource_name, body,
                                                   pulumi.ResourceOptions(parent=self, depends_on=after))

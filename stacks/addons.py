@@ -20,6 +20,7 @@ from components import scheduling_contract
 from components.gpu_health import NAMESPACE as GPU_HEALTH_NAMESPACE
 from components.gpu_health import WEBHOOK_URL as GPU_HEALTH_WEBHOOK
 from components.gpu_health import GpuHealth, GpuHealthArgs, level2_command
+from components.gpu_health_access import webhook_token
 from components.gpu_health_pairs import NcclPairCheckArgs, NcclPairChecks
 from components.gpu_stack import GpuSoftwareStack, GpuSoftwareStackArgs
 from components.monitoring import NAMESPACE as MONITORING_NAMESPACE
@@ -143,7 +144,8 @@ def pair_check_nodes(cfg: Addons, cluster: Cluster) -> dict[str, int]:
 
 
 def gpu_health(cfg: Addons, cluster: Cluster, monitoring: Monitoring | None,
-               after: list[pulumi.Resource], pod_net: PodRdma | None) -> dict[str, object]:
+               after: list[pulumi.Resource], pod_net: PodRdma | None,
+               token: pulumi.Output[str] | None = None) -> dict[str, object]:
     """gpuHealth: the GPU health service, its diagnostic (components/gpu_health.py) and the NCCL
     pair check (components/gpu_health_pairs.py); their outputs, none secret."""
     image = cfg.gpu_health_image
@@ -152,7 +154,7 @@ def gpu_health(cfg: Addons, cluster: Cluster, monitoring: Monitoring | None,
     health = GpuHealth(
         "gpu-health",
         GpuHealthArgs(health=cfg.gpu_health, image=image, diag_nodes=nodes, gpu_resource=gpu_resource(cfg),
-                      service_monitor=monitoring is not None),
+                      service_monitor=monitoring is not None, webhook_token=token),
         # With monitoring: its ServiceMonitor needs the chart's CRDs.
         opts=pulumi.ResourceOptions(provider=cluster.provider,
                                     depends_on=[*after, *([monitoring.release] if monitoring else [])]),
@@ -196,6 +198,8 @@ def deploy(cfg: Addons, cluster: Cluster, secrets: StackSecrets | None = None) -
     outputs: dict[str, object] = {}
 
     monitoring = None
+    # The GPU health webhook's bearer token: the service's Secret and Alertmanager's hold the same.
+    health_token = webhook_token("gpu-health-webhook-token") if cfg.gpu_health_enabled else None
     if cfg.monitoring.enabled:
         # network.roce: the RDMA row and alerts over the RDMA exporter (components/rdma_network.py)
         rdma_metrics = cfg.network.roce is not None
@@ -203,7 +207,9 @@ def deploy(cfg: Addons, cluster: Cluster, secrets: StackSecrets | None = None) -
             "monitoring",
             MonitoringArgs(monitoring=cfg.monitoring, rdma=rdma_metrics,
                            rdma_link_gbps=cfg.network.link_gbps if rdma_metrics else None,
-                           gpu_health_webhook=GPU_HEALTH_WEBHOOK if cfg.gpu_health_enabled else None),
+                           gpu_health_webhook=GPU_HEALTH_WEBHOOK if cfg.gpu_health_enabled else None,
+                           gpu_health_webhook_token=health_token,
+                           gpu_health_reconcile_seconds=cfg.gpu_health.reconcile_seconds),
             opts=opts,
         )
 
@@ -259,7 +265,8 @@ def deploy(cfg: Addons, cluster: Cluster, secrets: StackSecrets | None = None) -
         }
 
     if cfg.gpu_health_enabled:
-        outputs.update(gpu_health(cfg, cluster, monitoring, [*after, gpu, *(rdma.ready if rdma else [])], pod_net))
+        outputs.update(gpu_health(cfg, cluster, monitoring, [*after, gpu, *(rdma.ready if rdma else [])], pod_net,
+                                  health_token))
 
     claim = cluster.shared_claim
     if claim is not None:

@@ -21,8 +21,10 @@ dashboard and the RDMA rule group to the PrometheusRule (components/monitoring/r
 metrics of workloads/trainer/rdma_exporter.py, whose scrape config is the RDMA layer's).
 
 Alertmanager: with `gpu_health_webhook` (gpuHealth on), the GPU fault alerts are routed to the GPU
-health service's webhook and the fleet dashboard gets its row (components/monitoring/gpu_health.py);
-every other alert goes to the chart's `null` receiver as before.
+health service's webhook with its bearer token (a Secret here, mounted into the Alertmanager pod:
+components/gpu_health_access.py), the fleet dashboard gets its row and the rules its staleness
+alert (components/monitoring/gpu_health.py); every other alert goes to the chart's `null` receiver
+as before.
 
 Does not manage: other Alertmanager receivers (mail, chat), Grafana persistence (dashboards and
 data sources are provisioned; UI edits are not kept), ingress.
@@ -39,6 +41,7 @@ import pulumi_kubernetes as k8s
 import pulumi_random as random
 
 from components import versions
+from components.gpu_health_access import WEBHOOK_TOKEN_SECRET, token_secret
 from components.monitoring import alerts, dashboards, gpu_health, rdma
 from components.monitoring.dashboards import PanelGroup
 from components.namespaces import pod_security_namespace
@@ -81,6 +84,10 @@ class MonitoringArgs:
     rdma_link_gbps: float | None = None
     # gpuHealth: the service's Alertmanager webhook URL (GPU fault alerts go there) and its row.
     gpu_health_webhook: str | None = None
+    # ... the bearer token it must send (required with the webhook; a Pulumi secret) and the
+    # service's reconcile interval (its staleness alert).
+    gpu_health_webhook_token: pulumi.Input[str] | None = None
+    gpu_health_reconcile_seconds: float = 60.0
 
 
 def _gib(size: str) -> int:
@@ -121,7 +128,8 @@ def prometheus_stack_values(cfg: MonitoringConfig, gpu_health_webhook: str | Non
         "prometheusOperator": {**_addon(), "admissionWebhooks": {"patch": _addon()}},
         # The operator copies these into the Prometheus and Alertmanager StatefulSets.
         "alertmanager": {
-            "alertmanagerSpec": _addon(),
+            # the webhook token's Secret, mounted by the operator (components/gpu_health_access.py)
+            "alertmanagerSpec": {**_addon(), **({"secrets": [WEBHOOK_TOKEN_SECRET]} if gpu_health_webhook else {})},
             **({"config": gpu_health.alertmanager_values(gpu_health_webhook)} if gpu_health_webhook else {}),
         },
         "prometheus": {
@@ -178,6 +186,15 @@ class Monitoring(pulumi.ComponentResource):
         # node-exporter (a DaemonSet of this chart) needs host network, PID and the host's root
         # filesystem read-only; nothing stricter than privileged admits it.
         ns = pod_security_namespace(f"{name}-ns", NAMESPACE, "privileged", child)
+        token_secrets: list[pulumi.Resource] = []
+        if args.gpu_health_webhook:
+            if args.gpu_health_webhook_token is None:
+                raise ValueError("Monitoring: gpu_health_webhook needs gpu_health_webhook_token (the service refuses "
+                                 "a webhook call without it)")
+            # Before the release: the Alertmanager pod mounts it.
+            token_secrets.append(token_secret(f"{name}-gpu-health-webhook-token", NAMESPACE,
+                                              args.gpu_health_webhook_token,
+                                              pulumi.ResourceOptions(parent=self, depends_on=[ns])))
         password = random.RandomPassword(f"{name}-grafana-admin", length=32, special=False, opts=child)
         admin = k8s.core.v1.Secret(
             f"{name}-grafana-admin",
@@ -198,11 +215,12 @@ class Monitoring(pulumi.ComponentResource):
             namespace=NAMESPACE,
             values=prometheus_stack_values(cfg, args.gpu_health_webhook),
             timeout=900,  # the first install pulls several images and waits for the operator's webhooks
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[ns, admin]),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[ns, admin, *token_secrets]),
         )
         # Custom resources need the chart's CRDs (and the operator) first.
         after_release = pulumi.ResourceOptions(parent=self, depends_on=[self.release])
-        rule_groups = (rdma.rule_group(args.rdma_link_gbps),) if args.rdma else ()
+        rule_groups = (((rdma.rule_group(args.rdma_link_gbps),) if args.rdma else ())
+                       + ((gpu_health.rule_group(args.gpu_health_reconcile_seconds),) if args.gpu_health_webhook else ()))
         self.rule = _custom_resource(f"{name}-gpu-alerts", prometheus_rule(cfg, rule_groups), after_release)
         for target in args.scrape_targets:
             _custom_resource(f"{name}-{target.name}", service_monitor(target), after_release)

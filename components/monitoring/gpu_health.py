@@ -11,14 +11,25 @@ so `route.routes` and `receivers` are given whole: the chart's own Watchdog rout
 receiver are repeated here (a test compares them with the chart's defaults). Everything not routed
 here still ends at the chart's default receiver, `null`, as before.
 
+The webhook receiver sends the service's bearer token from a file (`http_config.authorization
+.credentials_file`, read by Alertmanager on every notification): the Secret that holds it is
+mounted into the Alertmanager pod (components/gpu_health_access.py); the token itself never
+appears in the config or a Helm value.
+
 The metrics of the dashboard row are the service's own (gpuhealth): gpu_health_actions_total
-{action, reason, result} and gpu_health_nodes_out_of_service.
+{action, reason, result} and gpu_health_nodes_out_of_service. The rule group GROUP holds
+GpuHealthReconcileStale: the service's last successful reconcile pass is older than
+STALE_RECONCILES intervals (its /healthz fails then too, and the kubelet restarts it): GPU faults
+are not acted on meanwhile.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from components.gpu_health import STALE_RECONCILES
+from components.gpu_health_access import ALERTMANAGER_CREDENTIALS_FILE
+from components.monitoring.alerts import _alert
 from components.monitoring.dashboards import Panel, PanelGroup
 from components.scheduling_contract import METRICS_NODE_LABEL as NODE
 
@@ -45,6 +56,11 @@ _CHART_NULL_RECEIVER = {"name": "null"}
 _CHART_WATCHDOG_ROUTE = {"receiver": "null", "matchers": ['alertname = "Watchdog"']}
 
 ACTIONS = "gpu_health_actions_total"
+# The service's last successful reconcile pass (workloads/gpuhealth/metrics.py LAST_SUCCESS; a test
+# keeps them equal).
+LAST_SUCCESS = "gpu_health_last_successful_reconcile_timestamp_seconds"
+GROUP = "gpu-cluster.gpu-health"
+STALE_ALERT = "GpuHealthReconcileStale"
 NODES_OUT = "gpu_health_nodes_out_of_service"
 TITLE = "GPU health"
 
@@ -69,7 +85,10 @@ def alertmanager_values(webhook_url: str) -> dict[str, Any]:
         "route": {"routes": [dict(_CHART_WATCHDOG_ROUTE), health_route()]},
         "receivers": [
             dict(_CHART_NULL_RECEIVER),
-            {"name": RECEIVER, "webhook_configs": [{"url": webhook_url, "send_resolved": True}]},
+            {"name": RECEIVER, "webhook_configs": [{
+                "url": webhook_url, "send_resolved": True,
+                "http_config": {"authorization": {"type": "Bearer", "credentials_file": ALERTMANAGER_CREDENTIALS_FILE}},
+            }]},
         ],
     }
 
@@ -89,3 +108,20 @@ def panel_group() -> PanelGroup:
         ), description="Actions the breaker refused (maxNodesOut / maxPercentOut reached): a fleet-wide "
                        "fault, or the limits are too low."),
     ))
+
+
+def rule_group(reconcile_seconds: float) -> dict[str, Any]:
+    """GpuHealthReconcileStale, for a service that reconciles every `reconcile_seconds`."""
+    stale = STALE_RECONCILES * reconcile_seconds
+    return {"name": GROUP, "rules": [_alert(
+        STALE_ALERT,
+        # 0 (no pass yet) counts as very old: a service that never reconciles fires too.
+        f"time() - {LAST_SUCCESS} > {stale:g}",
+        "5m", "warning",
+        "The GPU health service has not reconciled for a while",
+        "The GPU health service {{ $labels.namespace }}/{{ $labels.pod }} has had no successful reconcile pass "
+        f"for more than {stale:g} s ({STALE_RECONCILES} intervals): GPU faults are not acted on and no node "
+        "returns to service.",
+        "kubectl -n gpu-health logs deploy/gpu-health (\"cannot list nodes\": the API server or its RBAC; "
+        "\"reconcile failed\": a bug, with its traceback); its /healthz fails too, so the kubelet restarts it.",
+    )]}

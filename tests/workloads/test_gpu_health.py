@@ -12,19 +12,13 @@
   and annotations go, other taints and an administrator's cordon stay; the handled alert does not
   take the node out again; a resolved alert brings nothing back;
 * a failing diagnostic drains; a weaker action escalates; a 409 conflict is retried;
-* the HTTP side (/webhook, /metrics, /healthz) and the CLI.
+(the HTTP side and the CLI: test_gpu_health_http.py.)
 """
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
-import json
-import subprocess
 import sys
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -41,7 +35,7 @@ if str(WORKLOADS) not in sys.path:
 
 from gpuhealth import service as svc  # noqa: E402
 from gpuhealth.kube import KubeClient  # noqa: E402
-from gpuhealth.service import GpuHealth, Server, Settings, request_from_alert  # noqa: E402
+from gpuhealth.service import GpuHealth, Settings, request_from_alert  # noqa: E402
 from gpuhealth.xid import TABLE, UNKNOWN_ACTION, Action, action_for  # noqa: E402
 
 T0 = dt.datetime(2026, 11, 23, 12, 0, 0, tzinfo=dt.UTC)
@@ -378,69 +372,6 @@ def test_non_gpu_node_is_left_alone(api: tuple[FakeKubeApi, KubeClient]) -> None
     health.handle_webhook(webhook(alert("cpu-1", 79), alert("nowhere", 79)))
     health.reconcile()
     assert not fake.calls_of("PATCH") and not fake.events
-
-
-# ------------------------------------------------------------------------------------------------
-# HTTP and CLI
-
-
-@contextlib.contextmanager
-def running(health: GpuHealth) -> Iterator[str]:
-    server = Server(health, "127.0.0.1", 0)
-    server.start()
-    try:
-        yield f"http://127.0.0.1:{server.port}"
-    finally:
-        server.shutdown()
-
-
-def _post(url: str, body: bytes) -> tuple[int, bytes]:
-    req = urllib.request.Request(url, data=body, method="POST", headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=10) as r:
-            return r.status, r.read()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read()
-
-
-def test_http_webhook_metrics_healthz(api: tuple[FakeKubeApi, KubeClient]) -> None:
-    fake, kube = api
-    health = service(kube, Clock())
-    with running(health) as url:
-        with urllib.request.urlopen(url + "/healthz", timeout=10) as r:
-            assert r.status == 200 and r.read() == b"ok\n"
-        assert _post(url + "/webhook", b"not json")[0] == 400
-        assert _post(url + "/webhook", b"{}")[0] == 400
-        status, body = _post(url + "/webhook", json.dumps(webhook(alert("gpu-1", 79))).encode())
-        assert (status, json.loads(body)) == (200, {"accepted": 1})
-        for _ in range(100):  # the webhook wakes the loop; up to ~10 s
-            if fake.calls_of("PATCH"):
-                break
-            with urllib.request.urlopen(url + "/healthz", timeout=10):
-                pass
-            time.sleep(0.1)
-        assert fake.node("gpu-1")["spec"]["unschedulable"] is True
-        with urllib.request.urlopen(url + "/metrics", timeout=10) as r:
-            text = r.read().decode()
-        assert 'gpu_health_actions_total{action="reboot",reason="GpuFatalXidError",result="done"} 1.0' in text
-        assert "gpu_health_nodes_out_of_service 1.0" in text
-
-
-def test_cli(tmp_path: Path) -> None:
-    env = {"PYTHONPATH": str(WORKLOADS), "PATH": "/usr/bin:/bin"}
-    run = [sys.executable, "-m", "gpuhealth"]
-    out = subprocess.run([*run, "--help"], capture_output=True, text=True, timeout=60, env=env, check=False)
-    assert out.returncode == 0
-    for flag in ("--dry-run", "--max-nodes-out", "--max-percent-out", "--reconcile-seconds", "--gpu-resource", "--port"):
-        assert flag in out.stdout
-    bad = subprocess.run([*run, "--api-server", "http://10.0.0.1:6443", "--insecure-loopback"], capture_output=True,
-                         text=True, timeout=60, env=env, check=False)
-    assert bad.returncode == 2 and "loopback" in bad.stderr
-    no_cluster = subprocess.run(run, capture_output=True, text=True, timeout=60, env=env, check=False)
-    assert no_cluster.returncode == 2 and "KUBERNETES_SERVICE_HOST" in no_cluster.stderr
-    bad_env = subprocess.run(run, capture_output=True, text=True, timeout=60, check=False,
-                             env={**env, "GPU_HEALTH_MAX_PERCENT_OUT": "200", "KUBERNETES_SERVICE_HOST": "10.0.0.1"})
-    assert bad_env.returncode == 2 and "max-percent-out" in bad_env.stderr
 
 
 def test_dry_run_counts_nodes_already_out(api: tuple[FakeKubeApi, KubeClient]) -> None:

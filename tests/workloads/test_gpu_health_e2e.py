@@ -3,7 +3,12 @@ Prometheus scrapes it every second and evaluates the program's own rules
 (components.monitoring.alerts.rule_groups, rendered as a plain rule file: GpuFatalXidError has no
 `for`, so no threshold needs shortening); a real Alertmanager (group_wait 1s) routes to two
 `python -m gpuhealth` processes, one acting and one --dry-run, each with its own Kubernetes API
-stand-in (tests/fake_k8s_api.py). It proves:
+stand-in (tests/fake_k8s_api.py). Alertmanager is configured with the program's own receiver
+(components/monitoring/gpu_health.py): it sends the webhook's bearer token, which it reads from a
+credentials_file, as in the cluster. It proves:
+
+* a request without the token, or with another, gets 401 and changes nothing (gpu-3 is never
+  touched), while every notification of the real Alertmanager carries the token and is acted on;
 
 * a fatal XID (79) on gpu-1 ends in a cordon, the gpu-unhealthy taint and a policy/v1 eviction of
   the GPU pod; the pod's PodDisruptionBudget answers 429 once, and the eviction is retried and
@@ -21,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import json
 import os
 import select
 import shutil
@@ -29,6 +35,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -38,6 +45,7 @@ from typing import Any
 import pytest
 import yaml
 
+from components.monitoring import gpu_health as health_monitoring
 from components.monitoring.alerts import rule_groups
 from config.monitoring import MonitoringAlerts
 from tests.conftest import PROJECT_DIR
@@ -58,6 +66,7 @@ pytestmark = [
                        reason="alertmanager not installed (apt-get install prometheus-alertmanager)"),
 ]
 STARTUP_SECONDS = 30.0
+WEBHOOK_TOKEN = "e2e-webhook-token-9f2c"
 
 
 def _free_port() -> int:
@@ -130,11 +139,12 @@ def process(cmd: list[str], log: Path, env: dict[str, str] | None = None) -> Ite
 
 
 @contextlib.contextmanager
-def gpu_health(api_url: str, token: Path, log: Path, *extra: str) -> Iterator[str]:
+def gpu_health(api_url: str, token: Path, log: Path, webhook_token: Path, *extra: str) -> Iterator[str]:
     cmd = [sys.executable, "-m", "gpuhealth", "--listen-address", "127.0.0.1", "--port", "0", "--api-server", api_url,
            "--token-file", str(token), "--insecure-loopback", "--max-nodes-out", "1", "--max-percent-out", "50",
            "--reconcile-seconds", "1", *extra]
-    env = {**os.environ, "PYTHONPATH": str(WORKLOADS)}
+    # the webhook's token through the environment, as the Deployment sets it
+    env = {**os.environ, "PYTHONPATH": str(WORKLOADS), "GPU_HEALTH_WEBHOOK_TOKEN_FILE": str(webhook_token)}
     with process(cmd, log, env) as proc:
         assert proc.stdout is not None
         ready, _, _ = select.select([proc.stdout], [], [], STARTUP_SECONDS)
@@ -151,13 +161,20 @@ def _ready(url: str) -> bool:
 
 
 @contextlib.contextmanager
-def alertmanager(tmp: Path, webhooks: list[str]) -> Iterator[str]:
+def alertmanager(tmp: Path, webhooks: list[str], credentials_file: Path) -> Iterator[str]:
+    """A real Alertmanager sending to `webhooks` with the bearer token it reads from
+    `credentials_file`, configured as the program configures it (components/monitoring/gpu_health.py)."""
     assert ALERTMANAGER is not None
+    receiver = health_monitoring.alertmanager_values(webhooks[0])["receivers"][1]
+    (webhook_config,) = receiver["webhook_configs"]
+    http_config = webhook_config["http_config"]
+    # the program's file path is the Secret's mount in the Alertmanager pod; here the test's file
+    http_config["authorization"]["credentials_file"] = str(credentials_file)
     config = {
         "route": {"receiver": "gpu-health", "group_by": ["alertname", "node"], "group_wait": "1s",
                   "group_interval": "1s", "repeat_interval": "1h"},
         "receivers": [{"name": "gpu-health",
-                       "webhook_configs": [{"url": u, "send_resolved": True} for u in webhooks]}],
+                       "webhook_configs": [{**webhook_config, "url": u} for u in webhooks]}],
     }
     (tmp / "alertmanager.yml").write_text(yaml.safe_dump(config))
     port = _free_port()
@@ -198,6 +215,21 @@ def _cordoned(api: FakeKubeApi, node: str) -> bool:
     return n["spec"].get("unschedulable") is True and any(t["key"] == svc.TAINT_KEY for t in n["spec"].get("taints", []))
 
 
+def _post_alert(url: str, node: str, authorization: str | None) -> int:
+    """An XID 79 for `node` straight to the service's webhook; the HTTP status."""
+    body = json.dumps({"version": "4", "status": "firing", "alerts": [{
+        "status": "firing", "labels": {"alertname": "GpuFatalXidError", "node": node, "gpu": "0", "xid": "79"},
+        "annotations": {}, "startsAt": svc.fmt_time(dt.datetime.now(dt.UTC))}]}).encode()
+    req = urllib.request.Request(url + "/webhook", data=body, method="POST", headers={"Content-Type": "application/json"})
+    if authorization is not None:
+        req.add_header("Authorization", authorization)
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return int(r.status)
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
 def _metrics(url: str) -> str:
     with urllib.request.urlopen(url + "/metrics", timeout=10) as r:
         return r.read().decode()
@@ -212,6 +244,12 @@ def test_alert_to_cordon_breaker_dry_run_and_return(tmp_path: Path) -> None:
         api.add_pod("team", "train-0", "gpu-1", pdb_blocks=1)
     token = tmp_path / "token"
     token.write_text(TOKEN)
+    # the webhook's bearer token: the service reads it from its file, Alertmanager from its own
+    # copy (credentials_file), as each mounts the Secret in the cluster
+    webhook_token = tmp_path / "webhook-token"
+    webhook_token.write_text(WEBHOOK_TOKEN + "\n")
+    credentials = tmp_path / "alertmanager-credentials"
+    credentials.write_text(WEBHOOK_TOKEN + "\n")
     dcgm = FakeDcgm(nodes)
     dcgm.xid["gpu-1"] = 79
     logs = [tmp_path / n for n in ("gpuhealth.log", "gpuhealth-dry.log", "alertmanager.log", "prometheus.log")]
@@ -221,9 +259,13 @@ def test_alert_to_cordon_breaker_dry_run_and_return(tmp_path: Path) -> None:
         real_api = stack.enter_context(real.serve())
         dry_api = stack.enter_context(dry.serve())
         dcgm_target = stack.enter_context(dcgm.serve())
-        real_url = stack.enter_context(gpu_health(real_api, token, logs[0]))
-        dry_url = stack.enter_context(gpu_health(dry_api, token, logs[1], "--dry-run"))
-        am = stack.enter_context(alertmanager(tmp_path, [real_url + "/webhook", dry_url + "/webhook"]))
+        real_url = stack.enter_context(gpu_health(real_api, token, logs[0], webhook_token))
+        dry_url = stack.enter_context(gpu_health(dry_api, token, logs[1], webhook_token, "--dry-run"))
+
+        # 0. without the token (or with another): 401, nothing queued, nothing changed
+        for authorization in (None, "Bearer not-the-token"):
+            assert _post_alert(real_url, "gpu-3", authorization) == 401
+        am = stack.enter_context(alertmanager(tmp_path, [real_url + "/webhook", dry_url + "/webhook"], credentials))
         stack.enter_context(prometheus(tmp_path, dcgm_target, am))
 
         # 1. fatal XID: cordon, taint, eviction (429 from the PDB first, retried, never forced)
@@ -266,4 +308,9 @@ def test_alert_to_cordon_breaker_dry_run_and_return(tmp_path: Path) -> None:
         wait_for("gpu-2 taken out once room freed", lambda: _cordoned(real, "gpu-2"), 15, logs)
         assert not _cordoned(real, "gpu-1")
         assert 'gpu_health_nodes_out_of_service 1.0' in _metrics(real_url)
+        # every notification Alertmanager sent carried the token; only the test's two were refused
+        text = _metrics(real_url)
+        assert 'gpu_health_http_requests_total{code="401",handler="webhook"} 2.0' in text
+        assert 'gpu_health_http_requests_total{code="200",handler="webhook"}' in text
+    assert not real.calls_of("PATCH", "gpu-3") and not real.event_reasons("gpu-3")
     assert time.monotonic() - started < 90, "the e2e should stay well under a minute"

@@ -15,7 +15,8 @@ import threading
 from pathlib import Path
 
 from gpuhealth.kube import KubeClient
-from gpuhealth.service import GpuHealth, Server, Settings
+from gpuhealth.service import GpuHealth, Settings
+from gpuhealth.web import Server, WebhookToken
 
 DEFAULT_PORT = 9880
 
@@ -39,6 +40,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--listen-address", default=_env("LISTEN_ADDRESS", "0.0.0.0"))
     p.add_argument("--port", type=int, default=int(_env("PORT", str(DEFAULT_PORT))),
                    help="HTTP port: POST /webhook (Alertmanager), GET /metrics, GET /healthz (0: any free port)")
+    p.add_argument("--webhook-token-file", default=_env("WEBHOOK_TOKEN_FILE", ""),
+                   help="file holding the bearer token Alertmanager sends on /webhook (required; re-read when it "
+                        "changes); a request without it gets 401")
     p.add_argument("--dry-run", action="store_true", default=_env_bool("DRY_RUN"),
                    help="decide and report (Events, metrics, log), change nothing")
     p.add_argument("--max-nodes-out", type=int, default=int(_env("MAX_NODES_OUT", "1")),
@@ -47,6 +51,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="circuit breaker: most percent of the GPU nodes out at once (the stricter limit wins)")
     p.add_argument("--reconcile-seconds", type=float, default=float(_env("RECONCILE_SECONDS", "30")),
                    help="how often nodes are re-read: evictions retried, diagnostics checked")
+    p.add_argument("--stale-reconciles", type=float, default=float(_env("STALE_RECONCILES", "4")),
+                   help="/healthz fails after this many reconcile intervals without a successful pass")
     p.add_argument("--gpu-resource", default=_env("GPU_RESOURCE", "nvidia.com/gpu"),
                    help="extended resource that makes a node a GPU node and a pod a GPU pod")
     p.add_argument("--event-namespace", default=_env("EVENT_NAMESPACE", "default"),
@@ -68,6 +74,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if not 0 <= args.port <= 65535:
         p.error("--port must be within 0..65535")
+    if not args.webhook_token_file:
+        p.error("--webhook-token-file (GPU_HEALTH_WEBHOOK_TOKEN_FILE) is required: the webhook takes nodes out, "
+                "only Alertmanager with the token may call it")
     return args
 
 
@@ -80,7 +89,8 @@ def main(argv: list[str] | None = None) -> int:
                             dry_run=args.dry_run, gpu_resource=args.gpu_resource,
                             event_namespace=args.event_namespace, reconcile_seconds=args.reconcile_seconds,
                             pair_namespace=args.pair_namespace, pair_window_minutes=args.pair_window_minutes,
-                            diag_namespace=args.diag_namespace)
+                            diag_namespace=args.diag_namespace, stale_reconciles=args.stale_reconciles)
+        token = WebhookToken(Path(args.webhook_token_file))
         if args.api_server:
             kube = KubeClient(args.api_server, Path(args.token_file) if args.token_file else None,
                               Path(args.ca_file) if args.ca_file else None, insecure_loopback=args.insecure_loopback)
@@ -89,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         print(f"gpuhealth: {e}", file=sys.stderr)
         return 2
-    server = Server(GpuHealth(kube, settings), args.listen_address, args.port)
+    server = Server(GpuHealth(kube, settings), args.listen_address, args.port, token)
     done = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: done.set())

@@ -21,6 +21,7 @@ import pytest
 
 from components import gpu_health, gpu_health_diag, versions
 from components.gpu_health import DIAG_NAME, NAME, NAMESPACE, SERVICE_RULES, TAINT_KEY
+from components.gpu_health_access import DEFAULT_DENY, WEBHOOK_TOKEN_SECRET
 from components.scheduling_contract import CONTROL_PLANE_TOLERATION, GPU_TOLERATION
 from render import cluster, program
 from render.__main__ import kubernetes_objects
@@ -54,8 +55,10 @@ def plan(case: str) -> program.Plan:
 
 
 def health_objects(case: str) -> list[dict[str, Any]]:
-    return [o for o in kubernetes_objects(plan(case))
+    objs = [o for o in kubernetes_objects(plan(case))
             if o["metadata"].get("namespace") == NAMESPACE or o["metadata"]["name"] in (NAMESPACE, NAME, DIAG_NAME)]
+    # A secret map is masked whole in the plan (its keys are checked in test_gpu_health_access.py).
+    return [{**o, **{k: {} for k in ("data", "stringData") if o.get(k) == program.SECRET_MARKER}} for o in objs]
 
 
 def find(case: str, kind: str, name: str) -> dict[str, Any]:
@@ -74,6 +77,7 @@ def test_lab_renders_the_service_and_a_diagnostic_per_gpu_node() -> None:
     assert kinds("lab") == {
         ("Namespace", NAMESPACE), ("ServiceAccount", NAME), ("ClusterRole", NAME), ("ClusterRoleBinding", NAME),
         ("Deployment", NAME), ("Service", NAME), ("ServiceMonitor", NAME),
+        ("Secret", WEBHOOK_TOKEN_SECRET), ("NetworkPolicy", DEFAULT_DENY), ("NetworkPolicy", "gpu-health-from-monitoring"),
         ("ServiceAccount", DIAG_NAME), ("ClusterRole", DIAG_NAME), ("ClusterRoleBinding", DIAG_NAME),
         ("ConfigMap", "gpu-diag-record"),
         ("CronJob", "gpu-diag-gpu-1"), ("CronJob", "gpu-diag-gpu-2"),
@@ -199,12 +203,15 @@ def _pod(case: str) -> dict[str, Any]:
     return find(case, "Deployment", NAME)["spec"]["template"]["spec"]
 
 
+TOKEN_AND_STALENESS = ["--stale-reconciles", "4", "--webhook-token-file", "/etc/gpu-health/webhook-token/token"]
+
+
 @pytest.mark.parametrize(("case", "expected"), [
     # pair window: three rounds of timeoutMinutes (30) + 2
     ("lab", ["--max-nodes-out", "1", "--max-percent-out", "25", "--reconcile-seconds", "60",
-             "--diag-namespace", "gpu-health", "--pair-namespace", "training", "--pair-window-minutes", "96"]),
+             *TOKEN_AND_STALENESS, "--diag-namespace", "gpu-health", "--pair-namespace", "training", "--pair-window-minutes", "96"]),
     ("dev-dry-run", ["--dry-run", "--max-nodes-out", "3", "--max-percent-out", "50", "--reconcile-seconds", "60",
-                     "--diag-namespace", "gpu-health", "--pair-namespace", "training", "--pair-window-minutes", "96"]),
+                     *TOKEN_AND_STALENESS, "--diag-namespace", "gpu-health", "--pair-namespace", "training", "--pair-window-minutes", "96"]),
 ])
 def test_the_service_command(case: str, expected: list[str]) -> None:
     (container,) = _pod(case)["containers"]
@@ -435,11 +442,10 @@ def test_the_route_posts_where_the_service_listens_and_the_service_accepts_its_f
     workloads = str(Path(__file__).resolve().parents[3] / "workloads")
     if workloads not in sys.path:
         sys.path.insert(0, workloads)
-    from gpuhealth import service  # the service the image runs
+    from gpuhealth import web  # the service the image runs
 
     # the path Alertmanager posts to is one the service's handler accepts
-    source = Path(service.__file__).read_text()
-    assert f'"{gpu_health.WEBHOOK_PATH}"' in source and gpu_health.WEBHOOK_URL.endswith(gpu_health.WEBHOOK_PATH)
+    assert gpu_health.WEBHOOK_PATH in web.WEBHOOK_PATHS and gpu_health.WEBHOOK_URL.endswith(gpu_health.WEBHOOK_PATH)
     plan = program.run("lab")
     (deploy,) = [o for o in kubernetes_objects(plan) if o["kind"] == "Deployment" and o["metadata"]["name"] == NAME]
     (container,) = deploy["spec"]["template"]["spec"]["containers"]

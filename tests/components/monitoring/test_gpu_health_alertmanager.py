@@ -76,7 +76,9 @@ def test_routed_alerts_are_gpu_rules() -> None:
 def test_the_chart_renders_the_route(stack: str, upstream_dir: Path) -> None:
     config = yaml.safe_load(rendered_config(stack, upstream_dir))
     (receiver,) = [r for r in config["receivers"] if r["name"] == health_monitoring.RECEIVER]
-    assert receiver["webhook_configs"] == [{"url": WEBHOOK_URL, "send_resolved": True}]
+    (webhook,) = receiver["webhook_configs"]
+    assert (webhook["url"], webhook["send_resolved"]) == (WEBHOOK_URL, True)
+    assert set(webhook["http_config"]["authorization"]) == {"type", "credentials_file"}  # the token from a file
     assert health_monitoring.health_route() in config["route"]["routes"]
     assert config["route"]["receiver"] == "null"  # everything else as before
     assert config["inhibit_rules"]  # the chart's own, merged in
