@@ -44,8 +44,9 @@ EXIT_SOCKET_FALLBACK = 11
 EXIT_NO_TRANSPORT_INFO = 12
 EXIT_RDMA_BELOW_FRACTION = 13  # rdma_link: ib_write_bw's average below the link fraction
 EXIT_RDMA_TOOL_FAILED = 14  # rdma_link: rping or ib_write_bw failed, or no result
+EXIT_NO_RDMA_CHANNEL = 15  # nccl: RDMA declared, but no channel over NET/IB (only P2P/SHM)
 FATAL_EXIT_CODES = frozenset({EXIT_CONFIG_ERROR, EXIT_LOW_BUSBW, EXIT_SOCKET_FALLBACK, EXIT_NO_TRANSPORT_INFO,
-                              EXIT_RDMA_BELOW_FRACTION, EXIT_RDMA_TOOL_FAILED})
+                              EXIT_RDMA_BELOW_FRACTION, EXIT_RDMA_TOOL_FAILED, EXIT_NO_RDMA_CHANNEL})
 
 # The env var holding this pod's node rank, per launcher.
 NODE_RANK_VAR = {"indexed-job": "JOB_COMPLETION_INDEX", "pytorchjob": "RANK"}

@@ -214,11 +214,12 @@ def test_bench_sizes_reach_the_maximum_and_default_to_1_gib():
 
 def test_exit_codes_agree_between_launch_and_the_workload():
     assert launch.EXIT_CONFIG_ERROR == trainer.EXIT_CONFIG_ERROR
-    assert (launch.EXIT_LOW_BUSBW, launch.EXIT_SOCKET_FALLBACK, launch.EXIT_NO_TRANSPORT_INFO) == (
-        nccl.EXIT_LOW_BUSBW, nccl.EXIT_SOCKET_FALLBACK, nccl.EXIT_NO_TRANSPORT_INFO)
+    assert (launch.EXIT_LOW_BUSBW, launch.EXIT_SOCKET_FALLBACK, launch.EXIT_NO_TRANSPORT_INFO,
+            launch.EXIT_NO_RDMA_CHANNEL) == (nccl.EXIT_LOW_BUSBW, nccl.EXIT_SOCKET_FALLBACK,
+                                             nccl.EXIT_NO_TRANSPORT_INFO, nccl.EXIT_NO_RDMA_CHANNEL)
     assert (launch.EXIT_RDMA_BELOW_FRACTION, launch.EXIT_RDMA_TOOL_FAILED) == (
         rdma_link.EXIT_LINK_BELOW_FRACTION, rdma_link.EXIT_LINK_TOOL_FAILED)
-    assert launch.FATAL_EXIT_CODES == {3, 10, 11, 12, 13, 14}
+    assert launch.FATAL_EXIT_CODES == {3, 10, 11, 12, 13, 14, 15}
     # none is a code torchrun, a shell or a signal uses
     assert all(1 < c < 126 for c in launch.FATAL_EXIT_CODES)
 

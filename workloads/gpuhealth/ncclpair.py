@@ -11,9 +11,9 @@ whose container CONTAINER has terminated it writes onto the pod's node one annot
 
 from the container's exit code (components/training/launch.py, trainer.nccl):
   0                        pass
-  10, 11, 12               fail: the sweep measured the pair and it fell short (bus bandwidth below
+  10, 11, 12, 15           fail: the sweep measured the pair and it fell short (bus bandwidth below
                            the fraction of network.linkGbps, NCCL on sockets where RDMA is declared,
-                           or no transport lines to tell)
+                           no transport lines to tell, or no channel over NET/IB where RDMA is declared)
   1                        error: a worker died (an NCCL error, or the peer pod was preempted or
                            evicted): written, never acted on alone
   anything else            (3: the check's own arguments; 128+: the pod was signalled) nothing written
@@ -47,7 +47,7 @@ POD_NODES = PREFIX + "nodes"
 POD_VALID_HOURS = PREFIX + "valid-hours"
 CONTAINER = "trainer"  # the Indexed Job's container (components/training/job.py)
 PASS_CODES = frozenset({0})
-FAIL_CODES = frozenset({10, 11, 12})  # trainer.nccl's verdicts (launch.py mirrors them)
+FAIL_CODES = frozenset({10, 11, 12, 15})  # trainer.nccl's verdicts (launch.py mirrors them)
 ERROR_CODES = frozenset({1})  # torchrun: a worker failed
 
 
