@@ -20,6 +20,9 @@ What is inert where, and why (each from the wiring in stacks/ that ignores it):
   (components/dev/existing_cluster.py).
 * gke gke.privateNodes.masterCidr with privateNodes.enabled false: a public cluster has no private
   control-plane range.
+* monitoring.* with monitoring.enabled false (stacks/addons.py builds no monitoring layer), and
+  network.roce.minLinkFraction without acceptance.nccl (the RDMA link test runs before the acceptance
+  sweep only).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from config.errors import Problems
+from config.fields import Model
 from config.gpu import GpuStack, SharingMode
 from config.health import GpuDiagnostic
 
@@ -74,9 +78,29 @@ def _gate_problems(cfg: Addons) -> Problems:
     return []
 
 
+def _set_fields(section: Model, prefix: str, skip: tuple[str, ...] = ()) -> list[str]:
+    """The keys of `section` (as `prefix`.camelCase) whose values differ from the section's defaults."""
+    default = type(section)()
+    return [f"{prefix}.{f.alias or name}" for name, f in type(section).model_fields.items()
+            if name not in skip and getattr(section, name) != getattr(default, name)]
+
+
+def _switched_off_problems(cfg: Addons) -> Problems:
+    """Keys of a part that is off, set anyway."""
+    problems: Problems = []
+    if not cfg.monitoring.enabled:
+        problems += [(key, "does nothing with monitoring.enabled false; remove it")
+                     for key in _set_fields(cfg.monitoring, "monitoring", ("enabled",))]
+    acc, roce = cfg.acceptance, cfg.network.roce
+    if roce is not None and not acc.nccl and roce.min_link_fraction != type(roce).model_fields["min_link_fraction"].default:
+        problems.append(("network.roce.minLinkFraction", "does nothing without acceptance.nccl: the RDMA link test "
+                                                         "runs before the acceptance sweep only"))
+    return problems
+
+
 def inert_lab_problems(cfg: LabStack) -> Problems:
     problems = _pair_check_problems(cfg, {h.name: h.gpus for h in cfg.hosts if h.is_gpu}, "")  # lab knows every count
-    problems += _gate_problems(cfg)
+    problems += _gate_problems(cfg) + _switched_off_problems(cfg)
     drv = cfg.nvidia_driver
     if cfg.gpu.stack is GpuStack.OPERATOR and not drv.preinstalled:
         why = ("with gpu.stack operator the GPU Operator's driver container installs the driver, not node prep "
@@ -97,7 +121,7 @@ def inert_dev_problems(cfg: DevStack, secrets: frozenset[str]) -> Problems:
     problems = _pair_check_problems(
         cfg, counts if counts else None,
         "dev knows no GPU node's GPU count (declare them: gpuNodeGpus {node: count})")
-    problems += _gate_problems(cfg)
+    problems += _gate_problems(cfg) + _switched_off_problems(cfg)
     if "kubeconfig" in secrets and cfg.kube_context:
         problems.append(("kubeContext", "does nothing with the kubeconfig secret set (the provider is given that "
                                         "kubeconfig and its current context): remove one of them"))
@@ -107,7 +131,7 @@ def inert_dev_problems(cfg: DevStack, secrets: frozenset[str]) -> Problems:
 def inert_gke_problems(cfg: GkeStack) -> Problems:
     problems = _pair_check_problems(
         cfg, None, "gke's GPU nodes come and go with the autoscaler, so no node's GPU count is known by name")
-    problems += _gate_problems(cfg)
+    problems += _gate_problems(cfg) + _switched_off_problems(cfg)
     diag = cfg.gpu_health.diagnostic
     if cfg.gpu_health_enabled and diag.enabled and diag != GpuDiagnostic():
         problems.append(("gpuHealth.diagnostic", "does nothing on gke: the scheduled diagnostic runs on GPU nodes "

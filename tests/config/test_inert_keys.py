@@ -143,3 +143,18 @@ def test_project_defaults_are_never_refused(platform: str) -> None:
     defaults = {k: d["default"] for k, d in yaml.safe_load((PROJECT_DIR / "Pulumi.yaml").read_text())["config"].items()}
     base = {"lab": lab_raw(), "dev": {"platform": "dev", "gpuNodes": ["a"]}, "gke": gke()}[platform]
     accepted({**defaults, **base}, {"sshPrivateKey"} if platform == "lab" else {"kubeconfig"} if platform == "dev" else set())
+
+
+def test_monitoring_settings_with_monitoring_off_are_refused() -> None:
+    reported(lab_raw(monitoring={"enabled": False, "alerts": {"gpuTempCelsius": 90}}), "monitoring.alerts",
+             "monitoring.enabled false")
+    reported(lab_raw(monitoring={"enabled": False, "retention": "30d"}), "monitoring.retention", "remove it")
+    accepted(lab_raw(monitoring={"enabled": False}))
+    accepted(lab_raw(monitoring={"alerts": {"gpuTempCelsius": 90}}))
+
+
+def test_rdma_link_fraction_without_the_acceptance_job_is_refused() -> None:
+    from tests.conftest import SEED_002_ROCE
+
+    network = {"linkGbps": 25, "rdma": True, "roce": {**SEED_002_ROCE, "minLinkFraction": 0.9}}
+    reported(lab_raw(training={"image": IMAGE}, network=network), "network.roce.minLinkFraction", "acceptance.nccl")
