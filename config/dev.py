@@ -1,7 +1,7 @@
 """dev: an existing cluster (minikube --gpus all, kind, ...). `DevStack` holds the shared keys
 (addons.Addons) and dev's own: the kubeconfig context, the GPU nodes to label (and, where declared,
-their GPU counts: gpuNodeGpus), the cluster's service and node ranges, and the shared storage (a node directory,
-a claim on the cluster's default StorageClass, or an existing NFS export).
+their GPU counts: gpuNodeGpus), the cluster's service and node ranges, and the shared storage (a
+node directory, a claim on the cluster's default StorageClass, or an existing NFS export).
 
 The service and node ranges are the existing cluster's, not this program's: they default to
 minikube's (docker driver) and are declared so that the ranges this program hands out
@@ -19,7 +19,7 @@ from config.addons import Addons, Platform, Storage
 from config.address_plan import Range, ipv4_address, overlap_problems, service_range_problems
 from config.errors import Problems
 from config.fields import check_abs_path, check_dns_subdomain, empty_to_none, host_dir_problem
-from config.gpu_inventory import check_gpu_count, fit_problems
+from config.gpu_inventory import MAX_GPUS_PER_NODE, fit_problems
 from config.inert_keys import inert_dev_problems
 from config.lab import NfsExport
 
@@ -111,11 +111,9 @@ class DevStack(Addons):
     @classmethod
     def _gpu_node_gpus(cls, v: dict[str, int]) -> dict[str, int]:
         for node, gpus in v.items():
-            try:
-                if check_gpu_count(gpus) == 0:
-                    raise ValueError("0 (a GPU node has GPUs)")
-            except ValueError as err:
-                raise ValueError(f"{node}: {err}") from None
+            if not 1 <= gpus <= MAX_GPUS_PER_NODE:
+                raise ValueError(f"{node}: {gpus} GPUs; a GPU node has 1 to {MAX_GPUS_PER_NODE} (the most one server "
+                                 "carries: config/gpu_inventory.py)")
         return v
 
     @property

@@ -85,8 +85,8 @@ def test_dev_unknown_counts_are_not_guessed() -> None:
 
 @pytest.mark.parametrize(("gpus", "words"), [
     ({"other": 1}, ("other is not in gpuNodes",)),
-    ({"minikube": 0}, ("minikube: 0",)),
-    ({"minikube": 17}, ("minikube", "at most 16")),
+    ({"minikube": 0}, ("minikube: 0 GPUs", "1 to 16")),
+    ({"minikube": 17}, ("minikube: 17 GPUs", "1 to 16")),
 ])
 def test_dev_gpu_node_gpus_refused(gpus: dict[str, int], words: tuple[str, ...]) -> None:
     reported(dev(gpuNodeGpus=gpus), "gpuNodeGpus", *words)
