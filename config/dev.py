@@ -1,17 +1,34 @@
 """dev: an existing cluster (minikube --gpus all, kind, ...). `DevStack` holds the shared keys
-(addons.Addons) and dev's own: the kubeconfig context, the GPU nodes to label and the shared
-storage (a node directory, a claim on the cluster's default StorageClass, or an existing NFS export)."""
+(addons.Addons) and dev's own: the kubeconfig context, the GPU nodes to label (and, where declared,
+their GPU counts: gpuNodeGpus), the cluster's service and node ranges, and the shared storage (a
+node directory, a claim on the cluster's default StorageClass, or an existing NFS export).
+
+The service and node ranges are the existing cluster's, not this program's: they default to
+minikube's (docker driver) and are declared so that the ranges this program hands out
+(network.roce.range) and the addresses it points at (storage.nfs.server) are checked against them
+(config/address_plan.py)."""
 
 from __future__ import annotations
 
+import ipaddress
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import AfterValidator, Field, field_validator
 
 from config.addons import Addons, Platform, Storage
+from config.address_plan import Range, ipv4_address, overlap_problems, service_range_problems
 from config.errors import Problems
 from config.fields import check_abs_path, check_dns_subdomain, empty_to_none, host_dir_problem
+from config.gpu_inventory import MAX_GPUS_PER_NODE, fit_problems
+from config.inert_keys import inert_dev_problems
 from config.lab import NfsExport
+
+# minikube's defaults: its service range (pkg/minikube/constants/constants.go, DefaultServiceCIDR
+# "10.96.0.0/12", which kubeadm's own default matches) and the docker network of its first cluster
+# (pkg/drivers/kic/oci/network_create.go, defaultFirstSubnetAddr "192.168.49.0" with mask 24; the
+# host is its gateway, 192.168.49.1, and the nodes take .2 onwards).
+MINIKUBE_SERVICE_CIDR = ipaddress.IPv4Network("10.96.0.0/12")
+MINIKUBE_NODE_CIDR = ipaddress.IPv4Network("192.168.49.0/24")
 
 # lab's own storage keys (the program's NFS server): refused in a dev stack unless left at their defaults.
 _LAB_STORAGE_DEFAULTS: dict[str, Any] = {"provision": False, "exportPath": "/srv/gpu-cluster/shared"}
@@ -50,6 +67,17 @@ class DevStack(Addons):
     gpu_nodes: tuple[Annotated[str, AfterValidator(check_dns_subdomain)], ...] = Field(
         default=(), description="Names of existing nodes with GPUs, labelled for GPU workloads."
     )
+    gpu_node_gpus: dict[str, int] = Field(
+        default_factory=dict,
+        description="GPUs on each gpuNodes node, {name: count} (a node left out: unknown; training must fit them).",
+    )
+    service_cidr: ipaddress.IPv4Network = Field(
+        default=MINIKUBE_SERVICE_CIDR, description="The cluster's service network (minikube's: 10.96.0.0/12)."
+    )
+    node_cidr: ipaddress.IPv4Network = Field(
+        default=MINIKUBE_NODE_CIDR,
+        description="The network the cluster's nodes are on (minikube's docker driver: 192.168.49.0/24).",
+    )
     storage: DevStorage = Field(
         default_factory=DevStorage, description="The shared ReadWriteMany volume of training pods."
     )
@@ -79,6 +107,20 @@ class DevStack(Addons):
             raise ValueError("lists a node twice")
         return v
 
+    @field_validator("gpu_node_gpus")
+    @classmethod
+    def _gpu_node_gpus(cls, v: dict[str, int]) -> dict[str, int]:
+        for node, gpus in v.items():
+            if not 1 <= gpus <= MAX_GPUS_PER_NODE:
+                raise ValueError(f"{node}: {gpus} GPUs; a GPU node has 1 to {MAX_GPUS_PER_NODE} (the most one server "
+                                 "carries: config/gpu_inventory.py)")
+        return v
+
+    @property
+    def gpu_counts(self) -> dict[str, int]:
+        """GPU node -> its GPUs, for the gpuNodes whose count gpuNodeGpus declares."""
+        return {node: self.gpu_node_gpus[node] for node in self.gpu_nodes if node in self.gpu_node_gpus}
+
     @property
     def gpu_node_count(self) -> int:
         """The nodes gpuNodes lists."""
@@ -90,7 +132,20 @@ class DevStack(Addons):
             return [("training.enabled", "no GPU node is configured (gpuNodes)")]
         if t.nodes > len(self.gpu_nodes):
             return [("training.nodes", f"{t.nodes} pods (one per node) but only {len(self.gpu_nodes)} gpuNodes")]
+        if len(self.gpu_counts) == len(self.gpu_nodes):  # every count known: the pods must fit them
+            return fit_problems(list(self.gpu_counts.values()), t.nodes, t.gpus_per_node, "GPU node", "gpuNodeGpus")
         return []
+
+    def _address_problems(self) -> Problems:
+        """The RoCE range against the cluster's service and node ranges; the NFS server outside the
+        service and RoCE ranges (it may be on the node network: minikube's host is)."""
+        ranges = [Range("serviceCidr", self.service_cidr),
+                  Range("nodeCidr", self.node_cidr, holds_hosts=True)]
+        if self.network.roce is not None:
+            ranges.append(Range("network.roce.range", self.network.roce.range,
+                                why="the pods' RDMA network must not take the NFS server's address"))
+        nfs = ipv4_address("storage.nfs.server", self.storage.nfs.server if self.storage.nfs else None)
+        return overlap_problems(ranges, nfs) + service_range_problems("serviceCidr", self.service_cidr)
 
     def _platform_problems(self, secrets: frozenset[str]) -> Problems:
         st, problems = self.storage, []
@@ -114,4 +169,6 @@ class DevStack(Addons):
             problems.append(
                 ("kubeContext", "dev needs a kubeconfig secret (gpu-cluster:kubeconfig) or a kubeContext")
             )
-        return problems
+        problems += [("gpuNodeGpus", f"{node} is not in gpuNodes") for node in self.gpu_node_gpus
+                     if node not in self.gpu_nodes]
+        return problems + self._address_problems() + inert_dev_problems(self, secrets)

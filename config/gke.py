@@ -18,11 +18,13 @@ from typing import ClassVar, Literal
 from pydantic import Field, field_validator
 
 from components.scheduling_contract import GKE_POOL_OWN_LABELS, NO_GKE_DEVICE_PLUGIN_LABEL
+from config import mig_profiles
 from config.addons import Addons, Platform
 from config.errors import Problems
 from config.fields import Model, empty_to_none, label_problems
 from config.gcp import accelerators, locations, machine_types
 from config.gpu import GpuStack, SharingMode
+from config.inert_keys import inert_gke_problems
 
 
 class GkeLocation(enum.StrEnum):
@@ -353,6 +355,10 @@ class GkeStack(Addons):
                 problems.append((f"{key}.name", f"duplicates gke.gpuPools[{seen[pool.name]}].name {pool.name!r}"))
             seen.setdefault(pool.name, i)
             problems += _pool_problems(key, pool, operator)
+        if operator and self.gpu.sharing.mode is SharingMode.MIG:
+            problems += mig_profiles.gke_pool_problems(self.gpu.sharing.mig_profile,
+                                                       [p.accelerator.type for p in gke.gpu_pools])
+        problems += inert_gke_problems(self)
         if operator:
             installer = {p.driver.installer for p in gke.gpu_pools if not p.driver.gke_managed}
             if len(installer) > 1:

@@ -9,6 +9,7 @@ from pydantic import Field, field_validator
 
 from config.errors import Problems
 from config.fields import Model
+from config.mig_profiles import layout_problem
 
 
 class GpuStack(enum.StrEnum):
@@ -27,7 +28,8 @@ class MigStrategy(enum.StrEnum):
     MIXED = "mixed"
 
 
-# Profiles of the MIG manager's default config (all GPUs of a node partitioned alike).
+# Layouts of the MIG manager's default config (all GPUs of a node partitioned alike); which profiles
+# exist is config/mig_profiles.py's table.
 _MIG_PROFILE = re.compile(r"all-(disabled|balanced|\d+g\.\d+gb)")
 
 
@@ -44,6 +46,8 @@ class GpuSharing(Model):
     def _profile(cls, v: str) -> str:
         if not _MIG_PROFILE.fullmatch(v):
             raise ValueError("must be a MIG manager profile: all-disabled, all-balanced or all-<N>g.<M>gb")
+        if problem := layout_problem(v):
+            raise ValueError(problem)
         return v
 
 
@@ -68,6 +72,13 @@ def gpu_problems(gpu: GpuConfig) -> Problems:
         problems.append(("gpu.sharing.replicas", "time-slicing needs 2 to 48 replicas per GPU"))
     if sharing.mode is not SharingMode.TIME_SLICING and sharing.replicas != 1:
         problems.append(("gpu.sharing.replicas", "applies only to mode time-slicing; leave it at 1"))
+    # Read only in mode mig (components/gpu_stack.py: mig_layout, device_plugin_mig_strategy).
+    if sharing.mode is not SharingMode.MIG and sharing.mig_strategy is not MigStrategy.SINGLE:
+        problems.append(("gpu.sharing.migStrategy", f"does nothing with mode {sharing.mode.value}: it applies to "
+                                                    "mode mig only; leave it unset"))
+    if sharing.mode is not SharingMode.MIG and sharing.mig_profile != "all-disabled":
+        problems.append(("gpu.sharing.migProfile", f"does nothing with mode {sharing.mode.value}: GPUs are "
+                                                   "partitioned in mode mig only; leave it unset"))
     if sharing.mode is SharingMode.MIG and gpu.stack is GpuStack.OPERATOR:
         # The operator's MIG manager partitions the GPUs by migProfile.
         if sharing.mig_strategy is MigStrategy.MIXED and sharing.mig_profile == "all-balanced" and gpu.gate.enabled:

@@ -20,6 +20,14 @@ from pydantic.alias_generators import to_camel
 
 from components import versions
 from config.addons import Addons, Platform, Storage
+from config.address_plan import (
+    Address,
+    Range,
+    ipv4_address,
+    overlap_problems,
+    pod_range_problems,
+    service_range_problems,
+)
 from config.errors import Problems
 from config.fields import (
     APT_VERSION,
@@ -35,6 +43,8 @@ from config.fields import (
     unusable_address,
 )
 from config.gpu import GpuStack
+from config.gpu_inventory import check_gpu_count, fit_problems
+from config.inert_keys import inert_lab_problems
 
 
 class Cni(enum.StrEnum):
@@ -67,12 +77,7 @@ class Host(Model):
             )
         return v
 
-    @field_validator("gpus")
-    @classmethod
-    def _gpus(cls, v: int) -> int:
-        if v < 0:
-            raise ValueError("must be 0 or more")
-        return v
+    _gpus = field_validator("gpus")(classmethod(lambda cls, v: check_gpu_count(v)))
 
     _host_key = field_validator("host_key")(classmethod(lambda cls, v: check_host_key(v)))
     _ssh_user = field_validator("ssh_user")(classmethod(lambda cls, v: check_posix_user(v)))
@@ -312,22 +317,7 @@ class LabStack(Addons):
 
     def _capacity_problems(self) -> Problems:
         t = self.training
-        gpu_hosts = sorted((h.gpus for h in self.hosts if h.is_gpu), reverse=True)
-        if not gpu_hosts:
-            return [("training.enabled", "no GPU node is configured (hosts[].gpus)")]
-        problems: Problems = []
-        if t.nodes > len(gpu_hosts):
-            problems.append(("training.nodes", f"{t.nodes} pods (one per node) but only {len(gpu_hosts)} hosts with gpus > 0"))
-        if t.gpus_per_node > gpu_hosts[0]:
-            problems.append(("training.gpusPerNode",
-                             f"{t.gpus_per_node} GPUs per pod but no host has more than {gpu_hosts[0]} (hosts[].gpus)"))
-        elif t.nodes <= len(gpu_hosts) and gpu_hosts[t.nodes - 1] < t.gpus_per_node:
-            problems.append(
-                ("training.gpusPerNode",
-                 f"{t.nodes} x {t.gpus_per_node} GPUs do not fit: only {sum(g >= t.gpus_per_node for g in gpu_hosts)} "
-                 f"host(s) have {t.gpus_per_node} or more GPUs")
-            )
-        return problems
+        return fit_problems([h.gpus for h in self.hosts], t.nodes, t.gpus_per_node, "host", "hosts[].gpus")
 
     def _platform_problems(self, secrets: frozenset[str]) -> Problems:
         problems = self._storage_problems()
@@ -343,7 +333,7 @@ class LabStack(Addons):
                     f"{len(self.control_planes)} control-plane hosts need a load-balanced endpoint 'host:port'",
                 )
             )
-        endpoint_problem, endpoint_ip = _endpoint(self.control_plane_endpoint)
+        endpoint_problem, _ = _endpoint(self.control_plane_endpoint)
         if endpoint_problem:
             problems.append(("controlPlaneEndpoint", endpoint_problem))
         if "sshPrivateKey" not in secrets:
@@ -355,32 +345,27 @@ class LabStack(Addons):
                 )
             )
         problems += self._host_problems()
-        nfs_ip = ipv4_or_none(self.storage.nfs.server) if self.storage.nfs else None
-        for ip, what in ((endpoint_ip, "controlPlaneEndpoint"), (nfs_ip, "storage.nfs.server")):
-            for net, key in ((self.pod_cidr, "podCidr"), (self.service_cidr, "serviceCidr")):
-                if ip is not None and ip in net:
-                    problems.append((key, f"{net} contains {what} {ip}; pick a range that leaves it out"))
-        problems += self._cidr_size_problems()
-        problems += self._roce_problems()
+        problems += self._address_problems()
+        problems += service_range_problems("serviceCidr", self.service_cidr)
+        problems += pod_range_problems("podCidr", self.pod_cidr, len(self.hosts))
+        if self.network.rdma and self.network.roce is None:
+            problems.append(("network.roce", "network.rdma on lab moves each GPU node's RoCE NIC into its training pod: "
+                                             "set network.roce {interface, pciAddress, hca, driver, range} (README: RDMA)"))
+        problems += inert_lab_problems(self)
         return problems
 
-    def _roce_problems(self) -> Problems:
-        """network.rdma on lab: the NIC to move into pods, its range clear of the cluster's."""
-        roce = self.network.roce
-        if self.network.rdma and roce is None:
-            return [("network.roce", "network.rdma on lab moves each GPU node's RoCE NIC into its training pod: set "
-                                     "network.roce {interface, pciAddress, hca, driver, range} (README: RDMA)")]
-        if roce is None:
-            return []
-        problems: Problems = []
-        for net, key in ((self.pod_cidr, "podCidr"), (self.service_cidr, "serviceCidr")):
-            if roce.range.overlaps(net):
-                problems.append(("network.roce.range", f"{roce.range} overlaps {key} {net}"))
-        for i, host in enumerate(self.hosts):
-            if host.address in roce.range:
-                problems.append(("network.roce.range", f"{roce.range} contains hosts[{i}].address {host.address}: "
-                                                       "the pods' RDMA network must not take the hosts' addresses"))
-        return problems
+    def _address_problems(self) -> Problems:
+        """The service, pod and RoCE ranges against each other and every host, the API endpoint and the
+        NFS server (config/address_plan.py)."""
+        ranges = [Range("serviceCidr", self.service_cidr), Range("podCidr", self.pod_cidr)]
+        if self.network.roce is not None:
+            ranges.append(Range("network.roce.range", self.network.roce.range,
+                                why="the pods' RDMA network must not take the hosts' addresses"))
+        addresses = [Address(f"hosts[{i}].address", h.address) for i, h in enumerate(self.hosts)]
+        endpoint_ip = _endpoint(self.control_plane_endpoint)[1]
+        addresses += [Address("controlPlaneEndpoint", endpoint_ip)] if endpoint_ip else []
+        addresses += ipv4_address("storage.nfs.server", self.storage.nfs.server if self.storage.nfs else None)
+        return overlap_problems(ranges, addresses)
 
     def _storage_problems(self) -> Problems:
         st = self.storage
@@ -405,34 +390,6 @@ class LabStack(Addons):
             if addr in seen_addrs:
                 problems.append((f"hosts[{i}].address", f"duplicates hosts[{seen_addrs[addr]}].address {addr}"))
             seen_addrs.setdefault(addr, i)
-            for net, key in ((self.pod_cidr, "podCidr"), (self.service_cidr, "serviceCidr")):
-                if host.address in net:
-                    problems.append((key, f"{net} contains hosts[{i}].address {addr}; pick a range no host is in"))
-        return problems
-
-    def _cidr_size_problems(self) -> Problems:
-        problems = []
-        pod, svc = self.pod_cidr, self.service_cidr
-        if pod.overlaps(svc):
-            problems.append(("podCidr", f"{pod} overlaps serviceCidr {svc}"))
-        # kube-apiserver refuses an IPv4 service range with more than 20 host bits.
-        if svc.prefixlen < 12:
-            problems.append(("serviceCidr", f"{svc} is larger than kube-apiserver allows: use /12 to /28, e.g. 10.96.0.0/12"))
-        # kubeadm puts the cluster DNS Service at the 10th address (the API Service takes the 1st).
-        if svc.prefixlen > 28:
-            problems.append(("serviceCidr", f"{svc} is too small: the cluster DNS Service takes its 10th address; "
-                                            "use /12 to /28, e.g. 10.96.0.0/12"))
-        # Each node gets a /24 of the pod range (kube-controller-manager's default node mask, which
-        # flannel and calico follow here); its allocator takes at most 16 bits between the two.
-        if pod.prefixlen > 24:
-            problems.append(("podCidr", "must be /24 or larger (each node gets a /24 from it)"))
-        elif pod.prefixlen < 8:
-            problems.append(("podCidr", f"{pod} is larger than kube-controller-manager allows with /24 per node: "
-                                        "use /8 to /24, e.g. 10.244.0.0/16"))
-        elif 2 ** (24 - pod.prefixlen) < len(self.hosts):
-            needed = 24 - (len(self.hosts) - 1).bit_length()
-            problems.append(("podCidr", f"{pod} holds {2 ** (24 - pod.prefixlen)} node /24s but there are "
-                                        f"{len(self.hosts)} hosts; use a /{needed} or larger"))
         return problems
 
 

@@ -42,5 +42,8 @@ def build(cfg: DevStack, secrets: StackSecrets) -> dict[str, object]:
         gpu_node_count=cfg.gpu_node_count,
         training_namespace=namespace,
         shared_claim=claim,
+        # gpuNodeGpus where declared: the diagnostic asks for them all, the NCCL pair check pairs them
+        gpu_counts=cfg.gpu_counts,
+        internal_cidrs=(str(cfg.service_cidr), str(cfg.node_cidr)),
     )
     return {**addons.deploy(cfg, cluster, secrets), "kubeContext": cfg.kube_context, "gpuNodes": list(cfg.gpu_nodes)}

@@ -71,6 +71,8 @@ def plan_for(stack: str, sharing: dict[str, Any]) -> Plan:
         gke = json.loads(program.stack_config("gke")[0]["gpu-cluster:gke"])
         for pool in gke["gpuPools"]:
             pool["driver"] = "installer-ubuntu"
+            if pool["accelerator"]["type"] == "nvidia-tesla-a100":  # an 80GB A100: every profile of MIG_CASES
+                pool["machineType"], pool["accelerator"]["type"] = "a2-ultragpu-1g", "nvidia-a100-80gb"
         gke_json = json.dumps(gke, sort_keys=True)
     return _plan(stack, json.dumps(operator_gpu(sharing), sort_keys=True), gke_json)
 

@@ -423,10 +423,10 @@ def test_each_platform_type_holds_only_its_keys():
     lab, dev, gke = config.LabStack.keys(), config.DevStack.keys(), config.GkeStack.keys()
     shared = Addons.keys()
     assert shared == lab & gke == dev & gke
-    assert lab & dev == shared | {"storage"}  # each its own storage section
+    assert lab & dev == shared | {"storage", "serviceCidr"}  # each its own storage section; both a service range
     assert lab - shared == {"hosts", "controlPlaneEndpoint", "podCidr", "serviceCidr", "cni", "containerdVersion",
                             "nvidiaDriver", "gpuTaint", "bastion", "storage", "maxUnavailable", "allowRebuild"}
-    assert dev - shared == {"kubeContext", "gpuNodes", "storage"}
+    assert dev - shared == {"kubeContext", "gpuNodes", "gpuNodeGpus", "serviceCidr", "nodeCidr", "storage"}
     assert gke - shared == {"gke", "gcp:project", "gcp:region"}
     # The two storage sections share the size and an existing NFS export.
     assert set(config.LabStack.model_fields["storage"].annotation.model_fields) == {
