@@ -18,7 +18,7 @@ from pydantic import AfterValidator, Field, field_validator
 from config.addons import Addons, Platform, Storage
 from config.address_plan import Range, ipv4_address, overlap_problems, service_range_problems
 from config.errors import Problems
-from config.fields import check_abs_path, check_dns_subdomain, empty_to_none, host_dir_problem
+from config.fields import check_abs_path, check_display_name, check_dns_subdomain, empty_to_none, host_dir_problem
 from config.gpu_inventory import MAX_GPUS_PER_NODE, fit_problems
 from config.inert_keys import inert_dev_problems
 from config.lab import NfsExport
@@ -89,6 +89,7 @@ class DevStack(Addons):
     }
 
     _optional = field_validator("kube_context", mode="before")(classmethod(lambda cls, v: empty_to_none(v)))
+    _context = field_validator("kube_context")(classmethod(lambda cls, v: v and check_display_name(v, 253)))
 
     @field_validator("storage", mode="before")
     @classmethod

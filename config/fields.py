@@ -68,6 +68,14 @@ def check_dns_subdomain(value: str) -> str:
     return value
 
 
+def check_display_name(value: str, limit: int = 100) -> str:
+    """A free-text name that goes into an API object or a kubeconfig lookup: printable, one line,
+    bounded (a newline or control character there is never meant and breaks logs and diffs)."""
+    if not value or len(value) > limit or not value.isprintable():
+        raise ValueError(f"{value[:40]!r} must be 1-{limit} printable characters on one line")
+    return value
+
+
 def label_problems(labels: Mapping[str, str]) -> list[str]:
     """What is wrong with these Kubernetes labels (key: [prefix/]name, value: name or empty)."""
     problems = []

@@ -21,7 +21,7 @@ from components.scheduling_contract import GKE_POOL_OWN_LABELS, NO_GKE_DEVICE_PL
 from config import mig_profiles
 from config.addons import Addons, Platform
 from config.errors import Problems
-from config.fields import Model, empty_to_none, label_problems
+from config.fields import Model, check_display_name, empty_to_none, label_problems
 from config.gcp import accelerators, locations, machine_types
 from config.gpu import GpuStack, SharingMode
 from config.inert_keys import inert_gke_problems
@@ -129,6 +129,15 @@ class GpuPool(Model):
     _name = field_validator("name")(classmethod(lambda cls, v: _check_gce_name(v)))
     _optional = field_validator("mig_partition_size", mode="before")(classmethod(lambda cls, v: empty_to_none(v)))
 
+    @field_validator("mig_partition_size")
+    @classmethod
+    def _mig_partition_form(cls, v: str | None) -> str | None:
+        # The form GKE's gpu_partition_size takes (<compute slices>g.<memory>gb); which sizes the pool's
+        # GPU offers is checked against the accelerator below. The slice count feeds the capacity sum.
+        if v is not None and not re.fullmatch(r"[1-7]g\.[1-9][0-9]{0,2}gb", v):
+            raise ValueError(f"{v[:40]!r} is not a MIG partition size of the form <1-7>g.<memory>gb, e.g. 1g.10gb")
+        return v
+
     @field_validator("labels")
     @classmethod
     def _labels(cls, v: dict[str, str]) -> dict[str, str]:
@@ -177,7 +186,9 @@ class GkePrivateNodes(Model):
 
 class AuthorizedNetwork(Model):
     cidr: ipaddress.IPv4Network
-    name: str = Field(default="")
+    name: str = Field(default="", description="Display name of the CIDR block in GKE's API.")
+
+    _name = field_validator("name")(classmethod(lambda cls, v: v and check_display_name(v)))
 
 
 class FilestoreTier(enum.StrEnum):

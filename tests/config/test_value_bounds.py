@@ -54,15 +54,6 @@ def _stack_types() -> list[tuple[str, Any]]:
     return [(platform.value, stack_type) for platform, stack_type in config.STACK_TYPES.items()]
 
 
-# Tracebacks in keys this work does not own (config/lab.py, dev.py, gke.py, gpu.py), each with its
-# value: routed to their owner; strict, so the mark goes once they are fixed.
-KNOWN: dict[tuple[str, str], str] = {
-    ("gke", "gke.gpuPools[0].migPartitionSize"):
-        "config/gke.py: a migPartitionSize that does not start with '<n>g' (e.g. a huge string) raises "
-        "ValueError from int() in the capacity check instead of a ConfigError",
-}
-
-
 @pytest.fixture(scope="module")
 def outcomes() -> dict[tuple[str, str], list[str]]:
     return run_every_key()
@@ -113,10 +104,7 @@ def _related(problem_key: str, key: str) -> bool:
 
 # One worker renders them all under pytest-xdist's --dist loadgroup (the fixture is per module).
 @pytest.mark.xdist_group("value_bounds")
-@pytest.mark.parametrize(("platform", "key"), [
-    pytest.param(p, k, marks=pytest.mark.xfail(strict=True, reason=KNOWN[(p, k)])) if (p, k) in KNOWN else (p, k)
-    for p, k in _keys()
-])
+@pytest.mark.parametrize(("platform", "key"), _keys())
 def test_every_value_ends_in_a_plan_or_a_refusal_naming_the_key(
     outcomes: dict[tuple[str, str], list[str]], platform: str, key: str,
 ) -> None:
