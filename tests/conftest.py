@@ -79,11 +79,15 @@ def host(name: str, address: str, role: str = "worker", gpus: int = 0, **extra: 
 
 def stack_config_with(stack: str, **overrides: Any) -> tuple[dict[str, str], list[str]]:
     """The committed Pulumi.<stack>.yaml's config (program.run's `config`) with keys overridden: an
-    object is merged into the committed one, anything else replaces it (strings as given)."""
+    object is merged into the committed one, None removes the key, anything else replaces it (strings
+    as given)."""
     values, secret_keys = program.stack_config(stack)
     out = dict(values)
     for key, value in overrides.items():
         full = f"gpu-cluster:{key}"
+        if value is None:
+            out.pop(full, None)
+            continue
         if isinstance(value, dict) and out.get(full):
             value = {**json.loads(out[full]), **value}
         out[full] = value if isinstance(value, str) else json.dumps(value)

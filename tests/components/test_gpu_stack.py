@@ -434,7 +434,7 @@ def test_gate_disabled(stack: str) -> None:
 @pytest.mark.parametrize("path", PATHS)
 def test_no_gpu_nodes_no_gate(path: str) -> None:
     # No GPU node: training (enabled in the committed file) would be rejected, so it is off here.
-    plan = plan_for("dev", gpu(path), gpuNodes=[], training={"enabled": False})
+    plan = plan_for("dev", gpu(path), gpuNodes=[], gpuNodeGpus={}, training={"enabled": False})
     assert not plan.of_type(JOB)
     assert "skipped" in plan.outputs["gpuReadyGate"]
     assert len(plan.of_type(SOFTWARE_STACK)) == 1

@@ -40,7 +40,7 @@ def _plan(stack: str, monitoring: bool = True) -> program.Plan:
     if not monitoring:
         overrides["monitoring"] = {"enabled": False}
     if stack == "dev":  # two GPU nodes, seed 002's layout, and a claim both can mount
-        overrides.update(gpuNodes=["gpu0", "gpu1"], storage={"hostPath": "", "useDefaultClass": True},
+        overrides.update(gpuNodes=["gpu0", "gpu1"], gpuNodeGpus=None, storage={"hostPath": "", "useDefaultClass": True},
                          training={"nodes": 2}, acceptance={"nccl": True})
     return program.run(stack, config=_with(stack, **overrides))
 

@@ -52,7 +52,7 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "dev-nfs": ("dev", {"storage": {"hostPath": "", "nfs": SEED_003_NFS},
                         "training": {**TRAINING_KEYS, "prepareData": True}}),
     "dev-nfs-two-nodes": ("dev", {"storage": {"hostPath": "", "nfs": SEED_003_NFS}, "gpuNodes": ["gpu0", "gpu1"],
-                                  "training": {"nodes": 2}}),
+                                  "gpuNodeGpus": None, "training": {"nodes": 2}}),
     "dev-prepare-off": ("dev", {"training": {"dataset": "cifar10", "prepareData": False}}),
 }
 

@@ -44,7 +44,7 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "dev": ("dev", {}),
     # two GPU nodes and a link rate, but dev knows no node's GPU count: no pair check (a guess could
     # be fewer GPUs than the node has, and the check would share the node with training pods)
-    "dev-two": ("dev", {"gpuNodes": ["gpu-a", "gpu-b"], "network": {"linkGbps": 100}}),
+    "dev-two": ("dev", {"gpuNodes": ["gpu-a", "gpu-b"], "gpuNodeGpus": None, "network": {"linkGbps": 100}}),
 }
 
 
