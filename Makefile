@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STACK ?= lab
 
-.PHONY: plan test lint render clean bench
+.PHONY: plan test lint render clean bench bench-smoke
 $(VENV)/.installed: requirements.txt requirements-dev.txt
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
@@ -33,8 +33,16 @@ clean:
 	rm -rf out .pytest_cache
 
 # Benchmarks (bench/README.md): plan evaluation vs the SDK floor, the whole-cluster check's cost,
-# and the critical path of `up`.
+# and the critical path of `up` (the trainer's own overhead: bench/trainer_overhead.py).
 bench: $(VENV)/.installed
 	$(PY) bench/plan_scale.py
 	$(PY) bench/check_scale.py
 	$(PY) bench/critical_path.py
+
+# Every benchmark at its smallest size (~1 min), so none can break unnoticed: CI (.ci/run) runs it.
+# Any script's failure (an error, a plan that would not come up, a step with no cost) fails it.
+bench-smoke: $(VENV)/.installed
+	$(PY) bench/plan_scale.py --smallest
+	$(PY) bench/check_scale.py --smallest
+	$(PY) bench/critical_path.py --smallest
+	$(PY) bench/trainer_overhead.py --smallest
