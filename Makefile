@@ -20,8 +20,12 @@ plan: $(VENV)/.installed
 
 render: plan
 
+# Both cores (pytest-xdist; TEST_WORKERS=1 for one process): whole files per worker (--dist loadfile),
+# so a file's module fixtures are built once and its tests run in order, as in one process. Tests
+# share no fixed port, file or namespace name (each uses free ports, tmp_path, unique names).
+TEST_WORKERS ?= auto
 test: $(VENV)/.installed
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 # CI (.ci/run) runs ruff and mypy too; pre-commit runs them the same way: .pre-commit-config.yaml.
 lint: $(VENV)/.installed
