@@ -1,11 +1,11 @@
-# The two commands on a fresh machine (README): `make plan` and `make test`. Each creates the
+# The two commands on a fresh machine (README): `./plan` and `make test`. Each creates the
 # virtual environment first when it is missing or older than the requirements. CI (.ci/run)
-# installs the system tools and calls `make test` too.
+# installs the system tools and calls `./plan` and `make test` too.
 VENV := .venv
 PY := $(VENV)/bin/python
 STACK ?= lab
 
-.PHONY: plan test lint render clean bench
+.PHONY: plan test lint render clean bench bench-smoke
 $(VENV)/.installed: requirements.txt requirements-dev.txt
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
@@ -13,26 +13,40 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt
 	touch $@
 
 # The offline plan of a stack (default lab), with the whole-cluster check: out/<stack>/summary.md.
+# A shortcut for `./plan $(STACK)`: make exits 2 for any failed recipe, so render's 1, 3 and 4 all
+# read 2 here; ./plan exits with render's own status.
 plan: $(VENV)/.installed
-	$(PY) -m render $(STACK) --out out/$(STACK)
+	./plan $(STACK)
 
 render: plan
 
+# Both cores (pytest-xdist; TEST_WORKERS=1 for one process): whole files per worker (--dist loadfile),
+# so a file's module fixtures are built once and its tests run in order, as in one process. Tests
+# share no fixed port, file or namespace name (each uses free ports, tmp_path, unique names).
+TEST_WORKERS ?= auto
 test: $(VENV)/.installed
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 # CI (.ci/run) runs ruff and mypy too; pre-commit runs them the same way: .pre-commit-config.yaml.
 lint: $(VENV)/.installed
 	$(PY) -m ruff check .
-	shellcheck .ci/run
+	shellcheck .ci/run plan
 	$(PY) -m mypy
 
 clean:
 	rm -rf out .pytest_cache
 
 # Benchmarks (bench/README.md): plan evaluation vs the SDK floor, the whole-cluster check's cost,
-# and the critical path of `up`.
+# and the critical path of `up` (the trainer's own overhead: bench/trainer_overhead.py).
 bench: $(VENV)/.installed
 	$(PY) bench/plan_scale.py
 	$(PY) bench/check_scale.py
 	$(PY) bench/critical_path.py
+
+# Every benchmark at its smallest size (~1 min), so none can break unnoticed: CI (.ci/run) runs it.
+# Any script's failure (an error, a plan that would not come up, a step with no cost) fails it.
+bench-smoke: $(VENV)/.installed
+	$(PY) bench/plan_scale.py --smallest
+	$(PY) bench/check_scale.py --smallest
+	$(PY) bench/critical_path.py --smallest
+	$(PY) bench/trainer_overhead.py --smallest

@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/check_scale.py                          # N = 2, 8, 32, 128, 256; 3 repeats
     .venv/bin/python bench/check_scale.py --points 2,256 --repeats 1
+    .venv/bin/python bench/check_scale.py --smallest               # N = 2, 1 run (CI: make bench-smoke)
 
 For each N, a fresh Python subprocess evaluates the lab stack with N GPU workers and Pulumi.lab.yaml's
 in-cluster layers (bench/_configs.lab_config(N, **lab_layers())) with render.program.run, then runs
@@ -18,7 +19,8 @@ Columns:
   check/plan median check s / median plan s
   verdict    whether the plan would come up (it must, for the committed layers)
 
-Prints the table and exits 0; exits 1 if a run fails. A measurement, not a test.
+Prints the table and exits 0; exits 1 if a run fails or a plan would not come up. A measurement,
+not a test.
 Needs the upstream charts: $GPU_CLUSTER_UPSTREAM or ../shared/upstream.
 """
 
@@ -71,22 +73,30 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--points", type=_configs.parse_points, default=list(DEFAULT_POINTS))
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--smallest", action="store_true", help="the smallest run (CI's smoke run): --points 2 --repeats 1")
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.smallest:
+        args.points, args.repeats = [2], 1
     if args.child is not None:
         child(args.child)
         return 0
     print(f"CPU: {os.cpu_count()} cores, load {os.getloadavg()[0]:.2f}; Python {sys.version.split()[0]}\n")
     print("| N | resources | objects | plan s | check s | check/plan | verdict |")
     print("|---|---|---|---|---|---|---|")
+    failed = 0
     for n in args.points:
         runs = [_run(n) for _ in range(args.repeats)]
         plan = [r["plan"] for r in runs]
         check = [r["check"] for r in runs]
         verdict = "comes up" if all(r["ok"] for r in runs) else f"NOT: {runs[0]['problems']}"
+        failed += verdict != "comes up"
         print(f"| {n} | {runs[0]['resources']} | {runs[0]['objects']} | {statistics.median(plan):.2f} "
               f"({min(plan):.2f}) | {statistics.median(check):.2f} ({min(check):.2f}) | "
               f"{statistics.median(check) / statistics.median(plan):.2f} | {verdict} |", flush=True)
+    if failed:
+        print(f"check_scale: {failed} of {len(args.points)} plans would not come up", file=sys.stderr)
+        return 1
     return 0
 
 

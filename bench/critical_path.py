@@ -6,6 +6,7 @@ are in the picture.
     .venv/bin/python bench/critical_path.py --compare HEAD~1     # also the program at a git ref: before/after
     .venv/bin/python bench/critical_path.py --points 2,64 --cost nvidia-driver=300 --trials 50
     .venv/bin/python bench/critical_path.py --launcher pytorchjob   # the training operator path
+    .venv/bin/python bench/critical_path.py --smallest            # N = 2, 3 and 1 trial (CI: make bench-smoke)
     make bench                                                   # this and plan_scale.py
 
 The stack is the generated lab config (bench/_configs.py) with the in-cluster layers of
@@ -99,6 +100,9 @@ sys.path.insert(0, str(Path(os.path.abspath(__file__)).parent.parent))
 from bench import _configs  # noqa: E402
 
 DEFAULT_POINTS = (2, 8, 32, 128)
+# --smallest (what CI runs, `make bench-smoke`): the two smallest stacks the layers allow (training
+# on 2 nodes needs 2 GPU workers), so the depth-grows-with-N check still compares two sizes.
+SMALLEST_POINTS = (2, 3)
 TOKEN_TTL = 15 * 60  # the earlier layout's per-join `kubeadm token create --ttl 15m`
 COMMAND = "command:remote:Command"
 HELM = "kubernetes:helm.sh/v3:Release"
@@ -219,6 +223,19 @@ COSTS: tuple[Cost, ...] = (
          "GPU-ready gate Job, after the last GPU node is Ready (see IMPLICIT_WAITS): device plugin pod on it, "
          "CUDA sample image pull, nvidia-smi -L and vectorAdd",
          source="estimate: one pod per GPU node running nvidia-smi and the CUDA vectorAdd sample (seed 001 uses cuda-vector-add as its check)"),
+    Cost("health-service", "kubernetes:apps/v1:Deployment", ("-gpu-health",), 75,
+         "GPU health service (`python -m gpuhealth`, one replica on a node without GPUs, the control plane "
+         "first): Pulumi awaits the rollout until the replica is available: the workload image pulled there "
+         "(PyTorch + NCCL, several GB, ~1 min on a 1 Gbit/s link as for the acceptance Job), Python start, "
+         "the first /healthz readiness probe (periodSeconds 10)",
+         source="estimate: the image pull as in the acceptance cost; pulumi-kubernetes awaits a Deployment until "
+                "its replicas are available (Pulumi docs, Kubernetes resource readiness); periodSeconds 10 in "
+                "components/gpu_health.py"),
+    Cost("health-endpoints", "kubernetes:core/v1:Service", ("-gpu-health",), 1,
+         "GPU health Service (ClusterIP, a selector): Pulumi awaits a Service with a selector until it targets a "
+         "ready pod, so it ends when the service's Deployment is available (IMPLICIT_WAITS), then one API call",
+         source="pulumi-kubernetes await logic for Services (await/service.go): a Service with a selector waits "
+                "for endpoints targeting at least one Pod ('Service does not target any Pods')"),
     Cost("service-account", "kubernetes:core/v1:ServiceAccount", (), 1,
          "the node upgrader's ServiceAccount (lab Membership): one API call",
          source="pulumi-kubernetes: a ServiceAccount has no await logic of its own (1.24+ creates no token Secret for it)"),
@@ -226,21 +243,27 @@ COSTS: tuple[Cost, ...] = (
          "the node upgrader's token Secret: one API call, then the wait for the token controller to fill in data.token",
          source="pulumi-kubernetes#2048 (await for kubernetes.io/service-account-token Secrets); the controller fills it within a second"),
     Cost("k8s-object", "kubernetes:*", (), 1,
-         "any other Kubernetes object (Namespace, ConfigMap, RBAC, ...) and any annotated "
-         "pulumi.com/skipAwait (the training Job, PyTorchJobs): one API call, nothing to await",
-         source="pulumi-kubernetes docs: an object annotated pulumi.com/skipAwait (or a kind without await logic) is done when the API call returns"),
+         "any other Kubernetes object (Namespace, ConfigMap, RBAC, CronJob, a custom resource such as a "
+         "ServiceMonitor, ...) and any annotated pulumi.com/skipAwait (the training Job, PyTorchJobs): one API "
+         "call, nothing to await",
+         source="pulumi-kubernetes docs (resource annotations): an object annotated pulumi.com/skipAwait, or a kind "
+                "without await logic (a CronJob; custom resources unless PULUMI_K8S_AWAIT_ALL=true, which the "
+                "program does not set), is done when the API call returns"),
 )
 
-# Kinds Pulumi's Kubernetes provider awaits (readiness, rollout, completion): they must have an
-# entry of their own; the 1 s "k8s-object" fallback would make them look free.
-AWAITED_KINDS = ("Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job", "Pod", "Service", "Ingress",
-                 "PersistentVolumeClaim", "helm.sh/")
+# Kinds Pulumi's Kubernetes provider awaits (readiness, rollout, completion), by exact kind: they
+# must have an entry of their own; the 1 s "k8s-object" fallback would make them look free. A
+# CronJob or a ServiceMonitor is not a Job or a Service: they are created and not awaited.
+AWAITED_KINDS = ("Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "ReplicationController", "Job", "Pod",
+                 "Service", "Ingress", "PersistentVolumeClaim")
+AWAITED_BUNDLES = ("kubernetes:helm.sh/",)  # Helm releases: awaited (--wait) whatever they contain
 
 # Waits that happen in the cluster, not in Pulumi's graph: (cost key of the waiting step, cost key of
 # what it waits for, why). The gate Job runs one pod per GPU node (completions = GPU nodes), so
 # it can only complete once every node is Ready; it does not depend on the join steps in the program.
 IMPLICIT_WAITS: tuple[tuple[str, str, str], ...] = (
     ("gate", "ready", "cluster: one gate pod per GPU node needs every node Ready"),
+    ("health-endpoints", "health-service", "cluster: the Service has endpoints once the service's pod is ready"),
 )
 
 
@@ -338,6 +361,11 @@ class UnknownStep(Exception):
     pass
 
 
+def awaited(type_: str) -> bool:
+    """Whether Pulumi's Kubernetes provider waits for this type beyond the API call."""
+    return type_.startswith(AWAITED_BUNDLES) or type_.rsplit(":", 1)[-1] in AWAITED_KINDS
+
+
 def cost_of(reg, costs: tuple[Cost, ...]) -> tuple[float, str]:
     """(seconds, cost key) of one registration; components and providers are free."""
     if not reg.custom:
@@ -358,7 +386,7 @@ def cost_of(reg, costs: tuple[Cost, ...]) -> tuple[float, str]:
     if candidates:
         best = max(candidates, key=lambda x: x[0])[1]  # longest suffix: "-driver-ready" before "-ready"
         return float(best.seconds), best.key
-    if reg.type.startswith("kubernetes:") and fallback and not any(k in reg.type for k in AWAITED_KINDS):
+    if reg.type.startswith("kubernetes:") and fallback and not awaited(reg.type):
         return float(fallback.seconds), fallback.key
     raise UnknownStep(f"{reg.type} {reg.name}")
 
@@ -829,9 +857,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ssh-handshake", type=float, default=SshdModel.handshake_s,
                         help="seconds a connection stays unauthenticated (default: %(default)s)")
     parser.add_argument("--compare", metavar="REF", help="also evaluate the program at this git ref (before/after)")
+    parser.add_argument("--smallest", action="store_true",
+                        help=f"the smallest run (CI's smoke run): --points {','.join(map(str, SMALLEST_POINTS))} --trials 1")
     parser.add_argument("--project", help=argparse.SUPPRESS)  # --compare's child: the program to evaluate
     parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)  # --compare's child: JSON out
     args = parser.parse_args(argv)
+    if args.smallest:
+        args.points, args.trials = list(SMALLEST_POINTS), 1
     if args.project:
         sys.path.insert(0, args.project)
     costs = _overrides(args.cost)

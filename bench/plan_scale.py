@@ -238,6 +238,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gke-points", type=_gke_points, default=list(DEFAULT_GKE_POINTS),
                         help="comma-separated GPU pool counts for the gke stack, or 'none' (default: %(default)s)")
     parser.add_argument("--repeats", type=int, default=3, help="runs per point and mode (default: 3)")
+    parser.add_argument("--smallest", action="store_true",
+                        help="the smallest run (CI's smoke run): --points 2 --gke-points 1 --repeats 1")
     # Internal: one measured run (the driver spawns these).
     parser.add_argument("--child", choices=("program", "floor"), help=argparse.SUPPRESS)
     parser.add_argument("--platform", choices=tuple(STACKS), default="lab", help=argparse.SUPPRESS)
@@ -249,6 +251,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         child(args)
         return 0
+    if args.smallest:
+        args.points, args.gke_points, args.repeats = [2], [1], 1
     if args.repeats < 1:
         parser.error("--repeats must be at least 1")
     return drive(args.points, args.gke_points, args.repeats)

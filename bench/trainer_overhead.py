@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/trainer_overhead.py                     # 5 repeats, mlp, batch 128, 2 x 80 steps
     .venv/bin/python bench/trainer_overhead.py --repeats 3 --samples 2560 --model mlp
+    .venv/bin/python bench/trainer_overhead.py --smallest          # 1 repeat, 1,280 images (CI: make bench-smoke)
 
 Data: a CIFAR-10 "python version" directory written in a temp dir with --samples training images
 (random colours, the official pickles; the writer is the tests'), read with trainer.datasets.
@@ -179,10 +180,16 @@ def main() -> int:
     parser.add_argument("--lr", type=float, default=0.01, help="small enough that neither run diverges")
     parser.add_argument("--kinds", default="bare,trainer,trainer+gloo,trainer+aug")
     parser.add_argument("--gpu-epochs", type=int, default=5)
+    parser.add_argument("--gpu-samples", type=int, default=50000, help="training images of the GPU run (CIFAR-10's 50,000)")
+    parser.add_argument("--smallest", action="store_true",
+                        help="the smallest run (CI's smoke run): --repeats 1 --samples 1280 --epochs 2; "
+                             "on a GPU --gpu-samples 1280 --gpu-epochs 2")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--data-dir", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.smallest:
+        args.repeats, args.samples, args.epochs, args.gpu_samples, args.gpu_epochs = 1, 1280, 2, 1280, 2
     if args.child:
         result = (bare_child(args) if args.child == "bare" else gpu_child(args) if args.child == "gpu"
                   else trainer_child(args, args.child))
@@ -226,13 +233,13 @@ def main() -> int:
                   f"seed 002: {SEED_002_SECONDS_PER_EPOCH} s/epoch on 2 x A100.")
             return 0
         gpu_dir = Path(tmp) / "cifar-full"
-        write_dataset(gpu_dir, 50000, 10000)
+        write_dataset(gpu_dir, args.gpu_samples, max(args.gpu_samples // 5, 1000))
         out, wall = run_child("gpu", args, gpu_dir)
         timed = out["epoch_seconds"][1:] or out["epoch_seconds"]
         print(f"GPU: {torch.cuda.get_device_name(0)} x 1")
         print("| run | s/epoch min | median | max | eval s (median) | seed 002 s/epoch |")
         print("|---|---|---|---|---|---|")
-        print(f"| ResNet-18 (CIFAR stem), batch 128, 390 steps/epoch, 1 GPU | {min(timed):.2f} | "
+        print(f"| ResNet-18 (CIFAR stem), batch 128, {args.gpu_samples // 128} steps/epoch, 1 GPU | {min(timed):.2f} | "
               f"{statistics.median(timed):.2f} | {max(timed):.2f} | {statistics.median(out['eval_seconds']):.2f} | "
               f"{SEED_002_SECONDS_PER_EPOCH} (ImageNet-stem ResNet-18, 2 x A100, 195 steps/epoch each) |")
     return 0

@@ -1,0 +1,128 @@
+"""The README's plan command, `./plan [STACK] [render options]`, ends with render's own exit status
+(`make plan` cannot: GNU make exits 2 for any failed recipe), and sets up .venv first when it is
+missing or older than the requirements, as the Makefile does.
+
+Each test runs the script in a copy of the project in its own temporary directory, so the stack
+files it adds and the out/ it writes touch nothing shared (the tests may run in parallel)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import PROJECT_DIR
+
+NOT_COPIED = shutil.ignore_patterns(".venv", ".git", "out", "__pycache__", ".pytest_cache", ".mypy_cache",
+                                    ".ruff_cache", "build")
+
+
+def _copy_project(dest: Path) -> Path:
+    project = dest / "project"
+    shutil.copytree(PROJECT_DIR, project, ignore=NOT_COPIED, symlinks=True)
+    return project
+
+
+def _use_the_installed_venv(project: Path) -> None:
+    """.venv is this test run's own environment, already up to date: the script must not reinstall."""
+    (project / ".venv").symlink_to(Path(sys.prefix))
+    stamp = Path(sys.prefix) / ".installed"
+    if not stamp.exists():
+        pytest.skip(f"{stamp} is missing: this environment was not created by `make`/`./plan`")
+    for name in ("requirements.txt", "requirements-dev.txt"):  # older than the stamp, whatever the checkout did
+        os.utime(project / name, (stamp.stat().st_mtime - 60,) * 2)
+
+
+def _stack_file(project: Path, stack: str, base: str, **changes: dict) -> None:
+    """Pulumi.<stack>.yaml: the committed Pulumi.<base>.yaml with some gpu-cluster: sections merged."""
+    doc = yaml.safe_load((project / f"Pulumi.{base}.yaml").read_text())
+    for key, value in changes.items():
+        full = f"gpu-cluster:{key}"
+        current = doc["config"].get(full)
+        doc["config"][full] = {**current, **value} if isinstance(current, dict) and isinstance(value, dict) else value
+    (project / f"Pulumi.{stack}.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+
+
+def _plan(project: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(project / "plan"), *args], cwd=project, capture_output=True, text=True,
+                          timeout=300, env=env or os.environ.copy(), check=False)
+
+
+def test_a_plan_that_would_not_come_up_exits_3(tmp_path: Path, upstream_dir: Path) -> None:
+    # 80Gi fits the a2-highgpu-1g machine type (85 GB) but not what its kubelet leaves allocatable
+    # (GKE's reservations: 78Gi), so only the whole-cluster check can find that it cannot be placed.
+    project = _copy_project(tmp_path)
+    _use_the_installed_venv(project)
+    _stack_file(project, "tight", "gke", training={"memoryRequest": "80Gi", "memoryLimit": "80Gi"})
+    result = _plan(project, "tight", env={**os.environ, "GPU_CLUSTER_UPSTREAM": str(upstream_dir)})
+    assert result.returncode == 3, result.stderr
+    assert "would not come up" in result.stderr and "Job training/train" in result.stderr
+    assert "insufficient memory" in result.stderr
+    assert "**no**" in (project / "out" / "tight" / "summary.md").read_text()
+
+
+def test_a_bad_config_exits_2_naming_the_key(tmp_path: Path) -> None:
+    project = _copy_project(tmp_path)
+    _use_the_installed_venv(project)
+    _stack_file(project, "bad", "lab", cni="weave")
+    result = _plan(project, "bad", "--no-check")
+    assert result.returncode == 2, result.stderr
+    assert "gpu-cluster:cni" in result.stderr
+    assert not (project / "out" / "bad").exists()  # nothing written for a refused config
+
+
+def test_render_options_are_passed_on_and_the_stack_defaults_to_lab(tmp_path: Path) -> None:
+    project = _copy_project(tmp_path)
+    _use_the_installed_venv(project)
+    elsewhere = tmp_path / "plans" / "lab"
+    result = _plan(project, "--no-check", "--out", str(elsewhere))
+    assert result.returncode == 0, result.stderr
+    assert (elsewhere / "plan.json").is_file() and not (project / "out").exists()
+
+
+FAKE_PYTHON3 = """#!/usr/bin/env bash
+# Stands in for the system python3: `-m venv DIR` makes DIR/bin/python, itself a fake that logs its
+# arguments and exits 3 for `-m render` (as render does for a plan that would not come up).
+echo "python3 $*" >> "$FAKE_LOG"
+[ "$1 $2" = "-m venv" ] || exit 9
+mkdir -p "$3/bin"
+cat > "$3/bin/python" <<'EOF'
+#!/usr/bin/env bash
+echo "venv-python $*" >> "$FAKE_LOG"
+[ "$1 $2" = "-m render" ] && exit 3
+exit 0
+EOF
+chmod +x "$3/bin/python"
+"""
+
+
+def test_the_venv_is_created_when_missing_and_refreshed_when_older_than_the_requirements(tmp_path: Path) -> None:
+    project = _copy_project(tmp_path)
+    fake_bin = tmp_path / "bin"
+    fake_bin.mkdir()
+    (fake_bin / "python3").write_text(FAKE_PYTHON3)
+    (fake_bin / "python3").chmod(0o755)
+    log = tmp_path / "log"
+    env = {**os.environ, "PATH": f"{fake_bin}:{os.environ['PATH']}", "FAKE_LOG": str(log)}
+    venv = project / ".venv"
+
+    def run() -> list[str]:
+        log.write_text("")
+        result = _plan(project, "dev", "--no-check", env=env)
+        assert result.returncode == 3, result.stderr  # render's status, through exec
+        return log.read_text().splitlines()
+
+    install = [f"python3 -m venv {venv}", "venv-python -m pip install -q --upgrade pip",
+               f"venv-python -m pip install -q -r {project}/requirements-dev.txt"]
+    render = "venv-python -m render dev --out out/dev --no-check"
+    assert run() == [*install, render]  # no .venv: created first
+    assert (venv / ".installed").is_file()
+    assert run() == [render]  # up to date: used as it is
+    stamp = (venv / ".installed").stat().st_mtime
+    os.utime(project / "requirements-dev.txt", (stamp + 10, stamp + 10))
+    assert run() == [*install, render]  # a requirement changed since: refreshed
