@@ -11,6 +11,7 @@ import contextlib
 import io
 import json
 import re
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -118,8 +119,9 @@ def test_planned_cluster_lists_every_node_and_workload_line(failing: Failing) ->
 
 
 def test_summary_links_the_picture(failing: Failing) -> None:
-    if not (failing.out / "cluster.svg").exists():
+    if shutil.which("dot") is None:
         pytest.skip("graphviz's dot is not installed: the picture is not drawn")
+    assert (failing.out / "cluster.svg").is_file() and (failing.out / "cluster.dot").is_file()
     planned = dict(_sections(failing.summary))["The planned cluster"]
     assert "](cluster.svg)" in planned and "](cluster.dot)" in planned
     marker = (failing.out / ".gpu-cluster-render").read_text()
