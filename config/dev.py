@@ -21,7 +21,7 @@ from config.errors import Problems
 from config.fields import check_abs_path, check_display_name, check_dns_subdomain, empty_to_none, host_dir_problem
 from config.gpu_inventory import MAX_GPUS_PER_NODE, fit_problems
 from config.inert_keys import inert_dev_problems
-from config.lab import NfsExport
+from config.lab import LabStack, NfsExport
 
 # minikube's defaults: its service range (pkg/minikube/constants/constants.go, DefaultServiceCIDR
 # "10.96.0.0/12", which kubeadm's own default matches) and the docker network of its first cluster
@@ -61,25 +61,30 @@ class DevStack(Addons):
         default=Platform.DEV, description=Addons.model_fields["platform"].description
     )
     kube_context: str | None = Field(
-        default=None, description="Context of the local kubeconfig (when no kubeconfig secret)."
+        default=None,
+        description="Context of the local kubeconfig to use when no gpu-cluster:kubeconfig secret is set (refused "
+                    "beside it).",
     )
     # Node names become object names and (in the offline renderer) file names: no '/' or '..'.
     gpu_nodes: tuple[Annotated[str, AfterValidator(check_dns_subdomain)], ...] = Field(
-        default=(), description="Names of existing nodes with GPUs, labelled for GPU workloads."
+        default=(), description="Names of existing nodes with GPUs; they get the nvidia.com/gpu.present=true label."
     )
     gpu_node_gpus: dict[str, int] = Field(
         default_factory=dict,
-        description="GPUs on each gpuNodes node, {name: count} (a node left out: unknown; training must fit them).",
+        description="GPUs on each gpuNodes node, {name: count} (1-16; a node left out has an unknown count). With every "
+                    "count known, training.nodes x gpusPerNode must fit them; two nodes of equal count get the NCCL "
+                    "pair check.",
     )
     service_cidr: ipaddress.IPv4Network = Field(
-        default=MINIKUBE_SERVICE_CIDR, description="The cluster's service network (minikube's: 10.96.0.0/12)."
+        default=MINIKUBE_SERVICE_CIDR, description=LabStack.model_fields["service_cidr"].description
     )
     node_cidr: ipaddress.IPv4Network = Field(
         default=MINIKUBE_NODE_CIDR,
-        description="The network the cluster's nodes are on (minikube's docker driver: 192.168.49.0/24).",
+        description="The network the cluster's nodes are on (minikube's docker driver: 192.168.49.0/24); "
+                    "network.roce.range must not overlap it.",
     )
     storage: DevStorage = Field(
-        default_factory=DevStorage, description="The shared ReadWriteMany volume of training pods."
+        default_factory=DevStorage, description=LabStack.model_fields["storage"].description
     )
 
     FOREIGN_HINTS: ClassVar[dict[str, str]] = {

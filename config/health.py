@@ -95,8 +95,13 @@ class GpuHealthConfig(Model):
     max_percent_out: int = Field(default=25, ge=0, le=100, description="Circuit breaker: % of GPU nodes out at once.")
     reconcile_seconds: int = Field(default=60, ge=10, le=3600,
                                    description="How often the service re-reads nodes and diagnostic results.")
-    diagnostic: GpuDiagnostic = Field(default_factory=GpuDiagnostic)
-    nccl_check: NcclPairCheck = Field(default_factory=NcclPairCheck)
+    diagnostic: GpuDiagnostic = Field(
+        default_factory=GpuDiagnostic,
+        description="The DCGM diagnostic CronJob per GPU node and how long a result counts (off on gke).",
+    )
+    nccl_check: NcclPairCheck = Field(
+        default_factory=NcclPairCheck, description="The two-node NCCL check per pair of GPU nodes of equal count."
+    )
 
     _optional = field_validator("enabled", "image", mode="before")(classmethod(lambda cls, v: empty_to_none(v)))
     _image = field_validator("image")(classmethod(lambda cls, v: v if v is None else check_pinned_image(v)))

@@ -33,8 +33,8 @@ class MonitoringConfig(Model):
     enabled: bool = Field(default=True, description="Deploy the monitoring layer.")
     retention: str = Field(default="15d", description="Prometheus retention time, e.g. 15d, 72h.")
     storage_size: str = Field(default="50Gi", description="Prometheus volume size (PVC or emptyDir limit).")
-    storage_class: str | None = Field(default=None, description="StorageClass of the PVC; none: emptyDir.")
-    alerts: MonitoringAlerts = Field(default_factory=MonitoringAlerts)
+    storage_class: str | None = Field(default=None, description="StorageClass of the PVC; unset or empty: an emptyDir (data lost when the pod moves).")
+    alerts: MonitoringAlerts = Field(default_factory=MonitoringAlerts, description="Thresholds of the GPU alert rules.")
 
     _optional = field_validator("storage_class", mode="before")(classmethod(lambda cls, v: empty_to_none(v)))
     _class = field_validator("storage_class")(classmethod(lambda cls, v: v if v is None else check_dns_subdomain(v)))

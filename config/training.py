@@ -82,7 +82,7 @@ DEFAULT_LEARNING_RATE = 0.05
 class ElasticConfig(Model):
     """pytorchjob: torch elastic (the job keeps running with between minNodes and nodes pods)."""
 
-    enabled: bool = Field(default=False)
+    enabled: bool = Field(default=False, description="pytorchjob: torch elastic between minNodes and nodes pods.")
     min_nodes: int = Field(default=1, ge=1, description="Fewest pods the job runs with.")
 
 
@@ -117,15 +117,15 @@ class TrainingConfig(Model):
     enabled: bool = Field(default=False, description="Submit the training job.")
     launcher: Launcher = Field(default=Launcher.INDEXED_JOB, description="indexed-job or pytorchjob.")
     image: str | None = Field(default=None, description="Workload image, pinned by tag or digest.")
-    nodes: int = Field(default=1, ge=1, le=512, description="Pods (one per node).")
+    nodes: int = Field(default=1, ge=1, le=512, description="Pods, one per GPU node (at most the GPU nodes configured).")
     gpus_per_node: int = Field(default=1, ge=1, le=16, description="GPUs per pod = torchrun nproc_per_node.")
-    cpu_request: str = Field(default="4")
-    cpu_limit: str = Field(default="8")
-    memory_request: str = Field(default="16Gi")
-    memory_limit: str = Field(default="32Gi")
+    cpu_request: str = Field(default="4", description="CPU request per pod, a quantity (at least 10m, at most cpuLimit).")
+    cpu_limit: str = Field(default="8", description="CPU limit per pod, a quantity.")
+    memory_request: str = Field(default="16Gi", description="Memory request per pod (at least 1Gi, at most memoryLimit).")
+    memory_limit: str = Field(default="32Gi", description="Memory limit per pod (at least shmSize + 1Gi).")
     max_restarts: int = Field(default=3, ge=0, le=100, description="torchrun --max-restarts (in-pod restarts).")
     backoff_limit_per_index: int = Field(default=2, ge=0, le=100, description="indexed-job: pod retries per index.")
-    epochs: int = Field(default=10, ge=1)
+    epochs: int = Field(default=10, ge=1, description="Training epochs.")
     batch_size: int = Field(default=64, ge=1, description="Per-rank batch size.")
     checkpoint_every: int = Field(default=1, ge=1, description="Checkpoint interval in epochs.")
     checkpoint_every_steps: int = Field(default=0, ge=0, description="Also checkpoint every N steps (0: off).")
@@ -152,8 +152,8 @@ class TrainingConfig(Model):
         description="cifar10, fashion-mnist: a Job downloads the dataset into the data mount before training "
                     "(false: copy the files in yourself).",
     )
-    elastic: ElasticConfig = Field(default_factory=ElasticConfig)
-    nccl: NcclConfig = Field(default_factory=NcclConfig)
+    elastic: ElasticConfig = Field(default_factory=ElasticConfig, description="pytorchjob: torch elastic.")
+    nccl: NcclConfig = Field(default_factory=NcclConfig, description="NCCL settings of the training pods.")
 
     _optional = field_validator("image", mode="before")(classmethod(lambda cls, v: empty_to_none(v)))
     _cpu = field_validator("cpu_request", "cpu_limit", mode="before")(
