@@ -165,7 +165,7 @@ class Storage(Model):
     """The shared ReadWriteMany volume (cache, data, checkpoints) training pods mount: its size
     here, where it comes from in the platform's subclass (gke: gke.filestore instead)."""
 
-    size: str = Field(default="100Gi", description="Requested size of the shared claim.")
+    size: str = Field(default="100Gi", description="Requested size of the shared claim, a quantity above zero.")
 
     _size = field_validator("size", mode="before")(classmethod(lambda cls, v: check_quantity(v)))
 

@@ -21,7 +21,7 @@ from config.errors import Problems
 from config.fields import check_abs_path, check_display_name, check_dns_subdomain, empty_to_none, host_dir_problem
 from config.gpu_inventory import MAX_GPUS_PER_NODE, fit_problems
 from config.inert_keys import inert_dev_problems
-from config.lab import LabStack, NfsExport
+from config.lab import NFS_EXPORT_DESCRIPTION, LabStack, NfsExport
 
 # minikube's defaults: its service range (pkg/minikube/constants/constants.go, DefaultServiceCIDR
 # "10.96.0.0/12", which kubeadm's own default matches) and the docker network of its first cluster
@@ -38,10 +38,10 @@ class DevStorage(Storage):
     """dev: a node directory (single-node clusters), a claim on the cluster's default class, or an
     existing NFS export as a static PersistentVolume (seed 003: the host's nfs-kernel-server)."""
 
-    host_path: str | None = Field(default=None, description="A node directory (single-node clusters).")
-    use_default_class: bool = Field(default=False, description="A claim on the cluster's default class.")
+    host_path: str | None = Field(default=None, description="A node directory as the shared volume (single-node clusters: training.nodes must be 1).")
+    use_default_class: bool = Field(default=False, description="A ReadWriteMany claim on the cluster's default StorageClass.")
     nfs: NfsExport | None = Field(
-        default=None, description="An existing NFS export {server, path} every node can mount (seed 003)."
+        default=None, description=NFS_EXPORT_DESCRIPTION + " It becomes a static ReadWriteMany PersistentVolume."
     )
 
     _optional = field_validator("host_path", "nfs", mode="before")(classmethod(lambda cls, v: empty_to_none(v)))

@@ -114,29 +114,20 @@ class GpuPool(Model):
     """One GPU node pool of the gke stack."""
 
     name: str = Field(description="Node pool name (a-z, 0-9, '-').")
-    machine_type: str = Field(
-        description="A GPU machine type: a2-highgpu-*, a2-megagpu-16g, a2-ultragpu-*, a3-highgpu-1g/2g/4g/8g, "
-                    "a3-megagpu-8g, g2-standard-* or n1-*."
-    )
-    accelerator: GkeAccelerator = Field(
-        description="{type, count}: a2/a3/g2 machines come with fixed GPUs; n1 takes T4, P4, P100 (1, 2, 4) or V100 (1, 2, 4, 8)."
-    )
+    machine_type: str = Field(description="A GPU machine type: a2-*, a3-*, g2-standard-* or n1-* (e.g. g2-standard-8).")
+    accelerator: GkeAccelerator = Field(description="a2/a3/g2 come with fixed GPUs; n1 takes T4, P4, P100 or V100.")
     zones: tuple[str, ...] = Field(description="Zones of the pool's nodes (where the accelerator is offered).")
     autoscaling: GkeAutoscaling = Field(default_factory=GkeAutoscaling, description="Nodes per zone.")
     spot: bool = Field(default=False, description="Spot VMs (preemptible, cheaper).")
     disk_size_gb: int = Field(default=200, ge=50, le=65536, description="Boot disk size in GB.")
-    disk_type: Literal["pd-balanced", "pd-ssd", "pd-standard", "hyperdisk-balanced"] = Field(
-        default="pd-balanced", description="Boot disk type."
-    )
+    disk_type: Literal["pd-balanced", "pd-ssd", "pd-standard", "hyperdisk-balanced"] = Field("pd-balanced", description="Boot disk type.")
     labels: dict[str, str] = Field(default_factory=dict, description="Extra Kubernetes node labels.")
     driver: GkeDriver = Field(
         default=GkeDriver.GKE_DEFAULT,
         description="Who installs the NVIDIA driver: GKE (gke-default, gke-latest), NVIDIA's installer DaemonSet "
                     "(installer-cos, installer-ubuntu) or nobody (none: the GPU Operator does).",
     )
-    sharing: GkeGpuSharing = Field(
-        default_factory=GkeGpuSharing, description="GPU sharing by GKE's device plugin (time-sharing or MPS)."
-    )
+    sharing: GkeGpuSharing = Field(default_factory=GkeGpuSharing, description="GPU sharing by GKE's device plugin.")
     mig_partition_size: str | None = Field(default=None, description="GKE MIG partition, e.g. 1g.5gb (A100/H100).")
 
     _name = field_validator("name")(classmethod(lambda cls, v: _check_gce_name(v)))
@@ -194,9 +185,7 @@ class GkeSystemPool(Model):
 
 class GkePrivateNodes(Model):
     enabled: bool = Field(default=False, description="Nodes without public IPs (egress needs Cloud NAT).")
-    master_cidr: ipaddress.IPv4Network = Field(
-        default=ipaddress.IPv4Network("172.16.0.0/28"), description="The control plane's /28 (private nodes only)."
-    )
+    master_cidr: ipaddress.IPv4Network = Field(ipaddress.IPv4Network("172.16.0.0/28"), description="The control plane's /28.")
 
 
 class AuthorizedNetwork(Model):
@@ -244,30 +233,18 @@ class GkeFilestore(Model):
 class GkeConfig(Model):
     """The gke section: cluster, system pool, GPU pools, Filestore. Project and region: gcp:project, gcp:region."""
 
-    cluster_name: str = Field(
-        default="gpu-cluster",
-        description="Cluster name (also prefixes the node service accounts and the Filestore instance).",
-    )
-    location: GkeLocation = Field(
-        default=GkeLocation.ZONAL,
-        description="zonal (control plane in gke.zone) or regional (replicated across gcp:region).",
-    )
+    cluster_name: str = Field("gpu-cluster", description="Cluster name (also prefixes service accounts and Filestore).")
+    location: GkeLocation = Field(GkeLocation.ZONAL, description="zonal (control plane in gke.zone) or regional.")
     zone: str | None = Field(default=None, description="zonal: the control plane's zone.")
     release_channel: ReleaseChannel = Field(default=ReleaseChannel.REGULAR, description="GKE release channel.")
-    deletion_protection: bool = Field(
-        default=True, description="The cluster cannot be deleted until this is false."
-    )
+    deletion_protection: bool = Field(default=True, description="The cluster cannot be deleted until this is false.")
     network: str = Field(default="default", description="VPC network.")
     subnetwork: str | None = Field(default=None, description="Subnetwork (default: the network's in the region).")
     private_nodes: GkePrivateNodes = Field(default_factory=GkePrivateNodes, description="Nodes without public IPs.")
-    authorized_networks: tuple[AuthorizedNetwork, ...] = Field(default=(), description="Networks allowed to reach the API server (empty: no restriction).")
-    system_pool: GkeSystemPool = Field(
-        default_factory=GkeSystemPool, description="The CPU node pool for cluster add-ons."
-    )
+    authorized_networks: tuple[AuthorizedNetwork, ...] = Field(default=(), description="Networks allowed to the API (empty: all).")
+    system_pool: GkeSystemPool = Field(default_factory=GkeSystemPool, description="The CPU node pool for cluster add-ons.")
     gpu_pools: tuple[GpuPool, ...] = Field(default=(), description="The GPU node pools.")
-    filestore: GkeFilestore = Field(
-        default_factory=GkeFilestore, description="The Filestore instance behind the shared ReadWriteMany claim."
-    )
+    filestore: GkeFilestore = Field(default_factory=GkeFilestore, description="The Filestore of the shared claim.")
 
     _name = field_validator("cluster_name")(classmethod(lambda cls, v: _check_gce_name(v)))
     _optional = field_validator("zone", "subnetwork", mode="before")(classmethod(lambda cls, v: empty_to_none(v)))
@@ -300,8 +277,7 @@ class GkeStack(Addons):
         default=Platform.GKE, description=Addons.model_fields["platform"].description
     )
     gke: GkeConfig = Field(
-        default_factory=GkeConfig, description="The GKE cluster, its system pool, GPU node pools and Filestore (project and region: gcp:project, "
-                                                "gcp:region)."
+        default_factory=GkeConfig, description="The GKE cluster, its system pool, GPU node pools and Filestore."
     )
     # The Google Cloud provider's own keys, as every Pulumi GCP user sets them. Not required by
     # pydantic: an unset key gets the message with the command that sets it.

@@ -36,7 +36,7 @@ _MIG_PROFILE = re.compile(r"all-(disabled|balanced|\d+g\.\d+gb)")
 class GpuSharing(Model):
     """How one physical GPU is offered to pods."""
 
-    mode: SharingMode = Field(default=SharingMode.NONE, description="none, time-slicing or mig.")
+    mode: SharingMode = Field(default=SharingMode.NONE, description="none, time-slicing or mig (device-plugin: GPUs partitioned beforehand; operator: by its MIG manager).")
     replicas: int = Field(default=1, description="time-slicing: pods sharing each GPU (2-48).")
     mig_strategy: MigStrategy = Field(default=MigStrategy.SINGLE, description="mig: single or mixed.")
     mig_profile: str = Field(

@@ -61,9 +61,13 @@ class Host(Model):
     """One server of the lab stack."""
 
     name: str = Field(description="Kubernetes node name (RFC 1123 label).")
-    address: ipaddress.IPv4Address = Field(description="IPv4 address SSH and the cluster use.")
+    address: ipaddress.IPv4Address = Field(description="IPv4 address used for SSH and as the node IP (unique, unicast).")
     role: Role = Field(description="control-plane or worker.")
-    gpus: int = Field(default=0, description="NVIDIA GPUs in the host (0 = CPU node).")
+    gpus: int = Field(
+        default=0,
+        description="NVIDIA GPUs in the host (0-16; 0: a CPU node); more than 0 installs the driver and toolkit, "
+                    "labels and taints the node.",
+    )
     ssh_user: str = Field(default="ubuntu", description="SSH user with passwordless sudo.")
     ssh_port: int = Field(default=22, ge=1, le=65535, description="SSH port.")
     host_key: str = Field(description="Pinned SSH host key ('ssh-ed25519 AAAA...').")
@@ -120,7 +124,7 @@ class NvidiaDriver(Model):
         default=None, description="Exact Debian version of that package (optional, pins fully)."
     )
     preinstalled: bool = Field(
-        default=False, description="Hosts already have a working driver: do not install one."
+        default=False, description="Hosts already have a working driver: install none, only check that it sees the GPUs."
     )
 
     @field_validator("branch")
@@ -136,6 +140,10 @@ class NvidiaDriver(Model):
         if v is not None and not APT_VERSION.fullmatch(v):
             raise ValueError("must be a Debian package version such as '570.172.08-0ubuntu0.22.04.1'")
         return v
+
+
+# What lab's storage.nfs is (dev's adds how it is mounted).
+NFS_EXPORT_DESCRIPTION = "An existing NFS export {server, path} that every node can mount."
 
 
 class NfsExport(Model):
@@ -154,9 +162,15 @@ _DEV_STORAGE_KEYS = ("hostPath", "useDefaultClass")
 class LabStorage(Storage):
     """lab: an existing NFS export, or an NFS server this program sets up on the control plane."""
 
-    nfs: NfsExport | None = Field(default=None, description="An existing NFS export {server, path}.")
-    provision: bool = Field(default=False, description="Set up an NFS server on the control plane.")
-    export_path: str = Field(default="/srv/gpu-cluster/shared", description="provision: the directory exported.")
+    nfs: NfsExport | None = Field(default=None, description=NFS_EXPORT_DESCRIPTION)
+    provision: bool = Field(
+        default=False, description="Set up an NFS server on the control plane, exporting storage.exportPath to the nodes."
+    )
+    export_path: str = Field(
+        default="/srv/gpu-cluster/shared",
+        description="provision: the exported directory (kept on destroy), at least two levels deep and outside "
+                    "system directories.",
+    )
 
     _optional = field_validator("nfs", mode="before")(classmethod(lambda cls, v: empty_to_none(v)))
     # Syntax here; which directories are refused (host_dir_problem) is a stack check, so that a

@@ -4,6 +4,8 @@ text that differs from its model fails here, with the command that regenerates t
 
 from __future__ import annotations
 
+import json
+import re
 import shutil
 from pathlib import Path
 
@@ -49,6 +51,20 @@ def test_reference_lists_every_key_of_every_platform_once_per_reading():
     assert "| `gcp:project` | string | required |  | gke |" in text
 
 
+def test_reference_tables_keep_their_columns(monkeypatch):
+    """Every row has as many cells as its header (a `|` in a description is escaped, not a new column)."""
+    monkeypatch.setattr(LabStack.model_fields["gpu_taint"], "description", "true | false, as YAML reads it.")
+    header = None
+    for line in reference.reference().splitlines():
+        if not line.startswith("|"):
+            header = None
+            continue
+        cells = len(re.split(r"(?<!\\)\|", line)) - 2
+        header = header or cells
+        assert cells == header, line
+    assert "| true \\| false, as YAML reads it. |" in reference.reference()
+
+
 def test_reference_follows_a_changed_description(monkeypatch):
     monkeypatch.setattr(LabStack.model_fields["gpu_taint"], "description", "Another text the model now carries.")
     text = reference.reference()
@@ -85,7 +101,7 @@ def test_pulumi_yaml_descriptions_are_the_models():
 
 def test_pulumi_yaml_key_without_description_is_refused():
     text = (ROOT / reference.PROJECT).read_text()
-    line = f"    description: {reference.json.dumps(reference.project_descriptions()['gpuTaint'], ensure_ascii=False)}\n"
+    line = f"    description: {json.dumps(reference.project_descriptions()['gpuTaint'], ensure_ascii=False)}\n"
     assert line in text
     with pytest.raises(ValueError, match="no description line for gpuTaint"):
         reference.project_file(text.replace(line, ""))
