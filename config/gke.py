@@ -120,7 +120,7 @@ class GpuPool(Model):
     autoscaling: GkeAutoscaling = Field(default_factory=GkeAutoscaling, description="Nodes per zone.")
     spot: bool = Field(default=False, description="Spot VMs (preemptible, cheaper).")
     disk_size_gb: int = Field(default=200, ge=50, le=65536, description="Boot disk size in GB.")
-    disk_type: Literal["pd-balanced", "pd-ssd", "pd-standard", "hyperdisk-balanced"] = Field("pd-balanced", description="Boot disk type.")
+    disk_type: Literal["pd-balanced", "pd-ssd", "pd-standard", "hyperdisk-balanced"] = Field(default="pd-balanced", description="Boot disk type.")
     labels: dict[str, str] = Field(default_factory=dict, description="Extra Kubernetes node labels.")
     driver: GkeDriver = Field(
         default=GkeDriver.GKE_DEFAULT,
@@ -185,7 +185,7 @@ class GkeSystemPool(Model):
 
 class GkePrivateNodes(Model):
     enabled: bool = Field(default=False, description="Nodes without public IPs (egress needs Cloud NAT).")
-    master_cidr: ipaddress.IPv4Network = Field(ipaddress.IPv4Network("172.16.0.0/28"), description="The control plane's /28.")
+    master_cidr: ipaddress.IPv4Network = Field(default=ipaddress.IPv4Network("172.16.0.0/28"), description="The control plane's /28.")
 
 
 class AuthorizedNetwork(Model):
@@ -233,8 +233,8 @@ class GkeFilestore(Model):
 class GkeConfig(Model):
     """The gke section: cluster, system pool, GPU pools, Filestore. Project and region: gcp:project, gcp:region."""
 
-    cluster_name: str = Field("gpu-cluster", description="Cluster name (also prefixes service accounts and Filestore).")
-    location: GkeLocation = Field(GkeLocation.ZONAL, description="zonal (control plane in gke.zone) or regional.")
+    cluster_name: str = Field(default="gpu-cluster", description="Cluster name (also prefixes service accounts and Filestore).")
+    location: GkeLocation = Field(default=GkeLocation.ZONAL, description="zonal (control plane in gke.zone) or regional.")
     zone: str | None = Field(default=None, description="zonal: the control plane's zone.")
     release_channel: ReleaseChannel = Field(default=ReleaseChannel.REGULAR, description="GKE release channel.")
     deletion_protection: bool = Field(default=True, description="The cluster cannot be deleted until this is false.")
