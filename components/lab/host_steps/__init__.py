@@ -15,6 +15,9 @@ A value is a `str` or `int`, shell-quoted here (shlex.quote: unchanged for a pla
 version, a host name or a path), or `Shell` text that the caller built from quoted words (a list of
 package specs, a chosen line). A placeholder without a value, a value without a placeholder and an
 unknown file are errors when the script is built, not on the host.
+
+A new step: a file here with its header, and a function in components/lab/scripts.py that fills it
+(test_host_step_files.py shellchecks it as it is and checks that a script uses it).
 """
 
 from __future__ import annotations
