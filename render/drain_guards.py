@@ -1,22 +1,24 @@
 """When a lab update script that can drain a node actually drains it, read from the script's text.
 
 A `!!` line for every update that re-runs a script containing a drain cries wolf: most of the lab's
-scripts drain only when the host differs from what the script names. Read in
-components/lab/scripts.py:
+scripts drain only when the host differs from what the script names. The scripts are the shell files
+in components/lab/host_steps/ (filled by components/lab/scripts.py); what this module reads in them:
 
-  upgrade scripts (scripts._upgrade_script: kubeadm_upgrade_apply, node_self_upgrade,
-  node_upgrade_drain, nvidia_driver_self_upgrade) call drain_node only when the host's kubelet or
-  kubectl is not `want` (at the package revision `$want-<rev>`), or its NVIDIA driver is not
-  `pkg`/`branch` (at `want_driver`); otherwise they say "nothing to upgrade" or "is installed" and
-  exit. So when these values are the same in the older script and the new one, the host already
-  runs them (the older config installed them) and the re-run drains nothing.
-  membership drain (scripts.drain_removed_nodes) drains the members the control plane recorded
-  (the older list, `want=(...)`) that are not in the new list: the hosts that left or changed
-  address, none when none did.
+  upgrade scripts (the ones carrying host_steps/lib/upgrade_helpers.sh: kubeadm_upgrade_apply,
+  node_self_upgrade, node_upgrade_drain, nvidia_driver_self_upgrade) call drain_node only when the
+  host's kubelet or kubectl is not `want` (at the package revision `$want-<rev>`), or its NVIDIA
+  driver is not `pkg`/`branch` (at `want_driver`); otherwise they say "nothing to upgrade" or "is
+  installed" and exit. So when these values are the same in the older script and the new one, the
+  host already runs them (the older config installed them) and the re-run drains nothing.
+  membership drain (host_steps/cluster/drain_removed_nodes.sh) drains the members the control plane
+  recorded (the older list, `want=(...)`) that are not in the new list: the hosts that left or
+  changed address, none when none did.
 
-Assumed, as in the rest of the preview: the cluster is what the older config deployed. A script
-this module does not recognise (another program version's) keeps its `!!` line.
-tests/render/test_drain_guards.py holds this to the scripts: it runs them in the host sandbox.
+The marks that recognise each script are taken from those files (the helpers' first line, the member
+file's path), so a change there moves them too. Assumed, as in the rest of the preview: the cluster is
+what the older config deployed. A script this module does not recognise (another program version's)
+keeps its `!!` line. tests/render/test_drain_guards.py holds this to the scripts: it runs them in the
+host sandbox.
 """
 
 from __future__ import annotations
@@ -25,9 +27,12 @@ import re
 import shlex
 from dataclasses import dataclass
 
-# The helpers every upgrade script carries (scripts._UPGRADE_HELPERS); its drain_node is called
-# only behind a version comparison.
-_UPGRADE_SCRIPT = re.compile(r"^readonly SLOT_PREFIX=gpu-cluster-upgrade-slot-$", re.MULTILINE)
+from components.lab import host_steps, scripts
+
+# The helpers every upgrade script carries (host_steps/lib/upgrade_helpers.sh), known by their first
+# line; their drain_node is called only behind a version comparison.
+UPGRADE_HELPERS_MARK = host_steps.read("lib/upgrade_helpers.sh").splitlines()[0]
+_UPGRADE_SCRIPT = re.compile(f"^{re.escape(UPGRADE_HELPERS_MARK)}$", re.MULTILINE)
 NODE_DRAIN = re.compile(r"^\s*drain_node\s", re.MULTILINE)
 # The values the drain condition compares with the host, and the config key each comes from.
 _VERSION_VALUES: tuple[tuple[str, str, re.Pattern[str]], ...] = (
@@ -37,8 +42,8 @@ _VERSION_VALUES: tuple[tuple[str, str, re.Pattern[str]], ...] = (
     ("pkg", "nvidiaDriver.branch", re.compile(r"^\s*pkg=(nvidia-driver-[0-9]+-server)$", re.MULTILINE)),
     ("want_driver", "nvidiaDriver.version", re.compile(r"^\s*want_driver=(\S+)$", re.MULTILINE)),
 )
-# scripts.drain_removed_nodes: the member list, "name address" per host.
-_MEMBERS_SCRIPT = re.compile(r"^\s*members=\$STATE_DIR/cluster-members$", re.MULTILINE)
+# scripts.drain_removed_nodes: the member list, "name address" per host, kept in scripts.MEMBERS_FILE.
+_MEMBERS_SCRIPT = re.compile(rf"^\s*members={re.escape(scripts.MEMBERS_FILE)}$", re.MULTILINE)
 _MEMBERS = re.compile(r"^\s*want=\((.*)\)$", re.MULTILINE)
 
 

@@ -1,4 +1,4 @@
-"""A simulated lab host for running the real host scripts (components/lab/scripts.py) safely.
+"""A simulated lab host for running the real host scripts (components/lab/scripts.py, from host_steps/) safely.
 
 `HostSim(tmp_dir)` prepares an isolated root under `tmp_dir`:
 

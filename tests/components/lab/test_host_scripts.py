@@ -1,6 +1,7 @@
-"""The bash the lab hosts run (components/lab/scripts.py), checked without a lab:
+"""The bash the lab hosts run (components/lab/host_steps/*.sh as scripts.py fills them), checked without a lab:
 
-  - shellcheck on every script the module can produce, and on the as_root() wrapper;
+  - shellcheck on every script the module can produce, and on the as_root() wrapper (the files as
+    they are: test_host_step_files.py);
   - the wrapper hands the script and stdin through unchanged (bash and dash login shells);
   - node prep run twice in an isolated root (tests/hostsim.py) changes nothing the second time,
     installs the pinned versions, and the delete scripts undo it;

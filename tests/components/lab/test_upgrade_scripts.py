@@ -1,6 +1,6 @@
-"""The upgrade scripts (the `update` commands of the lab's steps, components/lab/scripts.py) run in
-the host sandbox (tests/hostsim.py) with stand-ins for apt, kubeadm and the kernel and a fake
-API server for kubectl (tests/fake_kubectl.py):
+"""The upgrade scripts (the `update` commands of the lab's steps: components/lab/host_steps/upgrade/,
+filled by scripts.py) run in the host sandbox (tests/hostsim.py) with stand-ins for apt, kubeadm
+and the kernel and a fake API server for kubectl (tests/fake_kubectl.py):
 
   - each runs twice: the first run upgrades, the second changes no file and calls no installer;
   - the control plane takes an etcd snapshot, kept 0600 on the host, before `kubeadm upgrade apply`,
