@@ -66,6 +66,37 @@ def join_process_group(backend_arg: str) -> Process:
     return Process(distributed, rank, world, local_rank, use_cuda, backend, device)
 
 
+def resume(ckpt_dir: Path, model: Any, optimizer: Any, proc: Process, steps_per_epoch: int,
+           ) -> tuple[int, int, int, dict[str, Any], dict[str, Any]] | None:
+    """Load the newest readable checkpoint into the model and optimizer: (epoch, batch in that
+    epoch, global step, best eval, last eval) to continue from, or None to start afresh. Rank 0
+    picks the checkpoint and tells everyone its step (a plain tensor: object collectives need
+    numpy), so all ranks load the same one from the shared volume."""
+    import torch
+    import torch.distributed as dist
+
+    found = newest_valid_checkpoint(ckpt_dir) if proc.rank == 0 else None
+    choice = torch.tensor([found[1]["global_step"] if found else -1], dtype=torch.int64, device=proc.device)
+    if proc.distributed:
+        dist.broadcast(choice, src=0)
+    if int(choice.item()) < 0:
+        return None
+    path = found[0] if found else ckpt_dir / f"step-{int(choice.item()):09d}.pt"
+    state = found[1] if found else torch.load(path, map_location="cpu", weights_only=True)
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    start_epoch, skip_batches, global_step = state["epoch"], state["batch_in_epoch"], state["global_step"]
+    best, last_eval = dict(state.get("best_eval") or {}), dict(state.get("last_eval") or {})
+    if state.get("world_size") != proc.world:
+        # another sharding: the epoch's remaining samples are not the same set; redo the epoch
+        skip_batches, global_step = 0, start_epoch * steps_per_epoch
+    if skip_batches >= steps_per_epoch:
+        start_epoch, skip_batches = start_epoch + 1, 0
+    if proc.rank == 0:
+        log("resume", checkpoint=path, step=state["global_step"], epoch=start_epoch, batch=skip_batches)
+    return start_epoch, skip_batches, global_step, best, last_eval
+
+
 def train(args: argparse.Namespace) -> int:
     """Train to --epochs from the newest checkpoint (or from the start), rank 0 saving and reporting."""
     import torch
@@ -122,26 +153,9 @@ def train(args: argparse.Namespace) -> int:
     best: dict[str, Any] = {}  # the best eval so far, kept in the checkpoints
     last_eval: dict[str, Any] = {}
 
-    # Resume: rank 0 picks the checkpoint and tells everyone its step (a plain tensor: object
-    # collectives need numpy), so all ranks load the same one from the shared volume.
-    found = newest_valid_checkpoint(ckpt_dir) if rank == 0 else None
-    choice = torch.tensor([found[1]["global_step"] if found else -1], dtype=torch.int64, device=device)
-    if distributed:
-        dist.broadcast(choice, src=0)
-    if int(choice.item()) >= 0:
-        path = found[0] if found else ckpt_dir / f"step-{int(choice.item()):09d}.pt"
-        state = found[1] if found else torch.load(path, map_location="cpu", weights_only=True)
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        start_epoch, skip_batches, global_step = state["epoch"], state["batch_in_epoch"], state["global_step"]
-        best, last_eval = dict(state.get("best_eval") or {}), dict(state.get("last_eval") or {})
-        if state.get("world_size") != world:
-            # another sharding: the epoch's remaining samples are not the same set; redo the epoch
-            skip_batches, global_step = 0, start_epoch * steps_per_epoch
-        if skip_batches >= steps_per_epoch:
-            start_epoch, skip_batches = start_epoch + 1, 0
-        if rank == 0:
-            log("resume", checkpoint=path, step=state["global_step"], epoch=start_epoch, batch=skip_batches)
+    resumed = resume(ckpt_dir, model, optimizer, proc, steps_per_epoch)
+    if resumed is not None:
+        start_epoch, skip_batches, global_step, best, last_eval = resumed
     elif rank == 0:
         log("start", dataset=source, samples=len(dataset), model=args.model, world_size=world, backend=backend,
             steps_per_epoch=steps_per_epoch, total_steps=total_steps,
