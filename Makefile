@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STACK ?= lab
 
-.PHONY: plan test lint render clean bench bench-smoke
+.PHONY: plan test lint render clean bench bench-smoke docs
 $(VENV)/.installed: requirements.txt requirements-dev.txt
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
@@ -50,3 +50,8 @@ bench-smoke: $(VENV)/.installed
 	$(PY) bench/check_scale.py --smallest
 	$(PY) bench/critical_path.py --smallest
 	$(PY) bench/trainer_overhead.py --smallest
+
+# The documentation site from docs/ (mkdocs.yml): --strict fails on a broken link or anchor and on a
+# page left out of the nav. Written to tmp/site (ignored by git); CI (.ci/run) runs it.
+docs: $(VENV)/.installed
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet

@@ -31,7 +31,7 @@ class Platform(enum.StrEnum):
 
 class Addons(Model):
     """Everything a stack file says, validated: the shared keys here, the platform's in its subclass.
-    Field docs become the README config table."""
+    Field descriptions become docs/reference/config.md and Pulumi.yaml's (config/reference.py)."""
 
     platform: Platform = Field(
         description="Which environment this stack builds: lab (own servers over SSH, kubeadm), "
@@ -39,29 +39,35 @@ class Addons(Model):
     )
     kubernetes_version: str = Field(
         default=versions.KUBERNETES_DEFAULT,
-        description="Kubernetes version (lab: installed; dev, gke: schema version of emitted objects).",
+        description=f"Kubernetes version, minors {versions.KUBERNETES_SUPPORTED_MINORS[0]}-"
+                    f"{versions.KUBERNETES_SUPPORTED_MINORS[-1]}: lab installs it; every stack validates the objects "
+                    "it emits against its minor.",
     )
     gpu: GpuConfig = Field(
-        default_factory=GpuConfig, description="GPU software stack, sharing and the GPU-ready gate."
+        default_factory=GpuConfig, description="The GPU software stack, GPU sharing and the GPU-ready gate."
     )
     monitoring: MonitoringConfig = Field(
-        default_factory=MonitoringConfig, description="Prometheus, Grafana, GPU dashboards and alert rules."
+        default_factory=MonitoringConfig,
+        description="Prometheus, Alertmanager, Grafana, the GPU dashboards and alert rules.",
     )
     training: TrainingConfig = Field(
-        default_factory=TrainingConfig, description="The distributed training job (torchrun)."
+        default_factory=TrainingConfig, description="The distributed PyTorch training job (torchrun)."
     )
     acceptance: AcceptanceConfig = Field(
-        default_factory=AcceptanceConfig, description="The NCCL all-reduce acceptance Job."
+        default_factory=AcceptanceConfig, description="The NCCL all-reduce acceptance Job, run before training."
     )
     network: NetworkConfig = Field(
         default_factory=NetworkConfig, description="The GPU nodes' network as declared (link rate, RDMA)."
     )
     wandb: WandbConfig = Field(
-        default_factory=WandbConfig, description="W&B Launch: an agent running a queue's runs as training Jobs."
+        default_factory=WandbConfig,
+        description="W&B Launch: an agent in namespace wandb-launch runs one queue's runs as Jobs in the training "
+                    "namespace; the API key is the secret gpu-cluster:wandbApiKey.",
     )
     gpu_health: GpuHealthConfig = Field(
         default_factory=GpuHealthConfig,
-        description="The GPU health service: failing GPU nodes out of service and back (config/health.py).",
+        description="The GPU health service: takes failing GPU nodes out of service and back after a passing "
+                    "diagnostic (on by default on lab and dev with an image; off on gke, where node auto-repair acts).",
     )
 
     # Keys of the other platforms: why this one has no use for them (added to their refusal).
@@ -159,7 +165,7 @@ class Storage(Model):
     """The shared ReadWriteMany volume (cache, data, checkpoints) training pods mount: its size
     here, where it comes from in the platform's subclass (gke: gke.filestore instead)."""
 
-    size: str = Field(default="100Gi", description="Requested size of the shared claim.")
+    size: str = Field(default="100Gi", description="Requested size of the shared claim, a quantity above zero.")
 
     _size = field_validator("size", mode="before")(classmethod(lambda cls, v: check_quantity(v)))
 

@@ -21,7 +21,7 @@ from config.errors import Problems
 from config.fields import check_abs_path, check_display_name, check_dns_subdomain, empty_to_none, host_dir_problem
 from config.gpu_inventory import MAX_GPUS_PER_NODE, fit_problems
 from config.inert_keys import inert_dev_problems
-from config.lab import NfsExport
+from config.lab import NFS_EXPORT_DESCRIPTION, LabStack, NfsExport
 
 # minikube's defaults: its service range (pkg/minikube/constants/constants.go, DefaultServiceCIDR
 # "10.96.0.0/12", which kubeadm's own default matches) and the docker network of its first cluster
@@ -38,10 +38,10 @@ class DevStorage(Storage):
     """dev: a node directory (single-node clusters), a claim on the cluster's default class, or an
     existing NFS export as a static PersistentVolume (seed 003: the host's nfs-kernel-server)."""
 
-    host_path: str | None = Field(default=None, description="A node directory (single-node clusters).")
-    use_default_class: bool = Field(default=False, description="A claim on the cluster's default class.")
+    host_path: str | None = Field(default=None, description="A node directory as the shared volume (single-node clusters: training.nodes must be 1).")
+    use_default_class: bool = Field(default=False, description="A ReadWriteMany claim on the cluster's default StorageClass.")
     nfs: NfsExport | None = Field(
-        default=None, description="An existing NFS export {server, path} every node can mount (seed 003)."
+        default=None, description=NFS_EXPORT_DESCRIPTION + " It becomes a static ReadWriteMany PersistentVolume."
     )
 
     _optional = field_validator("host_path", "nfs", mode="before")(classmethod(lambda cls, v: empty_to_none(v)))
@@ -61,25 +61,30 @@ class DevStack(Addons):
         default=Platform.DEV, description=Addons.model_fields["platform"].description
     )
     kube_context: str | None = Field(
-        default=None, description="Context of the local kubeconfig (when no kubeconfig secret)."
+        default=None,
+        description="Context of the local kubeconfig to use when no gpu-cluster:kubeconfig secret is set (refused "
+                    "beside it).",
     )
     # Node names become object names and (in the offline renderer) file names: no '/' or '..'.
     gpu_nodes: tuple[Annotated[str, AfterValidator(check_dns_subdomain)], ...] = Field(
-        default=(), description="Names of existing nodes with GPUs, labelled for GPU workloads."
+        default=(), description="Names of existing nodes with GPUs; they get the nvidia.com/gpu.present=true label."
     )
     gpu_node_gpus: dict[str, int] = Field(
         default_factory=dict,
-        description="GPUs on each gpuNodes node, {name: count} (a node left out: unknown; training must fit them).",
+        description="GPUs on each gpuNodes node, {name: count} (1-16; a node left out has an unknown count). With every "
+                    "count known, training.nodes x gpusPerNode must fit them; two nodes of equal count get the NCCL "
+                    "pair check.",
     )
     service_cidr: ipaddress.IPv4Network = Field(
-        default=MINIKUBE_SERVICE_CIDR, description="The cluster's service network (minikube's: 10.96.0.0/12)."
+        default=MINIKUBE_SERVICE_CIDR, description=LabStack.model_fields["service_cidr"].description
     )
     node_cidr: ipaddress.IPv4Network = Field(
         default=MINIKUBE_NODE_CIDR,
-        description="The network the cluster's nodes are on (minikube's docker driver: 192.168.49.0/24).",
+        description="The network the cluster's nodes are on (minikube's docker driver: 192.168.49.0/24); "
+                    "network.roce.range must not overlap it.",
     )
     storage: DevStorage = Field(
-        default_factory=DevStorage, description="The shared ReadWriteMany volume of training pods."
+        default_factory=DevStorage, description=LabStack.model_fields["storage"].description
     )
 
     FOREIGN_HINTS: ClassVar[dict[str, str]] = {

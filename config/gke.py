@@ -113,17 +113,21 @@ def _check_gce_network(v: str, kind: str) -> str:
 class GpuPool(Model):
     """One GPU node pool of the gke stack."""
 
-    name: str = Field(description="Node pool name.")
-    machine_type: str = Field(description="e.g. g2-standard-8, a2-highgpu-1g, n1-standard-8.")
-    accelerator: GkeAccelerator
+    name: str = Field(description="Node pool name (a-z, 0-9, '-').")
+    machine_type: str = Field(description="A GPU machine type: a2-*, a3-*, g2-standard-* or n1-* (e.g. g2-standard-8).")
+    accelerator: GkeAccelerator = Field(description="a2/a3/g2 come with fixed GPUs; n1 takes T4, P4, P100 or V100.")
     zones: tuple[str, ...] = Field(description="Zones of the pool's nodes (where the accelerator is offered).")
-    autoscaling: GkeAutoscaling = Field(default_factory=GkeAutoscaling)
+    autoscaling: GkeAutoscaling = Field(default_factory=GkeAutoscaling, description="Nodes per zone.")
     spot: bool = Field(default=False, description="Spot VMs (preemptible, cheaper).")
-    disk_size_gb: int = Field(default=200, ge=50, le=65536)
-    disk_type: Literal["pd-balanced", "pd-ssd", "pd-standard", "hyperdisk-balanced"] = "pd-balanced"
+    disk_size_gb: int = Field(default=200, ge=50, le=65536, description="Boot disk size in GB.")
+    disk_type: Literal["pd-balanced", "pd-ssd", "pd-standard", "hyperdisk-balanced"] = Field(default="pd-balanced", description="Boot disk type.")
     labels: dict[str, str] = Field(default_factory=dict, description="Extra Kubernetes node labels.")
-    driver: GkeDriver = Field(default=GkeDriver.GKE_DEFAULT)
-    sharing: GkeGpuSharing = Field(default_factory=GkeGpuSharing)
+    driver: GkeDriver = Field(
+        default=GkeDriver.GKE_DEFAULT,
+        description="Who installs the NVIDIA driver: GKE (gke-default, gke-latest), NVIDIA's installer DaemonSet "
+                    "(installer-cos, installer-ubuntu) or nobody (none: the GPU Operator does).",
+    )
+    sharing: GkeGpuSharing = Field(default_factory=GkeGpuSharing, description="GPU sharing by GKE's device plugin.")
     mig_partition_size: str | None = Field(default=None, description="GKE MIG partition, e.g. 1g.5gb (A100/H100).")
 
     _name = field_validator("name")(classmethod(lambda cls, v: _check_gce_name(v)))
@@ -166,9 +170,9 @@ def gke_gpus_per_node(pool: GpuPool) -> int:
 class GkeSystemPool(Model):
     """The small CPU pool for cluster add-ons (DNS, metrics, the GPU stack's controllers)."""
 
-    machine_type: str = Field(default="e2-standard-4")
-    nodes_per_zone: int = Field(default=1, ge=1, le=10)
-    disk_size_gb: int = Field(default=100, ge=50, le=65536)
+    machine_type: str = Field(default="e2-standard-4", description="A general-purpose machine type.")
+    nodes_per_zone: int = Field(default=1, ge=1, le=10, description="Nodes in each zone of the cluster.")
+    disk_size_gb: int = Field(default=100, ge=50, le=65536, description="Boot disk size in GB.")
 
     @field_validator("machine_type")
     @classmethod
@@ -181,11 +185,11 @@ class GkeSystemPool(Model):
 
 class GkePrivateNodes(Model):
     enabled: bool = Field(default=False, description="Nodes without public IPs (egress needs Cloud NAT).")
-    master_cidr: ipaddress.IPv4Network = Field(default=ipaddress.IPv4Network("172.16.0.0/28"))
+    master_cidr: ipaddress.IPv4Network = Field(default=ipaddress.IPv4Network("172.16.0.0/28"), description="The control plane's /28.")
 
 
 class AuthorizedNetwork(Model):
-    cidr: ipaddress.IPv4Network
+    cidr: ipaddress.IPv4Network = Field(description="A network allowed to reach the API server.")
     name: str = Field(default="", description="Display name of the CIDR block in GKE's API.")
 
     _name = field_validator("name")(classmethod(lambda cls, v: v and check_display_name(v)))
@@ -214,7 +218,7 @@ FILESTORE_CAPACITY: dict[FilestoreTier, tuple[int, int]] = {
 
 
 class GkeFilestore(Model):
-    tier: FilestoreTier = Field(default=FilestoreTier.BASIC_HDD)
+    tier: FilestoreTier = Field(default=FilestoreTier.BASIC_HDD, description="Filestore service tier.")
     capacity_gb: int = Field(default=1024, description="GiB; minimum per tier (BASIC_SSD 2560, others 1024).")
     zone: str | None = Field(default=None, description="Zonal tiers: its zone (default: gke.zone or the first pool's).")
 
@@ -229,18 +233,18 @@ class GkeFilestore(Model):
 class GkeConfig(Model):
     """The gke section: cluster, system pool, GPU pools, Filestore. Project and region: gcp:project, gcp:region."""
 
-    cluster_name: str = Field(default="gpu-cluster")
-    location: GkeLocation = Field(default=GkeLocation.ZONAL)
+    cluster_name: str = Field(default="gpu-cluster", description="Cluster name (also prefixes service accounts and Filestore).")
+    location: GkeLocation = Field(default=GkeLocation.ZONAL, description="zonal (control plane in gke.zone) or regional.")
     zone: str | None = Field(default=None, description="zonal: the control plane's zone.")
-    release_channel: ReleaseChannel = Field(default=ReleaseChannel.REGULAR)
-    deletion_protection: bool = Field(default=True)
+    release_channel: ReleaseChannel = Field(default=ReleaseChannel.REGULAR, description="GKE release channel.")
+    deletion_protection: bool = Field(default=True, description="The cluster cannot be deleted until this is false.")
     network: str = Field(default="default", description="VPC network.")
     subnetwork: str | None = Field(default=None, description="Subnetwork (default: the network's in the region).")
-    private_nodes: GkePrivateNodes = Field(default_factory=GkePrivateNodes)
-    authorized_networks: tuple[AuthorizedNetwork, ...] = Field(default=(), description="CIDRs allowed to the API.")
-    system_pool: GkeSystemPool = Field(default_factory=GkeSystemPool)
-    gpu_pools: tuple[GpuPool, ...] = Field(default=())
-    filestore: GkeFilestore = Field(default_factory=GkeFilestore)
+    private_nodes: GkePrivateNodes = Field(default_factory=GkePrivateNodes, description="Nodes without public IPs.")
+    authorized_networks: tuple[AuthorizedNetwork, ...] = Field(default=(), description="Networks allowed to the API (empty: all).")
+    system_pool: GkeSystemPool = Field(default_factory=GkeSystemPool, description="The CPU node pool for cluster add-ons.")
+    gpu_pools: tuple[GpuPool, ...] = Field(default=(), description="The GPU node pools.")
+    filestore: GkeFilestore = Field(default_factory=GkeFilestore, description="The Filestore of the shared claim.")
 
     _name = field_validator("cluster_name")(classmethod(lambda cls, v: _check_gce_name(v)))
     _optional = field_validator("zone", "subnetwork", mode="before")(classmethod(lambda cls, v: empty_to_none(v)))
@@ -273,7 +277,7 @@ class GkeStack(Addons):
         default=Platform.GKE, description=Addons.model_fields["platform"].description
     )
     gke: GkeConfig = Field(
-        default_factory=GkeConfig, description="Cluster, system pool, GPU node pools and Filestore."
+        default_factory=GkeConfig, description="The GKE cluster, its system pool, GPU node pools and Filestore."
     )
     # The Google Cloud provider's own keys, as every Pulumi GCP user sets them. Not required by
     # pydantic: an unset key gets the message with the command that sets it.

@@ -36,10 +36,14 @@ _MIG_PROFILE = re.compile(r"all-(disabled|balanced|\d+g\.\d+gb)")
 class GpuSharing(Model):
     """How one physical GPU is offered to pods."""
 
-    mode: SharingMode = Field(default=SharingMode.NONE, description="none, time-slicing or mig.")
+    mode: SharingMode = Field(default=SharingMode.NONE, description="none, time-slicing or mig (device-plugin: GPUs partitioned beforehand; operator: by its MIG manager).")
     replicas: int = Field(default=1, description="time-slicing: pods sharing each GPU (2-48).")
     mig_strategy: MigStrategy = Field(default=MigStrategy.SINGLE, description="mig: single or mixed.")
-    mig_profile: str = Field(default="all-disabled", description="mig: MIG manager profile, e.g. all-1g.10gb.")
+    mig_profile: str = Field(
+        default="all-disabled",
+        description="mig with gpu.stack operator: the MIG manager profile, e.g. all-1g.10gb or all-balanced "
+                    "(all-disabled on the device-plugin path); it must exist on some GPU (gke: on each MIG pool's).",
+    )
 
     @field_validator("mig_profile")
     @classmethod
@@ -54,14 +58,17 @@ class GpuSharing(Model):
 class GpuGate(Model):
     """The GPU-ready gate: a Job that must pass on every GPU node before GPU workloads start."""
 
-    enabled: bool = Field(default=True)
-    timeout_minutes: int = Field(default=30, ge=5, le=240, description="How long `up` waits for it.")
+    enabled: bool = Field(default=True, description="Run the GPU-ready gate (skipped when no GPU node is configured).")
+    timeout_minutes: int = Field(default=30, ge=5, le=240, description="How long `up` waits for every GPU node to pass the gate.")
 
 
 class GpuConfig(Model):
-    stack: GpuStack = Field(default=GpuStack.DEVICE_PLUGIN, description="device-plugin or operator.")
-    sharing: GpuSharing = Field(default_factory=GpuSharing)
-    gate: GpuGate = Field(default_factory=GpuGate)
+    stack: GpuStack = Field(
+        default=GpuStack.DEVICE_PLUGIN,
+        description="device-plugin (drivers on the hosts) or operator (the NVIDIA GPU Operator).",
+    )
+    sharing: GpuSharing = Field(default_factory=GpuSharing, description="How pods share a GPU: whole, time-sliced or MIG.")
+    gate: GpuGate = Field(default_factory=GpuGate, description="The GPU-ready gate: `up` waits until every GPU node passes.")
 
 
 def gpu_problems(gpu: GpuConfig) -> Problems:

@@ -30,7 +30,9 @@ class GpuDiagnostic(Model):
     """The scheduled DCGM diagnostic (`dcgmi diag -r <level>`) on each GPU node without GPU pods."""
 
     enabled: bool = Field(default=True, description="Run the scheduled diagnostic.")
-    schedule: str = Field(default="17 3 * * *", description="Cron schedule (cluster time zone: UTC).")
+    schedule: str = Field(
+        default="17 3 * * *", description="Cron schedule in UTC, five numeric fields as Kubernetes reads them."
+    )
     level: int = Field(default=1, ge=1, le=2, description="1: quick (seconds); 2: medium (minutes).")
     valid_hours: int = Field(default=48, ge=1, le=720,
                              description="A result's expiry: the service trusts it this long.")
@@ -50,7 +52,9 @@ class NcclPairCheck(Model):
     counts in a ring of pairs, each pair swept like the acceptance test, on idle nodes only."""
 
     enabled: bool | None = Field(default=None, description="unset: on with network.linkGbps and training.image.")
-    schedule: str = Field(default="47 4 * * *", description="Cron schedule (cluster time zone: UTC).")
+    schedule: str = Field(default="47 4 * * *",
+                          description="Cron schedule in UTC; minute and hour single numbers (rounds start "
+                                      "timeoutMinutes + 2 apart and stay within the day).")
     valid_hours: int = Field(default=48, ge=1, le=720,
                              description="A result's expiry: the service trusts it this long.")
     timeout_minutes: int = Field(default=30, ge=5, le=240,
@@ -91,12 +95,22 @@ class GpuHealthConfig(Model):
     enabled: bool | None = Field(default=None, description="unset: on for lab and dev (with an image), off for gke.")
     image: str | None = Field(default=None, description="Pinned image holding `gpuhealth` (default: training.image).")
     dry_run: bool = Field(default=False, description="Only report (Events, metrics); change no node.")
-    max_nodes_out: int = Field(default=1, ge=0, le=1000, description="Circuit breaker: GPU nodes out at once.")
-    max_percent_out: int = Field(default=25, ge=0, le=100, description="Circuit breaker: % of GPU nodes out at once.")
+    max_nodes_out: int = Field(
+        default=1, ge=0, le=1000, description="Circuit breaker: at most this many GPU nodes out of service at once."
+    )
+    max_percent_out: int = Field(
+        default=25, ge=0, le=100,
+        description="Circuit breaker: at most this % of GPU nodes out at once (rounded up; the stricter limit wins).",
+    )
     reconcile_seconds: int = Field(default=60, ge=10, le=3600,
                                    description="How often the service re-reads nodes and diagnostic results.")
-    diagnostic: GpuDiagnostic = Field(default_factory=GpuDiagnostic)
-    nccl_check: NcclPairCheck = Field(default_factory=NcclPairCheck)
+    diagnostic: GpuDiagnostic = Field(
+        default_factory=GpuDiagnostic,
+        description="The DCGM diagnostic CronJob per GPU node and how long a result counts (off on gke).",
+    )
+    nccl_check: NcclPairCheck = Field(
+        default_factory=NcclPairCheck, description="The two-node NCCL check per pair of GPU nodes of equal count."
+    )
 
     _optional = field_validator("enabled", "image", mode="before")(classmethod(lambda cls, v: empty_to_none(v)))
     _image = field_validator("image")(classmethod(lambda cls, v: v if v is None else check_pinned_image(v)))

@@ -61,9 +61,13 @@ class Host(Model):
     """One server of the lab stack."""
 
     name: str = Field(description="Kubernetes node name (RFC 1123 label).")
-    address: ipaddress.IPv4Address = Field(description="IPv4 address SSH and the cluster use.")
+    address: ipaddress.IPv4Address = Field(description="IPv4 address used for SSH and as the node IP (unique, unicast).")
     role: Role = Field(description="control-plane or worker.")
-    gpus: int = Field(default=0, description="NVIDIA GPUs in the host (0 = CPU node).")
+    gpus: int = Field(
+        default=0,
+        description="NVIDIA GPUs in the host (0-16; 0: a CPU node); more than 0 installs the driver and toolkit, "
+                    "labels and taints the node.",
+    )
     ssh_user: str = Field(default="ubuntu", description="SSH user with passwordless sudo.")
     ssh_port: int = Field(default=22, ge=1, le=65535, description="SSH port.")
     host_key: str = Field(description="Pinned SSH host key ('ssh-ed25519 AAAA...').")
@@ -99,8 +103,8 @@ class Bastion(Model):
     """An SSH jump host in front of the lab servers."""
 
     host: str = Field(description="Address or DNS name of the jump host.")
-    ssh_user: str = Field(default="ubuntu")
-    ssh_port: int = Field(default=22, ge=1, le=65535)
+    ssh_user: str = Field(default="ubuntu", description="SSH user on the jump host.")
+    ssh_port: int = Field(default=22, ge=1, le=65535, description="SSH port of the jump host.")
     host_key: str = Field(description="Pinned SSH host key of the jump host.")
 
     _host_key = field_validator("host_key")(classmethod(lambda cls, v: check_host_key(v)))
@@ -120,7 +124,7 @@ class NvidiaDriver(Model):
         default=None, description="Exact Debian version of that package (optional, pins fully)."
     )
     preinstalled: bool = Field(
-        default=False, description="Hosts already have a working driver: do not install one."
+        default=False, description="Hosts already have a working driver: install none, only check that it sees the GPUs."
     )
 
     @field_validator("branch")
@@ -136,6 +140,10 @@ class NvidiaDriver(Model):
         if v is not None and not APT_VERSION.fullmatch(v):
             raise ValueError("must be a Debian package version such as '570.172.08-0ubuntu0.22.04.1'")
         return v
+
+
+# What lab's storage.nfs is (dev's adds how it is mounted).
+NFS_EXPORT_DESCRIPTION = "An existing NFS export {server, path} that every node can mount."
 
 
 class NfsExport(Model):
@@ -154,9 +162,15 @@ _DEV_STORAGE_KEYS = ("hostPath", "useDefaultClass")
 class LabStorage(Storage):
     """lab: an existing NFS export, or an NFS server this program sets up on the control plane."""
 
-    nfs: NfsExport | None = Field(default=None, description="An existing NFS export {server, path}.")
-    provision: bool = Field(default=False, description="Set up an NFS server on the control plane.")
-    export_path: str = Field(default="/srv/gpu-cluster/shared", description="provision: the directory exported.")
+    nfs: NfsExport | None = Field(default=None, description=NFS_EXPORT_DESCRIPTION)
+    provision: bool = Field(
+        default=False, description="Set up an NFS server on the control plane, exporting storage.exportPath to the nodes."
+    )
+    export_path: str = Field(
+        default="/srv/gpu-cluster/shared",
+        description="provision: the exported directory (kept on destroy), at least two levels deep and outside "
+                    "system directories.",
+    )
 
     _optional = field_validator("nfs", mode="before")(classmethod(lambda cls, v: empty_to_none(v)))
     # Syntax here; which directories are refused (host_dir_problem) is a stack check, so that a
@@ -174,35 +188,42 @@ class LabStack(Addons):
     platform: Literal[Platform.LAB] = Field(
         default=Platform.LAB, description=Addons.model_fields["platform"].description
     )
-    hosts: tuple[Host, ...] = Field(default=(), description="The servers (see hosts[] keys).")
+    hosts: tuple[Host, ...] = Field(default=(), description="The servers of the cluster, one entry each.")
     control_plane_endpoint: str | None = Field(
         default=None,
-        description="Stable 'host:port' of the API server (required with >1 control plane).",
+        description="Stable host:port of the API server; required with more than one control plane (bring your own "
+                    "load balancer; unset: the first control plane:6443).",
     )
     pod_cidr: ipaddress.IPv4Network = Field(
-        default=ipaddress.IPv4Network("10.244.0.0/16"), description="Pod network."
+        default=ipaddress.IPv4Network("10.244.0.0/16"),
+        description="Pod network (/8 to /24, a /24 per host); must not contain a host, the API endpoint or the NFS "
+                    "server, nor overlap serviceCidr or network.roce.range.",
     )
     service_cidr: ipaddress.IPv4Network = Field(
-        default=ipaddress.IPv4Network("10.96.0.0/12"), description="Service network."
+        default=ipaddress.IPv4Network("10.96.0.0/12"),
+        description="Service network, /12 to /28 (lab: kubeadm sets it up; dev: the existing cluster's, minikube's "
+                    "default); no other range may overlap it.",
     )
-    cni: Cni = Field(default=Cni.FLANNEL, description="flannel or calico.")
+    cni: Cni = Field(default=Cni.FLANNEL, description="Pod network plugin, flannel or calico.")
     containerd_version: str = Field(
-        default=versions.CONTAINERD_DEFAULT, description="containerd.io package version."
+        default=versions.CONTAINERD_DEFAULT,
+        description="containerd.io package version from Docker's apt repository, 1.6.x or 1.7.x (2.x is not supported yet).",
     )
     nvidia_driver: NvidiaDriver = Field(
-        default_factory=NvidiaDriver, description="NVIDIA driver (branch, version, preinstalled)."
+        default_factory=NvidiaDriver, description="The NVIDIA driver of the GPU hosts."
     )
     gpu_taint: bool = Field(
         default=True,
-        description="Taint GPU workers nvidia.com/gpu=present:NoSchedule (as GKE does).",
+        description="Taint GPU workers nvidia.com/gpu=present:NoSchedule so that only GPU workloads land there (as GKE does).",
     )
-    bastion: Bastion | None = Field(default=None, description="Optional SSH jump host.")
+    bastion: Bastion | None = Field(default=None, description="An SSH jump host in front of the servers (optional).")
     storage: LabStorage = Field(
-        default_factory=LabStorage, description="The shared ReadWriteMany volume of training pods."
+        default_factory=LabStorage,
+        description="The shared ReadWriteMany volume of training pods (cache, data, checkpoints); gke: gke.filestore.",
     )
     max_unavailable: int = Field(
         default=1, ge=1, le=1000,
-        description="Upgrades: the most nodes drained at once (control planes one at a time).",
+        description="Upgrades drain at most this many nodes at once (control planes one at a time).",
     )
     allow_rebuild: bool = Field(
         default=False,

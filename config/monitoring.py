@@ -30,11 +30,11 @@ class MonitoringAlerts(Model):
 class MonitoringConfig(Model):
     """kube-prometheus-stack (Prometheus, Alertmanager, Grafana), GPU dashboards and alert rules."""
 
-    enabled: bool = Field(default=True, description="Deploy the monitoring layer.")
-    retention: str = Field(default="15d", description="Prometheus retention time, e.g. 15d, 72h.")
-    storage_size: str = Field(default="50Gi", description="Prometheus volume size (PVC or emptyDir limit).")
-    storage_class: str | None = Field(default=None, description="StorageClass of the PVC; none: emptyDir.")
-    alerts: MonitoringAlerts = Field(default_factory=MonitoringAlerts)
+    enabled: bool = Field(default=True, description="Deploy Prometheus, Alertmanager, Grafana, the GPU dashboards and alert rules.")
+    retention: str = Field(default="15d", description="How long Prometheus keeps data, e.g. 15d, 72h (h, d, w, y; at least a day); by size: 85% of storageSize.")
+    storage_size: str = Field(default="50Gi", description="Prometheus volume (Gi or Ti): the PVC size, or the emptyDir's size limit.")
+    storage_class: str | None = Field(default=None, description="StorageClass of the PVC; unset or empty: an emptyDir (data lost when the pod moves).")
+    alerts: MonitoringAlerts = Field(default_factory=MonitoringAlerts, description="Thresholds of the GPU alert rules.")
 
     _optional = field_validator("storage_class", mode="before")(classmethod(lambda cls, v: empty_to_none(v)))
     _class = field_validator("storage_class")(classmethod(lambda cls, v: v if v is None else check_dns_subdomain(v)))

@@ -82,7 +82,7 @@ DEFAULT_LEARNING_RATE = 0.05
 class ElasticConfig(Model):
     """pytorchjob: torch elastic (the job keeps running with between minNodes and nodes pods)."""
 
-    enabled: bool = Field(default=False)
+    enabled: bool = Field(default=False, description="pytorchjob: torch elastic between minNodes and nodes pods.")
     min_nodes: int = Field(default=1, ge=1, description="Fewest pods the job runs with.")
 
 
@@ -114,28 +114,28 @@ def _at_least(floor: Decimal, what: str) -> Any:
 class TrainingConfig(Model):
     """The distributed training job (torchrun) and its pods."""
 
-    enabled: bool = Field(default=False, description="Submit the training job.")
-    launcher: Launcher = Field(default=Launcher.INDEXED_JOB, description="indexed-job or pytorchjob.")
-    image: str | None = Field(default=None, description="Workload image, pinned by tag or digest.")
-    nodes: int = Field(default=1, ge=1, le=512, description="Pods (one per node).")
+    enabled: bool = Field(default=False, description="Submit the distributed training job.")
+    launcher: Launcher = Field(default=Launcher.INDEXED_JOB, description="indexed-job (Job + headless Service) or pytorchjob (Kubeflow training operator, pinned).")
+    image: str | None = Field(default=None, description="Workload image (workloads/), pinned by tag or digest; required when training or acceptance runs.")
+    nodes: int = Field(default=1, ge=1, le=512, description="Pods, one per GPU node (at most the GPU nodes configured).")
     gpus_per_node: int = Field(default=1, ge=1, le=16, description="GPUs per pod = torchrun nproc_per_node.")
-    cpu_request: str = Field(default="4")
-    cpu_limit: str = Field(default="8")
-    memory_request: str = Field(default="16Gi")
-    memory_limit: str = Field(default="32Gi")
-    max_restarts: int = Field(default=3, ge=0, le=100, description="torchrun --max-restarts (in-pod restarts).")
-    backoff_limit_per_index: int = Field(default=2, ge=0, le=100, description="indexed-job: pod retries per index.")
-    epochs: int = Field(default=10, ge=1)
+    cpu_request: str = Field(default="4", description="CPU request per pod, a quantity (at least 10m, at most cpuLimit).")
+    cpu_limit: str = Field(default="8", description="CPU limit per pod, a quantity.")
+    memory_request: str = Field(default="16Gi", description="Memory request per pod (at least 1Gi, at most memoryLimit).")
+    memory_limit: str = Field(default="32Gi", description="Memory limit per pod (at least shmSize + 1Gi).")
+    max_restarts: int = Field(default=3, ge=0, le=100, description="torchrun --max-restarts: workers restarted in place before the pod fails.")
+    backoff_limit_per_index: int = Field(default=2, ge=0, le=100, description="indexed-job: new pods per index after a failure (pytorchjob: backoffLimit = this x nodes).")
+    epochs: int = Field(default=10, ge=1, description="Training epochs.")
     batch_size: int = Field(default=64, ge=1, description="Per-rank batch size.")
     checkpoint_every: int = Field(default=1, ge=1, description="Checkpoint interval in epochs.")
     checkpoint_every_steps: int = Field(default=0, ge=0, description="Also checkpoint every N steps (0: off).")
-    shm_size: str = Field(default="8Gi", description="Size of the /dev/shm memory volume (dataloader workers).")
+    shm_size: str = Field(default="8Gi", description="Memory-backed /dev/shm for DataLoader workers (counts against memoryLimit; at least 64Mi).")
     dataset: Dataset = Field(
         default=Dataset.AUTO,
         description="auto (train.pt/train.npz in the data mount when present, else synthetic), synthetic, "
                     "cifar10 or fashion-mnist (read from the data mount).",
     )
-    model: ModelKind = Field(default=ModelKind.RESNET18, description="mlp or resnet18.")
+    model: ModelKind = Field(default=ModelKind.RESNET18, description="mlp or resnet18 (CIFAR variant; input channels from the data).")
     learning_rate: float = Field(
         default=DEFAULT_LEARNING_RATE, description="Peak learning rate (trainer --lr), in (0, 10]."
     )
@@ -152,8 +152,8 @@ class TrainingConfig(Model):
         description="cifar10, fashion-mnist: a Job downloads the dataset into the data mount before training "
                     "(false: copy the files in yourself).",
     )
-    elastic: ElasticConfig = Field(default_factory=ElasticConfig)
-    nccl: NcclConfig = Field(default_factory=NcclConfig)
+    elastic: ElasticConfig = Field(default_factory=ElasticConfig, description="pytorchjob: torch elastic.")
+    nccl: NcclConfig = Field(default_factory=NcclConfig, description="NCCL settings of the training pods.")
 
     _optional = field_validator("image", mode="before")(classmethod(lambda cls, v: empty_to_none(v)))
     _cpu = field_validator("cpu_request", "cpu_limit", mode="before")(
@@ -215,13 +215,13 @@ SOCKET_MIN_BUSBW_FRACTION = 0.25
 class AcceptanceConfig(Model):
     """The NCCL acceptance Job: an all-reduce sweep checked against network.linkGbps."""
 
-    nccl: bool = Field(default=False, description="Run the NCCL all-reduce acceptance Job.")
+    nccl: bool = Field(default=False, description="Run the NCCL all-reduce acceptance Job before training (needs training.nodes >= 2 and network.linkGbps).")
     min_busbw_fraction: float | None = Field(
         default=None,
         description=f"Pass when busbw >= this x linkGbps (default {RDMA_MIN_BUSBW_FRACTION} with network.rdma, "
                     f"{SOCKET_MIN_BUSBW_FRACTION} over sockets).",
     )
-    max_bytes: int = Field(default=2**30, ge=2**30, le=2**34, description="Largest all-reduce size (>= 1 GiB).")
+    max_bytes: int = Field(default=2**30, ge=2**30, le=2**34, description="Largest all-reduce size in bytes, 1-16 GiB.")
 
     @field_validator("min_busbw_fraction")
     @classmethod
@@ -276,7 +276,10 @@ class RoceConfig(Model):
     hca: str = Field(description="Its RDMA device (NCCL_IB_HCA, ib_write_bw -d), e.g. 'irdma0' or 'mlx5_0'.")
     driver: str = Field(description="Its kernel driver, e.g. 'ice' (Intel E810) or 'mlx5_core': the RDMA device plugin selects by it.")
     gid_index: int = Field(default=1, ge=0, le=255, description="RoCE v2 GID index of the pod's IPv4 address (NCCL_IB_GID_INDEX, ib_write_bw -x); seed 002: 1.")
-    range: ipaddress.IPv4Network = Field(description="Addresses whereabouts gives the pods' net1, e.g. '10.100.100.0/24'.")
+    range: ipaddress.IPv4Network = Field(
+        description="Addresses whereabouts gives the pods' net1, e.g. '10.100.100.0/24' (at least /29 and training.nodes "
+                    "addresses; clear of podCidr, serviceCidr, nodeCidr, the hosts, the API endpoint and the NFS server)."
+    )
     nccl_env: dict[str, str] = Field(default_factory=dict, description="Further NCCL_* variables for training pods, e.g. {NCCL_IB_TC: '106'}.")
     min_link_fraction: float = Field(
         default=ROCE_MIN_LINK_FRACTION, gt=0, le=1,
@@ -344,7 +347,7 @@ class NetworkConfig(Model):
     """The network between GPU nodes, as declared (what the acceptance test holds it to)."""
 
     link_gbps: float | None = Field(default=None, gt=0, le=3200, description="Per-node link rate in Gbit/s.")
-    rdma: bool = Field(default=False, description="NCCL must use RDMA (IB/RoCE), not sockets.")
+    rdma: bool = Field(default=False, description="NCCL must use RDMA (IB/RoCE): a socket fallback fails the acceptance Job (lab, dev: needs network.roce; gke: refused).")
     roce: RoceConfig | None = Field(
         default=None,
         description="lab, dev with network.rdma: the RoCE NIC moved into training pods (interface, pciAddress, hca, "

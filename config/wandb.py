@@ -44,12 +44,12 @@ class WandbConfig(Model):
 
     enabled: bool = Field(default=False, description="Deploy a W&B launch agent for one queue.")
     entity: str | None = Field(default=None, description="W&B entity (user or team) that owns the queue.")
-    queue: str | None = Field(default=None, description="Name of the Kubernetes queue the agent polls.")
+    queue: str | None = Field(default=None, description="Name of the Kubernetes queue the agent polls (you create the queue in W&B).")
     project: str | None = Field(
         default=None, description="Default W&B project of launched runs (in the printed `wandb launch` line)."
     )
     max_jobs: int = Field(default=1, ge=1, le=64, description="Runs the agent keeps running at once.")
-    base_url: str = Field(default="https://api.wandb.ai", description="W&B API address (W&B Server: your own).")
+    base_url: str = Field(default="https://api.wandb.ai", description="W&B API address, https://<host>[:<port>][/<path>] (W&B Server: your own).")
 
     _optional = field_validator("entity", "queue", "project", mode="before")(
         classmethod(lambda cls, v: empty_to_none(v))

@@ -15,10 +15,14 @@ Writes:
   DIR/hosts/<host>/<step>.sh  the exact command each host receives (and <step>.delete.sh,
                               <step>.stdin when stdin is not secret)
   DIR/graph.dot               parent (dashed) and dependency (solid) edges
-  DIR/summary.md              what the plan contains, in short, and "Would it come up": the
-                              whole-cluster check (render/cluster/) of every object the cluster
-                              would receive, Helm charts rendered, against Kubernetes' schemas,
-                              CRDs, Pod Security and the scheduler, on the nodes the stack will have
+  DIR/summary.md              the answer first: "Would it come up", the whole-cluster check
+                              (render/cluster/) of every object the cluster would receive, Helm
+                              charts rendered, against Kubernetes' schemas, CRDs, Pod Security and
+                              the scheduler, on the nodes the stack will have, with every problem;
+                              then what was planned; the counts by type last (render/summary.py)
+  DIR/cluster.dot, .svg       with the check: the picture of the planned cluster, each node and
+                              what the check placed on it (render/cluster_picture.py; the .svg
+                              needs graphviz's `dot`, summary.md says so when it is missing)
   DIR/.gpu-cluster-render     the marker: the files this render wrote. DIR (default out/<stack>)
                               must be missing, empty or an earlier render's: the next render
                               deletes only the files its marker lists; a directory holding
@@ -49,14 +53,17 @@ import argparse
 import json
 import re
 import sys
-from collections import Counter, defaultdict
+from collections import defaultdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from config import ConfigError
-from render import out_dir, program, update, update_risks
+from render import out_dir, program, summary, update, update_risks
+
+if TYPE_CHECKING:
+    from render.cluster import Report
 
 # Releases, charts, kustomize directories and manifest files are bundles the provider expands,
 # not objects themselves.
@@ -135,26 +142,7 @@ def _dot(plan: program.Plan) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _summary(plan: program.Plan, steps: dict, objects: list, releases: list) -> str:
-    counts = Counter(r.type for r in plan.resources)
-    out = [f"# Plan of stack `{plan.stack}`", "", f"{len(plan.resources)} resources.", ""]
-    out += ["| type | count |", "|---|---|"] + [f"| `{t}` | {n} |" for t, n in sorted(counts.items())]
-    if steps:
-        out += ["", "## Host steps", ""]
-        for host in sorted(steps):
-            out.append(f"- **{host}**: " + ", ".join(sorted(steps[host])))
-    if releases:
-        out += ["", "## Helm releases", ""]
-        out += [f"- `{r.inputs.get('name')}`: chart `{r.inputs.get('chart')}` {r.inputs.get('version')} "
-                f"in `{r.inputs.get('namespace')}`" for r in releases]
-    if objects:
-        out += ["", "## Kubernetes objects", ""]
-        out += [f"- {o.get('kind')} `{o['metadata'].get('namespace', '-')}/{o['metadata']['name']}`" for o in objects]
-    out += ["", "## Outputs", ""] + [f"- `{k}`: {json.dumps(v)}" for k, v in sorted(plan.outputs.items())]
-    return "\n".join(out) + "\n"
-
-
-def write(plan: program.Plan, out: Path, verdict: str = "", update_section: str = "") -> None:
+def write(plan: program.Plan, out: Path, report: Report | None = None, update_section: str = "") -> None:
     """Write the plan's files under `out`. Only render's own earlier output there is deleted
     (render/out_dir.py); raises out_dir.OutDirError for a directory that holds anything else."""
     out_dir.clear(out)
@@ -189,8 +177,7 @@ def write(plan: program.Plan, out: Path, verdict: str = "", update_section: str 
             if inputs.get("stdin") and inputs["stdin"] != program.SECRET_MARKER:
                 put(base / f"{_safe(step)}.stdin", inputs["stdin"])
     put(out / "graph.dot", _dot(plan))
-    sections = "".join(f"\n{section}" for section in (verdict, update_section) if section)
-    put(out / "summary.md", _summary(plan, steps, objects, releases) + sections)
+    summary.write(plan, out, put, report, update_section, steps, objects, releases)
     out_dir.mark(out, put.written)
 
 
@@ -243,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: the whole-cluster check cannot run: {err}", file=sys.stderr)
             return 1
     try:
-        write(plan, out, report.markdown() if report else "", changes.markdown() if changes else "")
+        write(plan, out, report, changes.markdown() if changes else "")
     except out_dir.OutDirError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

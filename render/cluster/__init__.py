@@ -5,7 +5,8 @@ program's own, every Helm release rendered with its pinned upstream chart, kusto
 directories expanded), asks what the API server would say of each (admission.py, pod_security.py)
 and where each pod would run on the nodes the stack will have (nodes.py, workloads.py,
 scheduling.py). The verdict is a Report: one line per workload, and the problems that would keep
-`pulumi up` from finishing. `python -m render` writes it to summary.md and exits 3 on a problem.
+`pulumi up` from finishing. `python -m render` writes it to summary.md (render/summary.py) and
+exits 3 on a problem.
 
 Upstream data comes from one folder: $GPU_CLUSTER_UPSTREAM, else ../shared/upstream beside the
 project (its charts/ holds the pinned, unmodified charts).
@@ -46,23 +47,14 @@ class Report:
     notes: list[str] = field(default_factory=list)  # what the model assumes
     nodes: list[str] = field(default_factory=list)
     objects: int = 0
+    # What the lines say, as data: the modelled nodes (a gke pool is one shape) and one placement
+    # per line, in the lines' order (render/summary.py and render/cluster_picture.py read them).
+    modelled: list[node_model.Node] = field(default_factory=list)
+    placements: list[Placement] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
         return not self.problems
-
-    def markdown(self) -> str:
-        out = ["## Would it come up", ""]
-        out.append(f"**{'yes' if self.ok else 'no'}**: {self.objects} objects checked against Kubernetes' "
-                   f"schemas, CRDs, Pod Security and the scheduler's filters on {len(self.nodes)} modelled "
-                   f"node{'s' if len(self.nodes) != 1 else ''}.")
-        if self.problems:
-            out += ["", "### What would not come up", ""] + [f"- {p}" for p in self.problems]
-        out += ["", "### Nodes", ""] + [f"- {n}" for n in self.nodes]
-        out += ["", "### Workloads", ""] + [f"- {line}" for line in self.lines]
-        if self.notes:
-            out += ["", "### Assumed", ""] + [f"- {n}" for n in self.notes]
-        return "\n".join(out) + "\n"
 
 
 def _names(names: list[str], most: int = 4) -> str:
@@ -108,6 +100,7 @@ def check(plan: program.Plan, cfg: StackConfig, upstream: Path) -> Report:
         plan_inputs.setdefault(r.type, []).append(r.inputs)
     modelled = node_model.model(cfg, plan_inputs, collected.node_patches)
     report.nodes = [_node_line(n) for n in modelled]
+    report.modelled = modelled
     nodes = expand(modelled)
     gpu_nodes = {n.name for n in nodes if n.is_gpu}
     if isinstance(cfg, LabStack):
@@ -122,6 +115,7 @@ def check(plan: program.Plan, cfg: StackConfig, upstream: Path) -> Report:
 
     loads = workloads(collected.objects)
     placements = schedule(cfg, nodes, loads, gke=isinstance(cfg, GkeStack))
+    report.placements = placements
     for p in placements:
         w = p.workload
         origin = w.via or w.obj.origin

@@ -18,7 +18,7 @@ import enum
 import ipaddress
 import json
 import typing
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,23 +28,11 @@ from pydantic.fields import FieldInfo
 
 import config
 from components.lab.scripts import HEREDOC_END
-from config.errors import key_path
+from config.walk import Key, Path, model_of, walk
 from render import program
 
-Path = tuple[str | int, ...]
 HUGE = "a" * 10_000
 SECRET = "[secret]"
-
-
-@dataclass(frozen=True)
-class Key:
-    path: Path  # ("hosts", 0, "name"): list elements at index 0
-    annotation: Any
-    info: FieldInfo
-
-    @property
-    def name(self) -> str:
-        return key_path(self.path)
 
 
 @dataclass(frozen=True)
@@ -63,34 +51,12 @@ class Case:
         return self.value in (False, "", None) or self.value == [] or self.value == {}
 
 
-def _model_of(annotation: Any) -> tuple[type[BaseModel] | None, bool, bool]:
-    """(the model in the annotation, whether it is optional, whether it is a tuple of it)."""
-    args = typing.get_args(annotation)
-    optional = type(None) in args
-    if typing.get_origin(annotation) is tuple and args and isinstance(args[0], type) and issubclass(args[0], BaseModel):
-        return args[0], optional, True
-    for arg in (*args, annotation):
-        if isinstance(arg, type) and issubclass(arg, BaseModel):
-            return arg, optional, False
-    return None, optional, False
-
-
-def walk(model: type[BaseModel], prefix: Path = ()) -> Iterator[Key]:
-    """Every key of `model`: sections, their keys, and the keys of a list's first element."""
-    for name, info in model.model_fields.items():
-        path = (*prefix, info.alias or name)
-        yield Key(path, info.annotation, info)
-        sub, _, many = _model_of(info.annotation)
-        if sub is not None:
-            yield from walk(sub, (*path, 0) if many else path)
-
-
 def optional_sections(model: type[BaseModel], prefix: Path = ()) -> set[Path]:
     """The paths of sections that may be absent (bastion, network.roce): a base without one
     cannot reach the keys under it."""
     out: set[Path] = set()
     for key in walk(model, prefix):
-        sub, optional, _ = _model_of(key.annotation)
+        sub, optional, _ = model_of(key.annotation)
         if sub is not None and optional:
             out.add(key.path)
     return out
@@ -115,7 +81,7 @@ def cases(key: Key, current: Any) -> list[Case]:
     ann, info = _scalar(key.annotation), key.info
     out = [Case(key, "base value", current)] if current is not None else []
     add = lambda label, value, bad=False: out.append(Case(key, label, value, bad))  # noqa: E731
-    sub, _, many = _model_of(key.annotation)
+    sub, _, many = model_of(key.annotation)
     origin = typing.get_origin(ann)
     if sub is not None:
         add("wrong type", "not-an-object", True)

@@ -102,7 +102,8 @@ def _related(problem_key: str, key: str) -> bool:
     return any(a == b or b.startswith(a + ".") or b.startswith(a + "[") for a, b in ((problem_key, key), (key, problem_key)))
 
 
-# One worker renders them all under pytest-xdist's --dist loadgroup (the fixture is per module).
+# One worker renders them all: make test's --dist loadfile keeps a file on one worker, and this group does
+# the same under --dist loadgroup (the fixture is per module).
 @pytest.mark.xdist_group("value_bounds")
 @pytest.mark.parametrize(("platform", "key"), _keys())
 def test_every_value_ends_in_a_plan_or_a_refusal_naming_the_key(

@@ -148,8 +148,8 @@ def test_the_new_code_is_its_own_and_documented() -> None:
     code = str(nccl.EXIT_NO_RDMA_CHANNEL)
     assert re.search(rf"^\s+{code} EXIT_NO_RDMA_CHANNEL\s", nccl.__doc__ or "", re.M)
     assert re.search(rf"\b{code} --rdma declared but no channel over NET/IB", " ".join((allreduce_bench.__doc__ or "").split()))
-    readme = " ".join((PROJECT_DIR / "README.md").read_text().split())
-    assert f"exit {code} when no channel went over NET/IB" in readme
+    page = " ".join((PROJECT_DIR / "docs" / "training.md").read_text().split())
+    assert f"exit {code} when no channel went over NET/IB" in page
 
 
 # ------------------------------------------------------------------------------------------------

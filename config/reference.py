@@ -1,0 +1,336 @@
+"""The configuration reference, generated from the config models so that it cannot drift from them.
+
+`python -m config.reference --write` writes docs/reference/config.md (every key of every platform's
+stack type: its path as a stack file writes it, type, default, allowed values, platforms and the
+description its Field carries) and the `description:` of every key in Pulumi.yaml (the model's
+description, prefixed with the platforms of a key that not every platform has). `--check` exits 1
+when either committed file differs from what the models generate; tests/config/test_reference.py
+runs it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import enum
+import ipaddress
+import json
+import re
+import sys
+import typing
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel
+
+import config
+from config.addons import Addons, Platform
+from config.walk import Key, model_of, walk
+
+ROOT = Path(__file__).resolve().parent.parent
+REFERENCE = Path("docs/reference/config.md")
+PROJECT = Path("Pulumi.yaml")
+COMMAND = ".venv/bin/python -m config.reference --write"
+
+# The secret keys: never part of a model (config/__init__.py), set with `pulumi config set --secret`.
+SECRETS: dict[str, tuple[tuple[Platform, ...], str]] = {
+    "sshPrivateKey": ((Platform.LAB,), "The SSH private key the program logs in to every host (and the bastion) with."),
+    "kubeconfig": ((Platform.DEV,), "A kubeconfig of the existing cluster, instead of kubeContext (refused beside it)."),
+    "wandbApiKey": (tuple(Platform), "The W&B API key of the launch agent (wandb.enabled); it becomes a Kubernetes "
+                                     "Secret, never in values, outputs or the offline plan."),
+}
+
+
+@dataclass(frozen=True)
+class Row:
+    """One key as the reference shows it; the same key of two platforms is one row when it reads the same."""
+
+    key: str
+    type: str
+    default: str
+    allowed: str
+    description: str
+
+
+def _platform_key(key: Key) -> Key:
+    # Each stack type narrows `platform` to its own value; the key the user writes takes any.
+    return Key(key.path, Addons.model_fields["platform"].annotation, Addons.model_fields["platform"])
+
+
+def rows() -> dict[str, dict[Row, list[Platform]]]:
+    """Every key's rows (each with the platforms it reads so for), by top-level key, in model order."""
+    out: dict[str, dict[Row, list[Platform]]] = {}
+    declared = _project_defaults()
+    for platform, stack_type in config.STACK_TYPES.items():
+        for key in walk(stack_type):
+            if key.path == ("platform",):
+                key = _platform_key(key)
+            row = Row(_shown_path(key), _type_name(key.annotation), _default(key, declared), _allowed(key),
+                      _cell(key.info.description or ""))
+            out.setdefault(str(key.path[0]), {}).setdefault(row, []).append(platform)
+    return out
+
+
+def _shown_path(key: Key) -> str:
+    """The key as error messages name it: `gpu-cluster:hosts[].name`, `gcp:project`."""
+    text = "".join(f".{part}" if isinstance(part, str) else "[]" for part in key.path).lstrip(".")
+    return text if ":" in text else f"{config.NAMESPACE}:{text}"
+
+
+def _project_defaults() -> dict[str, Any]:
+    decls = yaml.safe_load((ROOT / PROJECT).read_text())["config"]
+    return {key: decl.get("default") for key, decl in decls.items()}
+
+
+# --- cells --------------------------------------------------------------------------------------
+
+def _without_none(annotation: Any) -> Any:
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    if type(None) in typing.get_args(annotation) and len(args) == 1:
+        return args[0]
+    return annotation
+
+
+def _type_name(annotation: Any) -> str:
+    ann = _without_none(annotation)
+    origin, args = typing.get_origin(ann), typing.get_args(ann)
+    if origin is typing.Annotated:
+        return _type_name(args[0])
+    if origin is tuple:
+        return f"list of {_type_name(args[0])}"
+    if origin is dict:
+        return f"map of {_type_name(args[0])} to {_type_name(args[1])}"
+    if origin is typing.Literal or (isinstance(ann, type) and issubclass(ann, enum.Enum)):
+        return "string"
+    names = {bool: "boolean", int: "integer", float: "number", str: "string",
+             ipaddress.IPv4Network: "IPv4 CIDR", ipaddress.IPv4Address: "IPv4 address"}
+    if ann in names:
+        return names[ann]
+    if isinstance(ann, type) and issubclass(ann, BaseModel):
+        return "object"
+    raise TypeError(f"config.reference has no name for the type {ann!r}: add it to _type_name")
+
+
+def _value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, enum.Enum):
+        return _value(value.value)
+    if isinstance(value, tuple | list):
+        return "[" + ", ".join(_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {_value(v)}" for k, v in value.items()) + "}"
+    if value == "":
+        return '""'
+    return str(value)
+
+
+def _default(key: Key, declared: dict[str, Any]) -> str:
+    info = key.info
+    if info.is_required():
+        top = str(key.path[0]) if len(key.path) == 1 else None
+        if top in declared:  # Pulumi.yaml gives it to every stack (platform: dev)
+            return f"`{_value(declared[top])}` (Pulumi.yaml)"
+        return "required"
+    value = info.get_default(call_default_factory=True)
+    if value == "" and info.validate_default:  # gcp:project: the empty default is refused
+        return "required"
+    if value is None:
+        return "unset"
+    if isinstance(value, BaseModel):
+        return "its keys' defaults"
+    return f"`{_value(value)}`"
+
+
+def _bounds(metadata: list[Any]) -> Iterator[str]:
+    low = [(m.ge, "≥") for m in metadata if getattr(m, "ge", None) is not None]
+    low += [(m.gt, ">") for m in metadata if getattr(m, "gt", None) is not None]
+    high = [(m.le, "≤") for m in metadata if getattr(m, "le", None) is not None]
+    high += [(m.lt, "<") for m in metadata if getattr(m, "lt", None) is not None]
+    if low and high and low[0][1] == "≥" and high[0][1] == "≤":
+        yield f"{low[0][0]}–{high[0][0]}"
+        return
+    for bound, sign in (*low, *high):
+        yield f"{sign} {bound}"
+
+
+def _allowed(key: Key) -> str:
+    ann = _without_none(key.annotation)
+    parts: list[str] = []
+    if typing.get_origin(ann) is typing.Literal:
+        parts += [f"`{_value(member)}`" for member in typing.get_args(ann)]
+    elif isinstance(ann, type) and issubclass(ann, enum.Enum):
+        parts += [f"`{_value(member)}`" for member in ann]
+    parts += _bounds(key.info.metadata)
+    for meta in key.info.metadata:
+        if getattr(meta, "pattern", None) is not None:
+            parts.append(f"matches `{meta.pattern}`")
+        if getattr(meta, "max_length", None) is not None:
+            parts.append(f"at most {meta.max_length} characters")
+    return _cell(", ".join(parts))
+
+
+def _cell(text: str) -> str:
+    """Text in a Markdown table cell: one line, `|` escaped."""
+    return " ".join(text.split()).replace("|", "\\|")
+
+
+# --- the reference ------------------------------------------------------------------------------
+
+_INTRO = f"""\
+# Configuration reference
+
+<!-- Generated from the config models (config/) by `{COMMAND}`; do not edit by hand. -->
+
+Every key a stack file (`Pulumi.<stack>.yaml`) may set, generated from the config models in
+`config/` (a test fails when this page differs from them). Keys are written as error messages name
+them: `gpu-cluster:` is the project's namespace, a `.` goes one section down, `[]` is every element
+of a list (`gpu-cluster:hosts[].name` is the `name` of each entry of `hosts`). In the stack file a
+section is a YAML mapping under its top-level key:
+
+```yaml
+config:
+  gpu-cluster:platform: lab
+  gpu-cluster:gpu:
+    sharing:
+      mode: time-slicing
+      replicas: 4
+```
+
+**Platforms** lists the stacks that accept a key; a key of another platform is ignored while it
+holds its Pulumi.yaml default and refused once set. **Allowed** shows what the model itself
+bounds (members, ranges); the checks among keys (ranges that must not overlap, jobs that must fit
+the GPU nodes) are in the description and are reported, naming the key, before anything is created.
+"""
+
+
+def _section(top: str, keyed: dict[Row, list[Platform]]) -> list[str]:
+    title = top if ":" in top else f"{config.NAMESPACE}:{top}"
+    lines = [f"## {title}", "", "| Key | Type | Default | Allowed | Platforms | Description |",
+             "|---|---|---|---|---|---|"]
+    order: dict[str, int] = {}
+    for row in keyed:
+        order.setdefault(row.key, len(order))
+    for row, platforms in sorted(keyed.items(), key=lambda item: order[item[0].key]):
+        names = ", ".join(p.value for p in platforms)
+        lines.append(f"| `{row.key}` | {row.type} | {row.default} | {row.allowed} | {names} | {row.description} |")
+    return [*lines, ""]
+
+
+def reference() -> str:
+    lines = [_INTRO]
+    for top, keyed in rows().items():
+        lines += _section(top, keyed)
+    lines += ["## Secrets", "",
+              "Set with `pulumi config set --secret gpu-cluster:<key> <value>`; never part of the models, and",
+              "refused when set as plain text.", "",
+              "| Key | Platforms | Description |", "|---|---|---|"]
+    for key, (platforms, description) in SECRETS.items():
+        lines.append(f"| `{config.NAMESPACE}:{key}` | {', '.join(p.value for p in platforms)} | {description} |")
+    return "\n".join(lines) + "\n"
+
+
+# --- Pulumi.yaml --------------------------------------------------------------------------------
+
+def project_descriptions() -> dict[str, str]:
+    """What Pulumi.yaml must say for each key it declares: the model's description, after the
+    platforms of a key that not every platform has ("lab and dev: ...")."""
+    described: dict[str, dict[str, list[Platform]]] = {}
+    outlines: dict[str, dict[str, list[Platform]]] = {}
+    for platform, stack_type in config.STACK_TYPES.items():
+        for name, info in stack_type.model_fields.items():
+            key = info.alias or name
+            if key.startswith("gcp:"):
+                continue
+            described.setdefault(key, {}).setdefault(info.description or "", []).append(platform)
+            sub, _, _ = model_of(info.annotation)
+            if sub is not None:
+                outlines.setdefault(key, {}).setdefault(_outline(sub), []).append(platform)
+    out: dict[str, str] = {}
+    for key, texts in described.items():
+        if len(texts) != 1:
+            raise ValueError(f"{key}: the platforms' models describe it differently: {sorted(texts)}")
+        (text, platforms), = texts.items()
+        prefix = "" if len(platforms) == len(Platform) else " and ".join(p.value for p in platforms) + ": "
+        # "lab: the servers" (a word in capitals keeps them: "GPUs on each gpuNodes node")
+        lowered = text[:1].lower() + text[1:] if prefix and text[1:2].islower() else text
+        keys = outlines.get(key, {})
+        if len(keys) == 1:
+            lowered += f" Keys: {next(iter(keys))}."
+        elif keys:  # storage: each platform has its own
+            lowered += " Keys: " + "; ".join(f"{'/'.join(p.value for p in ps)}: {o}" for o, ps in keys.items()) + "."
+        out[key] = prefix + lowered
+    return out
+
+
+def _outline(model: type[BaseModel]) -> str:
+    """A section's keys, nested: "stack, sharing {mode, replicas}, gate {enabled}"."""
+    parts = []
+    for name, info in model.model_fields.items():
+        sub, _, many = model_of(info.annotation)
+        key = (info.alias or name) + ("[]" if many else "")
+        parts.append(f"{key} {{{_outline(sub)}}}" if sub is not None else key)
+    return ", ".join(parts)
+
+
+_KEY_LINE = re.compile(r"  ([^\s#][^:]*):\s*$")
+_DESCRIPTION_LINE = re.compile(r"    description:")
+
+
+def project_file(text: str) -> str:
+    """Pulumi.yaml's text with every config key's description line set from the models."""
+    wanted = project_descriptions()
+    lines, key, in_config, seen = text.splitlines(), None, False, set()
+    for i, line in enumerate(lines):
+        if line and not line[0].isspace() and not line.startswith("#"):
+            in_config = line.rstrip() == "config:"
+            continue
+        match = _KEY_LINE.fullmatch(line)
+        if in_config and match:
+            key = match.group(1)
+            if key not in wanted:
+                raise ValueError(f"Pulumi.yaml declares {key}, which no platform's model has")
+        elif in_config and key and _DESCRIPTION_LINE.match(line):
+            lines[i] = f"    description: {json.dumps(wanted[key], ensure_ascii=False)}"
+            seen.add(key)
+    missing = sorted(set(wanted) - seen)
+    if missing:
+        raise ValueError(f"Pulumi.yaml has no description line for {', '.join(missing)}: declare each key "
+                         "with a `description:`")
+    return "\n".join(lines) + "\n"
+
+
+# --- command line -------------------------------------------------------------------------------
+
+def generated(root: Path = ROOT) -> dict[Path, str]:
+    """Each generated file (relative to `root`) and what it must hold."""
+    return {REFERENCE: reference(), PROJECT: project_file((root / PROJECT).read_text())}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m config.reference", description=__doc__.split("\n\n")[0])
+    action = parser.add_mutually_exclusive_group()
+    action.add_argument("--write", action="store_true", help="write docs/reference/config.md and Pulumi.yaml")
+    action.add_argument("--check", action="store_true", help="exit 1 when a committed file differs")
+    parser.add_argument("--root", type=Path, default=ROOT, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    stale = []
+    for path, text in generated(args.root).items():
+        target = args.root / path
+        if args.write:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text)
+        elif args.check and (not target.exists() or target.read_text() != text):
+            stale.append(str(path))
+    if not (args.write or args.check):
+        sys.stdout.write(generated(args.root)[REFERENCE])
+    if stale:
+        print(f"{', '.join(stale)} differ from the config models: run `{COMMAND}`", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,114 @@
+"""summary.md: the plan of a stack in short, the answer first.
+
+Order, as a reader asks: would it come up (the whole-cluster check's verdict and every problem),
+what an update from an older config would do (with --against: refusals and `!!` lines), then what
+was planned (the picture, the nodes, the workloads on each node, the jobs, the host steps, the
+releases, the objects, the outputs), and last the count of resources by type.
+
+The picture of the planned cluster (render/cluster_picture.py) lands beside it as cluster.dot and,
+with graphviz installed, cluster.svg.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from render import program
+
+if TYPE_CHECKING:
+    from render.cluster import Report
+
+CHECKED = "Kubernetes' schemas, CRDs, Pod Security and the scheduler's filters"
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'s' if n != 1 else ''}"
+
+
+def verdict(report: Report | None) -> list[str]:
+    """'Would it come up': yes or no, and every problem."""
+    out = ["## Would it come up", ""]
+    if report is None:
+        return out + ["**not checked**: rendered with --no-check; `python -m render <stack>` runs the check."]
+    out.append(f"**{'yes' if report.ok else 'no'}**: {report.objects} objects checked against {CHECKED} on "
+               f"{_plural(len(report.nodes), 'modelled node')}.")
+    if report.problems:
+        out += ["", "### What would not come up", ""] + [f"- {p}" for p in report.problems]
+    return out
+
+
+def planned_cluster(report: Report | None, picture: str) -> list[str]:
+    """The picture, the nodes, the workloads on each node, the jobs: what the check placed."""
+    if report is None:
+        return []
+    out = ["", "## The planned cluster", "", picture]
+    out += ["", "### Nodes", ""] + [f"- {n}" for n in report.nodes]
+    out += ["", "### Workloads per node", ""] + _per_node(report)
+    lines = list(zip(report.placements, report.lines, strict=True))
+    running = [line for p, line in lines if not p.workload.job]
+    jobs = [line for p, line in lines if p.workload.job]
+    out += ["", "### Workloads", ""] + [f"- {line}" for line in running]
+    if jobs:
+        out += ["", "### Jobs", "", "Jobs and CronJobs, each on what the workloads above leave free:", ""]
+        out += [f"- {line}" for line in jobs]
+    if report.notes:
+        out += ["", "### Assumed", ""] + [f"- {n}" for n in report.notes]
+    return out
+
+
+def _per_node(report: Report) -> list[str]:
+    from render.cluster_picture import boxes
+
+    out = []
+    for box in boxes(report):
+        placed = [f"{r.ref}{f' ×{r.pods}' if r.pods != 1 else ''}" for r in [*box.services, *box.jobs]]
+        out.append(f"- `{box.node.name}`: " + (", ".join(placed) or "nothing placed"))
+    return out
+
+
+def markdown(plan: program.Plan, report: Report | None, update_section: str, picture: str,
+             steps: dict[str, dict[str, Any]], objects: list[dict[str, Any]], releases: list[Any]) -> str:
+    out = [f"# Plan of stack `{plan.stack}`", "", *verdict(report)]
+    if update_section:
+        out += ["", update_section.rstrip("\n")]
+    out += planned_cluster(report, picture)
+    if steps:
+        out += ["", "## Host steps", ""]
+        for host in sorted(steps):
+            out.append(f"- **{host}**: " + ", ".join(sorted(steps[host])))
+    if releases:
+        out += ["", "## Helm releases", ""]
+        out += [f"- `{r.inputs.get('name')}`: chart `{r.inputs.get('chart')}` {r.inputs.get('version')} "
+                f"in `{r.inputs.get('namespace')}`" for r in releases]
+    if objects:
+        out += ["", "## Kubernetes objects", ""]
+        out += [f"- {o.get('kind')} `{o['metadata'].get('namespace', '-')}/{o['metadata']['name']}`" for o in objects]
+    out += ["", "## Outputs", ""] + [f"- `{k}`: {json.dumps(v)}" for k, v in sorted(plan.outputs.items())]
+    counts = Counter(r.type for r in plan.resources)
+    out += ["", "## Resources by type", "", f"{len(plan.resources)} resources.", ""]
+    out += ["| type | count |", "|---|---|"] + [f"| `{t}` | {n} |" for t, n in sorted(counts.items())]
+    return "\n".join(out) + "\n"
+
+
+def write(plan: program.Plan, out: Path, put: Callable[[Path, str], None], report: Report | None,
+          update_section: str, steps: dict[str, dict[str, Any]], objects: list[dict[str, Any]],
+          releases: list[Any]) -> None:
+    """summary.md, and with the check's report the picture: cluster.dot, cluster.svg (graphviz)."""
+    picture = ""
+    if report is not None:
+        from render import cluster_picture  # the check's modules: loaded only when it ran
+
+        source = cluster_picture.dot_source(report)
+        put(out / "cluster.dot", source)
+        try:
+            put(out / "cluster.svg", cluster_picture.svg(source))
+            picture = ("![The planned cluster: each node and what the check placed on it](cluster.svg)\n\n"
+                       "[cluster.svg](cluster.svg), drawn by graphviz from [cluster.dot](cluster.dot).")
+        except cluster_picture.PictureError as err:
+            picture = (f"The picture of the planned cluster needs graphviz: {err}. Its source is "
+                       "[cluster.dot](cluster.dot) (`dot -Tsvg cluster.dot > cluster.svg`).")
+    put(out / "summary.md", markdown(plan, report, update_section, picture, steps, objects, releases))
