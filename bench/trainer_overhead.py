@@ -72,7 +72,7 @@ def bare_child(args: argparse.Namespace) -> dict:
     """The loop a user would write by hand, on the same data, model, seed and hyperparameters."""
     import torch
     from trainer import datasets
-    from trainer.train import build_model
+    from trainer.model import build_model
 
     torch.set_num_threads(args.threads)
     splits = datasets.read_cifar10(args.data_dir)

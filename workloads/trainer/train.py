@@ -37,15 +37,30 @@ import sys
 from pathlib import Path
 
 from trainer import EXIT_CONFIG_ERROR, datasets, record_exit_code
-from trainer.args import DATA_FILES, ConfigError, check_config, parse_args
+from trainer.args import DATA_FILES, DATASETS, ConfigError, check_config, parse_args
+from trainer.checkpoints import CHECKPOINT_RE, checkpoint_steps, newest_valid_checkpoint, save_checkpoint
 from trainer.evaluation import eval_indices, evaluate
-from trainer.events import log, parse_event, parse_result
-from trainer.training_data import SkipSampler, augment_batch, augment_seed, load_data
+from trainer.events import RESULT_FILE, log, parse_event, parse_result, write_result
+from trainer.model import build_model
+from trainer.training_data import (
+    DEVICE_DATA_MAX_BYTES,
+    SkipSampler,
+    TrainData,
+    augment_batch,
+    augment_seed,
+    load_data,
+    load_dataset,
+    normalise_images,
+)
 from trainer.training_loop import lr_at, train
 
-# What tests, the benchmarks and the launch script reach through `trainer.train`.
-__all__ = ["ConfigError", "SkipSampler", "augment_batch", "augment_seed", "check_config", "eval_indices", "evaluate",
-           "load_data", "log", "lr_at", "main", "parse_args", "parse_event", "parse_result", "train"]
+# Every name this module had before it was split, for the tests, the benchmarks and anyone who
+# imported them from here.
+__all__ = ["CHECKPOINT_RE", "DATASETS", "DATA_FILES", "DEVICE_DATA_MAX_BYTES", "RESULT_FILE", "ConfigError",
+           "SkipSampler", "TrainData", "augment_batch", "augment_seed", "build_model", "check_config",
+           "checkpoint_steps", "eval_indices", "evaluate", "load_data", "load_dataset", "log", "lr_at", "main",
+           "newest_valid_checkpoint", "normalise_images", "parse_args", "parse_event", "parse_result",
+           "save_checkpoint", "train", "write_result"]
 
 
 def main(argv: list[str] | None = None) -> int:
