@@ -68,6 +68,7 @@ import base64
 import hashlib
 import re
 import string
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
@@ -181,7 +182,7 @@ class Membership(pulumi.ComponentResource):
 
 
 def _drain_removed(name: str, parent: pulumi.Resource, cp: ControlPlane, members: tuple[Host, ...],
-                   triggers: list[pulumi.Input[str]]) -> remote.Command:
+                   triggers: Sequence[object]) -> remote.Command:
     """On the control plane: drains and deletes the nodes that left the config or changed address."""
     return remote.Command(
         f"{name}-drain",
@@ -303,7 +304,7 @@ class NodeJoin(pulumi.ComponentResource):
 
 
 def _upload_control_plane_certs(name: str, parent: pulumi.Resource, args: NodeJoinArgs,
-                                triggers: list[pulumi.Input[str]]) -> remote.Command:
+                                triggers: Sequence[object]) -> remote.Command:
     """A joining control plane's certificates, uploaded on the first control plane under a fresh
     key (its stdout, kept secret)."""
     cp = args.control_plane
@@ -338,7 +339,7 @@ def _join_stdin(args: NodeJoinArgs, certificate_key: pulumi.Output[str] | None,
 
 
 def _join(name: str, parent: pulumi.Resource, args: NodeJoinArgs, stdin: pulumi.Output[str],
-          driver: tuple[str, str | None] | None, triggers: list[pulumi.Input[str]],
+          driver: tuple[str, str | None] | None, triggers: Sequence[object],
           after: list[pulumi.Resource]) -> remote.Command:
     """On the host: kubeadm join; its update is the node's own upgrade, its delete `kubeadm reset`."""
     host = args.host
@@ -362,7 +363,7 @@ def _join(name: str, parent: pulumi.Resource, args: NodeJoinArgs, stdin: pulumi.
 
 def _node_ready(name: str, parent: pulumi.Resource, args: NodeJoinArgs, upgrader: pulumi.Output[str],
                 join: remote.Command, driver: tuple[str, str | None] | None,
-                triggers: list[pulumi.Input[str]]) -> remote.Command:
+                triggers: Sequence[object]) -> remote.Command:
     """On the host: waits for its Node to be Ready; its update waits for the upgraded node and
     uncordons it."""
     host = args.host
