@@ -5,7 +5,7 @@
     .venv/bin/python bench/trainer_overhead.py --smallest          # 1 repeat, 1,280 images (CI: make bench-smoke)
 
 Data: a CIFAR-10 "python version" directory written in a temp dir with --samples training images
-(random colours, the official pickles; the writer is the tests'), read with trainer.datasets.
+(random colours, the official pickles; trainer.dataset_files writes them), read with trainer.datasets.
 Each run is a fresh subprocess with --threads torch threads; the two kinds of run alternate:
 
   bare      the minimal loop: the training images normalised to float once, a random permutation
@@ -48,11 +48,10 @@ SEED_002_SECONDS_PER_EPOCH = 4.4  # seed 002: "Start Epoch" lines ~4.43 s apart,
 
 
 def write_dataset(data_dir: Path, train: int, test: int) -> None:
-    """CIFAR-10's python layout via the tests' cPickle-exact writer (no numpy needed)."""
+    """CIFAR-10's python layout via trainer.dataset_files' cPickle-exact writer (no numpy needed)."""
     import torch
     from trainer import datasets
-
-    from tests.workloads.test_datasets import CLASS_COLOURS, _py2_pickle, _Py2Str, _U8Array
+    from trainer.dataset_files import CLASS_COLOURS, Py2Str, U8Array, py2_pickle
 
     root = data_dir / datasets.CIFAR10_DIR
     root.mkdir(parents=True, exist_ok=True)
@@ -65,15 +64,15 @@ def write_dataset(data_dir: Path, train: int, test: int) -> None:
         noise = torch.randint(-40, 41, (n, 3, 32, 32), generator=g).float()
         images = (colours.view(n, 3, 1, 1) + noise).clamp(0, 255).to(torch.uint8).contiguous()
         raw = ctypes.string_at(images.data_ptr(), images.nbytes)
-        blob = {_Py2Str(b"labels"): labels.tolist(), _Py2Str(b"data"): _U8Array((n, 3072), raw)}
-        (root / name).write_bytes(_py2_pickle(blob))
+        blob = {Py2Str(b"labels"): labels.tolist(), Py2Str(b"data"): U8Array((n, 3072), raw)}
+        (root / name).write_bytes(py2_pickle(blob))
 
 
 def bare_child(args: argparse.Namespace) -> dict:
     """The loop a user would write by hand, on the same data, model, seed and hyperparameters."""
     import torch
     from trainer import datasets
-    from trainer.train import build_model
+    from trainer.model import build_model
 
     torch.set_num_threads(args.threads)
     splits = datasets.read_cifar10(args.data_dir)

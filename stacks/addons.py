@@ -27,7 +27,7 @@ from components.monitoring import NAMESPACE as MONITORING_NAMESPACE
 from components.monitoring import Monitoring, MonitoringArgs
 from components.rdma_network import NETWORK_NAME, RDMA_RESOURCE, PodRdma, RdmaNetwork, RdmaNetworkArgs, pod_rdma
 from components.ready_gate import GpuReadyGate, GpuReadyGateArgs
-from components.storage_contract import TRAINING_NAMESPACE
+from components.storage_contract import TRAINING_NAMESPACE, SharedClaim
 from components.training import launch
 from components.training.job import TrainingJob, TrainingJobArgs, TrainingOperator
 from components.training.namespace_policies import NamespacePolicies
@@ -192,34 +192,62 @@ def gpu_health(cfg: Addons, cluster: Cluster, monitoring: Monitoring | None,
 
 
 def deploy(cfg: Addons, cluster: Cluster, secrets: StackSecrets | None = None) -> dict[str, object]:
-    """Register the add-ons on `cluster`; returns the stack outputs they add."""
-    provider, after = cluster.provider, cluster.ready
-    opts = pulumi.ResourceOptions(provider=provider, depends_on=after)
-    outputs: dict[str, object] = {}
-
-    monitoring = None
+    """Register the add-ons on `cluster`; returns the stack outputs they add. The phases in order
+    (the module docstring says why): monitoring, GPU stack and gate, network, health, jobs."""
     # The GPU health webhook's bearer token: the service's Secret and Alertmanager's hold the same.
     health_token = webhook_token("gpu-health-webhook-token") if cfg.gpu_health_enabled else None
-    if cfg.monitoring.enabled:
-        # network.roce: the RDMA row and alerts over the RDMA exporter (components/rdma_network.py)
-        rdma_metrics = cfg.network.roce is not None
-        monitoring = Monitoring(
-            "monitoring",
-            MonitoringArgs(monitoring=cfg.monitoring, rdma=rdma_metrics,
-                           rdma_link_gbps=cfg.network.link_gbps if rdma_metrics else None,
-                           gpu_health_webhook=GPU_HEALTH_WEBHOOK if cfg.gpu_health_enabled else None,
-                           gpu_health_webhook_token=health_token,
-                           gpu_health_reconcile_seconds=cfg.gpu_health.reconcile_seconds),
-            opts=opts,
-        )
+    monitoring = monitoring_stack(cfg, cluster, health_token)
+    gpu, gate, outputs = gpu_stack_and_gate(cfg, cluster, monitoring)
+    if monitoring is not None:
+        outputs["grafanaAdminPassword"] = monitoring.grafana_admin_password
+        outputs["grafanaPortForward"] = monitoring.grafana_port_forward
+    rdma, pod_net = None, None
+    if cfg.network.roce is not None:
+        rdma, pod_net, outputs["rdmaNetwork"] = rdma_network(cfg, cluster, monitoring)
+    if cfg.gpu_health_enabled:
+        outputs.update(gpu_health(cfg, cluster, monitoring, [*cluster.ready, gpu, *(rdma.ready if rdma else [])],
+                                  pod_net, health_token))
+    claim = cluster.shared_claim
+    if claim is not None:
+        outputs["sharedClaim"] = {"claim": f"{claim.namespace}/{claim.name}", "backend": claim.backend}
+    if cfg.wandb.enabled:
+        outputs.update(wandb_launch(cfg, cluster, secrets or StackSecrets()))
+    if cfg.runs_jobs:
+        outputs.update(jobs(cfg, cluster, gate, rdma, pod_net))
+    return outputs
 
+
+def _after_monitoring(cluster: Cluster, monitoring: Monitoring | None) -> pulumi.ResourceOptions:
+    """In the cluster once it is ready, and after the monitoring chart (its CRDs) when there is one."""
+    return pulumi.ResourceOptions(provider=cluster.provider,
+                                  depends_on=[*cluster.ready, *([monitoring.release] if monitoring else [])])
+
+
+def monitoring_stack(cfg: Addons, cluster: Cluster, health_token: pulumi.Output[str] | None) -> Monitoring | None:
+    """monitoring.enabled: Prometheus, Alertmanager and Grafana (components/monitoring)."""
+    if not cfg.monitoring.enabled:
+        return None
+    # network.roce: the RDMA row and alerts over the RDMA exporter (components/rdma_network.py)
+    rdma_metrics = cfg.network.roce is not None
+    return Monitoring(
+        "monitoring",
+        MonitoringArgs(monitoring=cfg.monitoring, rdma=rdma_metrics,
+                       rdma_link_gbps=cfg.network.link_gbps if rdma_metrics else None,
+                       gpu_health_webhook=GPU_HEALTH_WEBHOOK if cfg.gpu_health_enabled else None,
+                       gpu_health_webhook_token=health_token,
+                       gpu_health_reconcile_seconds=cfg.gpu_health.reconcile_seconds),
+        opts=pulumi.ResourceOptions(provider=cluster.provider, depends_on=cluster.ready),
+    )
+
+
+def gpu_stack_and_gate(cfg: Addons, cluster: Cluster, monitoring: Monitoring | None,
+                       ) -> tuple[GpuSoftwareStack, GpuReadyGate | None, dict[str, object]]:
+    """The GPU software stack and the GPU-ready gate every GPU job waits for; their outputs."""
     gpu = GpuSoftwareStack(
         "gpu",
         GpuSoftwareStackArgs(gpu=cfg.gpu, driver=cluster.driver, service_monitor=monitoring is not None,
                              gpu_nodes=cluster.gpu_nodes, nodes_ready=tuple(cluster.gpu_nodes_ready)),
-        opts=opts if monitoring is None else pulumi.ResourceOptions(
-            provider=provider, depends_on=[*after, monitoring.release]
-        ),
+        opts=_after_monitoring(cluster, monitoring),
     )
     gate = None
     if cfg.gpu.gate.enabled and cluster.gpu_node_count > 0:
@@ -232,129 +260,148 @@ def deploy(cfg: Addons, cluster: Cluster, secrets: StackSecrets | None = None) -
             ),
             # The gate's deadline starts once the GPU nodes are Ready, not while drivers install.
             opts=pulumi.ResourceOptions(
-                provider=provider, depends_on=[*after, *cluster.gpu_nodes_ready, gpu, *gpu.resources]
+                provider=cluster.provider, depends_on=[*cluster.ready, *cluster.gpu_nodes_ready, gpu, *gpu.resources]
             ),
         )
-    outputs["gpuStack"] = cfg.gpu.stack.value
-    outputs["gpuReadyGate"] = gate.result if gate is not None else "skipped: disabled or no GPU node configured"
+    return gpu, gate, {
+        "gpuStack": cfg.gpu.stack.value,
+        "gpuReadyGate": gate.result if gate is not None else "skipped: disabled or no GPU node configured",
+    }
 
-    if monitoring is not None:
-        outputs["grafanaAdminPassword"] = monitoring.grafana_admin_password
-        outputs["grafanaPortForward"] = monitoring.grafana_port_forward
 
-    rdma, pod_net = None, None
+def rdma_network(cfg: Addons, cluster: Cluster, monitoring: Monitoring | None,
+                 ) -> tuple[RdmaNetwork, PodRdma, dict[str, object]]:
+    """network.roce: the secondary RDMA network (components/rdma_network.py), what a pod attaches
+    to it with, and its output."""
     roce = cfg.network.roce
-    if roce is not None:
-        if cluster.training_namespace is None or cfg.training.image is None:  # the config and wiring make both
-            raise ValueError("network.roce needs the training namespace and training.image")
-        rdma = RdmaNetwork(
-            "rdma",
-            RdmaNetworkArgs(roce=roce, image=cfg.training.image,
-                            monitoring_namespace=MONITORING_NAMESPACE if monitoring is not None else None),
-            training_namespace=cluster.training_namespace,
-            opts=opts if monitoring is None else pulumi.ResourceOptions(
-                provider=provider, depends_on=[*after, monitoring.release]
-            ),
-        )
-        pod_net = pod_rdma(roce, cfg.training.image if monitoring is not None else None)
-        outputs["rdmaNetwork"] = {
-            "network": f"{TRAINING_NAMESPACE}/{NETWORK_NAME}",
-            "resource": RDMA_RESOURCE,
-            "range": str(roce.range),
-            "podInterface": POD_RDMA_INTERFACE,
-        }
+    if roce is None or cluster.training_namespace is None or cfg.training.image is None:
+        raise ValueError("network.roce needs the training namespace and training.image")  # config and wiring make both
+    rdma = RdmaNetwork(
+        "rdma",
+        RdmaNetworkArgs(roce=roce, image=cfg.training.image,
+                        monitoring_namespace=MONITORING_NAMESPACE if monitoring is not None else None),
+        training_namespace=cluster.training_namespace,
+        opts=_after_monitoring(cluster, monitoring),
+    )
+    pod_net = pod_rdma(roce, cfg.training.image if monitoring is not None else None)
+    return rdma, pod_net, {
+        "network": f"{TRAINING_NAMESPACE}/{NETWORK_NAME}",
+        "resource": RDMA_RESOURCE,
+        "range": str(roce.range),
+        "podInterface": POD_RDMA_INTERFACE,
+    }
 
-    if cfg.gpu_health_enabled:
-        outputs.update(gpu_health(cfg, cluster, monitoring, [*after, gpu, *(rdma.ready if rdma else [])], pod_net,
-                                  health_token))
 
-    claim = cluster.shared_claim
-    if claim is not None:
-        outputs["sharedClaim"] = {"claim": f"{claim.namespace}/{claim.name}", "backend": claim.backend}
-    if cfg.wandb.enabled:
-        outputs.update(wandb_launch(cfg, cluster, secrets or StackSecrets()))
-    if not cfg.runs_jobs:
-        return outputs
-    ns = cluster.training_namespace
+def jobs(cfg: Addons, cluster: Cluster, gate: GpuReadyGate | None, rdma: RdmaNetwork | None,
+         pod_net: PodRdma | None) -> dict[str, object]:
+    """The jobs (cfg.runs_jobs): the RDMA link test, the NCCL acceptance, the dataset download and
+    the training job, in the training namespace behind its NetworkPolicies; their outputs. Every GPU
+    job waits for the gate."""
+    ns, claim = cluster.training_namespace, cluster.shared_claim
     if ns is None or claim is None:  # the platforms' wiring and config make both when a job runs
         raise ValueError("a training or acceptance job needs the training namespace and a shared claim")
-    t = cfg.training
+    provider, after, t = cluster.provider, cluster.ready, cfg.training
+    outputs: dict[str, object] = {}
     policies = NamespacePolicies("training-policies", opts=pulumi.ResourceOptions(provider=provider, depends_on=[ns]))
     before_jobs: list[pulumi.Resource] = [ns, policies, *after, *([gate] if gate is not None else [])]
     if t.launcher is Launcher.PYTORCHJOB:
-        before_jobs.append(TrainingOperator("training-operator", opts=opts))
+        before_jobs.append(TrainingOperator("training-operator",
+                                            opts=pulumi.ResourceOptions(provider=provider, depends_on=after)))
     if rdma is not None:
         before_jobs += rdma.ready
-    acceptance = None
     if cfg.acceptance.nccl and pod_net is not None:
         # Before the NCCL sweep: a link that fails ib_write_bw cannot pass it, and says why sooner.
-        link = TrainingJob(
-            RDMA_LINK_JOB,
-            TrainingJobArgs(
-                training=t.model_copy(update={"launcher": Launcher.INDEXED_JOB}),
-                claim=claim,
-                command=rdma_link_command(cfg),
-                pods=RDMA_LINK_PODS,
-                await_minutes=RDMA_LINK_AWAIT_MINUTES,
-                gpu_resource=gpu_resource(cfg),
-                rdma=pod_net,
-            ),
-            opts=pulumi.ResourceOptions(provider=provider, depends_on=list(before_jobs)),
-        )
+        link, outputs["rdmaLinkTest"] = rdma_link_test(cfg, cluster, claim, pod_net, before_jobs)
         before_jobs = [*before_jobs, link]
-        outputs["rdmaLinkTest"] = {
-            "job": f"{TRAINING_NAMESPACE}/{RDMA_LINK_JOB}",
-            "result": rank0_logs(Launcher.INDEXED_JOB, RDMA_LINK_JOB),
-        }
+    acceptance = None
     if cfg.acceptance.nccl:
-        acceptance = TrainingJob(
-            ACCEPTANCE_JOB,
-            TrainingJobArgs(
-                training=t,
-                claim=claim,
-                module=launch.BENCH_MODULE,  # it turns NCCL's INFO log on itself to read the transport
-                module_args=acceptance_args(cfg),
-                await_minutes=ACCEPTANCE_AWAIT_MINUTES,
-                gpu_resource=gpu_resource(cfg),
-                rdma=pod_net,
-            ),
-            opts=pulumi.ResourceOptions(provider=provider, depends_on=before_jobs),
-        )
-        outputs["ncclAcceptance"] = {
-            "job": f"{TRAINING_NAMESPACE}/{ACCEPTANCE_JOB}",
-            "result": rank0_logs(t.launcher, ACCEPTANCE_JOB),
-        }
+        acceptance, outputs["ncclAcceptance"] = nccl_acceptance(cfg, cluster, claim, pod_net, before_jobs)
     if t.enabled and t.prepare_data and t.dataset.downloadable:
-        # training.prepareData: the dataset downloaded into the data mount and awaited before training
-        # starts. It needs no GPU, so neither the gate nor the acceptance sweep holds it back. The
-        # egress policy leaves private ranges out everywhere, and the cluster's own where known.
-        assert t.image is not None  # the config model requires it with training.enabled
-        prepare = PrepareData(
-            PREPARE_JOB,
-            PrepareDataArgs(image=t.image, dataset=t.dataset.value, claim=claim,
-                            cluster_cidrs=cluster.internal_cidrs),
-            opts=pulumi.ResourceOptions(provider=provider, depends_on=[ns, policies, *after]),
-        )
+        prepare, outputs["prepareData"] = prepare_data(cfg, cluster, claim, [ns, policies, *after])
         before_jobs = [*before_jobs, prepare]
-        outputs["prepareData"] = {
-            "job": f"{TRAINING_NAMESPACE}/{PREPARE_JOB}",
-            "dataset": t.dataset.value,
-            "logs": f"kubectl -n {TRAINING_NAMESPACE} logs job/{PREPARE_JOB}",
-        }
     if t.enabled:
         # After the acceptance Job: both want the same GPUs, and a failed network check should
         # stop the run before it starts.
-        TrainingJob(
-            TRAINING_JOB,
-            TrainingJobArgs(training=t, claim=claim, gpu_resource=gpu_resource(cfg), rdma=pod_net),
-            opts=pulumi.ResourceOptions(
-                provider=provider, depends_on=[*before_jobs, *([acceptance] if acceptance else [])]
-            ),
-        )
-        outputs["training"] = {
-            "job": f"{TRAINING_NAMESPACE}/{TRAINING_JOB}",
-            "launcher": t.launcher.value,
-            "image": t.image,
-            "logs": rank0_logs(t.launcher, TRAINING_JOB),
-        }
+        outputs["training"] = training_job(cfg, cluster, claim, pod_net,
+                                           [*before_jobs, *([acceptance] if acceptance else [])])
     return outputs
+
+
+def rdma_link_test(cfg: Addons, cluster: Cluster, claim: SharedClaim, pod_net: PodRdma,
+                   before: list[pulumi.Resource]) -> tuple[TrainingJob, dict[str, object]]:
+    """network.roce with acceptance.nccl: ib_write_bw between two RDMA nodes (an Indexed Job)."""
+    link = TrainingJob(
+        RDMA_LINK_JOB,
+        TrainingJobArgs(
+            training=cfg.training.model_copy(update={"launcher": Launcher.INDEXED_JOB}),
+            claim=claim,
+            command=rdma_link_command(cfg),
+            pods=RDMA_LINK_PODS,
+            await_minutes=RDMA_LINK_AWAIT_MINUTES,
+            gpu_resource=gpu_resource(cfg),
+            rdma=pod_net,
+        ),
+        opts=pulumi.ResourceOptions(provider=cluster.provider, depends_on=list(before)),
+    )
+    return link, {
+        "job": f"{TRAINING_NAMESPACE}/{RDMA_LINK_JOB}",
+        "result": rank0_logs(Launcher.INDEXED_JOB, RDMA_LINK_JOB),
+    }
+
+
+def nccl_acceptance(cfg: Addons, cluster: Cluster, claim: SharedClaim, pod_net: PodRdma | None,
+                    before: list[pulumi.Resource]) -> tuple[TrainingJob, dict[str, object]]:
+    """acceptance.nccl: the NCCL all-reduce sweep across the GPU nodes, awaited by `up`."""
+    acceptance = TrainingJob(
+        ACCEPTANCE_JOB,
+        TrainingJobArgs(
+            training=cfg.training,
+            claim=claim,
+            module=launch.BENCH_MODULE,  # it turns NCCL's INFO log on itself to read the transport
+            module_args=acceptance_args(cfg),
+            await_minutes=ACCEPTANCE_AWAIT_MINUTES,
+            gpu_resource=gpu_resource(cfg),
+            rdma=pod_net,
+        ),
+        opts=pulumi.ResourceOptions(provider=cluster.provider, depends_on=before),
+    )
+    return acceptance, {
+        "job": f"{TRAINING_NAMESPACE}/{ACCEPTANCE_JOB}",
+        "result": rank0_logs(cfg.training.launcher, ACCEPTANCE_JOB),
+    }
+
+
+def prepare_data(cfg: Addons, cluster: Cluster, claim: SharedClaim,
+                 before: list[pulumi.Resource]) -> tuple[PrepareData, dict[str, object]]:
+    """training.prepareData: the dataset downloaded into the data mount and awaited before training
+    starts. It needs no GPU, so neither the gate nor the acceptance sweep holds it back. The egress
+    policy leaves private ranges out everywhere, and the cluster's own where known."""
+    t = cfg.training
+    assert t.image is not None  # the config model requires it with training.enabled
+    prepare = PrepareData(
+        PREPARE_JOB,
+        PrepareDataArgs(image=t.image, dataset=t.dataset.value, claim=claim, cluster_cidrs=cluster.internal_cidrs),
+        opts=pulumi.ResourceOptions(provider=cluster.provider, depends_on=before),
+    )
+    return prepare, {
+        "job": f"{TRAINING_NAMESPACE}/{PREPARE_JOB}",
+        "dataset": t.dataset.value,
+        "logs": f"kubectl -n {TRAINING_NAMESPACE} logs job/{PREPARE_JOB}",
+    }
+
+
+def training_job(cfg: Addons, cluster: Cluster, claim: SharedClaim, pod_net: PodRdma | None,
+                 before: list[pulumi.Resource]) -> dict[str, object]:
+    """training.enabled: the torchrun training job; its output."""
+    t = cfg.training
+    TrainingJob(
+        TRAINING_JOB,
+        TrainingJobArgs(training=t, claim=claim, gpu_resource=gpu_resource(cfg), rdma=pod_net),
+        opts=pulumi.ResourceOptions(provider=cluster.provider, depends_on=before),
+    )
+    return {
+        "job": f"{TRAINING_NAMESPACE}/{TRAINING_JOB}",
+        "launcher": t.launcher.value,
+        "image": t.image,
+        "logs": rank0_logs(t.launcher, TRAINING_JOB),
+    }

@@ -68,6 +68,7 @@ import base64
 import hashlib
 import re
 import string
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
@@ -156,15 +157,7 @@ class Membership(pulumi.ComponentResource):
             raise ValueError(f"join token id {token_id!r} is not [a-z0-9]{{6}}")
         # A new cluster has a new CA (and nodes to forget): read and record again.
         triggers = [cp.init.id]
-        drain = remote.Command(
-            f"{name}-drain",
-            connection=cp.connection,
-            create=scripts.as_root(
-                scripts.drain_removed_nodes([(h.name, str(h.address)) for h in args.members])
-            ),
-            triggers=triggers,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[cp.init], delete_before_replace=True),
-        )
+        drain = _drain_removed(name, self, cp, args.members, triggers)
         self.ready = [drain]
         self.token = pulumi.Output.secret("")
         self.ca_hash = pulumi.Output.from_input("")
@@ -174,31 +167,7 @@ class Membership(pulumi.ComponentResource):
             # drains what the last `up` joined.
             self.register_outputs({"tokenId": None, "caHash": None})
             return
-        secret = random.RandomPassword(
-            f"{name}-token-secret",
-            length=16,
-            upper=False,
-            special=False,  # [a-z0-9]{16}
-            opts=pulumi.ResourceOptions(parent=self),
-        )
-        expiration = args.issued_at + JOIN_TOKEN_TTL
-        data: pulumi.Output[dict[str, str]] = pulumi.Output.secret(
-            secret.result.apply(lambda s: bootstrap_token_data(token_id, s, expiration))
-        )
-        token = k8s.core.v1.Secret(
-            f"{name}-token",
-            metadata=k8s.meta.v1.ObjectMetaArgs(name=BOOTSTRAP_TOKEN_PREFIX + token_id, namespace="kube-system"),
-            type=BOOTSTRAP_TOKEN_TYPE,
-            string_data=data,
-            # A fresh expiry every `up`, by replacement (see the module docstring); the name is
-            # stable, so the old Secret goes first.
-            opts=pulumi.ResourceOptions(
-                parent=self,
-                provider=cp.provider,
-                replace_on_changes=["stringData"],
-                delete_before_replace=True,
-            ),
-        )
+        self.token, token = _bootstrap_token(name, self, cp, token_id, args.issued_at + JOIN_TOKEN_TTL)
         ca_hash = remote.Command(
             f"{name}-ca-hash",
             connection=cp.connection,
@@ -206,11 +175,55 @@ class Membership(pulumi.ComponentResource):
             triggers=triggers,
             opts=pulumi.ResourceOptions(parent=self, depends_on=[cp.init], delete_before_replace=True),
         )
-        self.token = pulumi.Output.secret(secret.result.apply(lambda s: f"{token_id}.{s}"))
         self.ca_hash = ca_hash.stdout.apply(lambda out: (out or "").strip())
         self.upgrader_token = _node_upgrader(name, self, cp)
         self.ready = [token, ca_hash, drain]
         self.register_outputs({"tokenId": token_id, "caHash": self.ca_hash})
+
+
+def _drain_removed(name: str, parent: pulumi.Resource, cp: ControlPlane, members: tuple[Host, ...],
+                   triggers: Sequence[object]) -> remote.Command:
+    """On the control plane: drains and deletes the nodes that left the config or changed address."""
+    return remote.Command(
+        f"{name}-drain",
+        connection=cp.connection,
+        create=scripts.as_root(
+            scripts.drain_removed_nodes([(h.name, str(h.address)) for h in members])
+        ),
+        triggers=triggers,
+        opts=pulumi.ResourceOptions(parent=parent, depends_on=[cp.init], delete_before_replace=True),
+    )
+
+
+def _bootstrap_token(name: str, parent: pulumi.Resource, cp: ControlPlane, token_id: str,
+                     expiration: datetime) -> tuple[pulumi.Output[str], k8s.core.v1.Secret]:
+    """The join token ("<id>.<secret>", a Pulumi secret) and its bootstrap token Secret, which every
+    `up` replaces with a fresh expiry (see the module docstring)."""
+    secret = random.RandomPassword(
+        f"{name}-token-secret",
+        length=16,
+        upper=False,
+        special=False,  # [a-z0-9]{16}
+        opts=pulumi.ResourceOptions(parent=parent),
+    )
+    data: pulumi.Output[dict[str, str]] = pulumi.Output.secret(
+        secret.result.apply(lambda s: bootstrap_token_data(token_id, s, expiration))
+    )
+    token = k8s.core.v1.Secret(
+        f"{name}-token",
+        metadata=k8s.meta.v1.ObjectMetaArgs(name=BOOTSTRAP_TOKEN_PREFIX + token_id, namespace="kube-system"),
+        type=BOOTSTRAP_TOKEN_TYPE,
+        string_data=data,
+        # A fresh expiry every `up`, by replacement (see the module docstring); the name is
+        # stable, so the old Secret goes first.
+        opts=pulumi.ResourceOptions(
+            parent=parent,
+            provider=cp.provider,
+            replace_on_changes=["stringData"],
+            delete_before_replace=True,
+        ),
+    )
+    return pulumi.Output.secret(secret.result.apply(lambda s: f"{token_id}.{s}")), token
 
 
 def _node_upgrader(name: str, parent: pulumi.Resource, cp: ControlPlane) -> pulumi.Output[str]:
@@ -274,63 +287,95 @@ class NodeJoin(pulumi.ComponentResource):
     def __init__(self, name: str, args: NodeJoinArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gpucluster:lab:NodeJoin", name, None, opts)
         host, cp, membership = args.host, args.control_plane, args.membership
-        connection = ssh.connection(host, args.private_key, args.bastion)
         # Re-join when the host or the cluster it joins is replaced.
         triggers = [host.name, str(host.address), cp.init.id]
         after = [*membership.ready, *args.prepared]
         certificate_key: pulumi.Output[str] | None = None
         if host.role is Role.CONTROL_PLANE:
-            certs = remote.Command(
-                f"{name}-certs",
-                connection=cp.connection,
-                create=scripts.as_root(scripts.upload_control_plane_certs()),
-                # No delete: kubeadm deletes the uploaded certificates after 2 hours.
-                logging=remote.Logging.NONE,
-                triggers=triggers,
-                # Uploaded only once this host is prepared, well inside the 2 hours.
-                opts=pulumi.ResourceOptions(
-                    parent=self,
-                    depends_on=[cp.init, *args.prepared],
-                    additional_secret_outputs=["stdout"],
-                    delete_before_replace=True,
-                ),
-            )
+            certs = _upload_control_plane_certs(name, self, args, triggers)
             certificate_key = certs.stdout.apply(lambda out: (out or "").strip())
             after.append(certs)
         is_cp = host.role is Role.CONTROL_PLANE
-        version = args.cluster.kubernetes_version
         driver = (args.driver.branch, args.driver.version) if args.driver is not None and not is_cp else None
         upgrader = pulumi.Output.concat("upgrader-token: ", membership.upgrader_token, "\n")
-        join_stdin: pulumi.Output[str] = pulumi.Output.secret(pulumi.Output.concat(
-            pulumi.Output.all(membership.token, membership.ca_hash, certificate_key).apply(
-                lambda v: kubeadm.join_config(args.cluster, host, v[0], v[1], v[2]).rstrip("\n") + "\n"
-            ),
-            upgrader,  # for the update only: kubeadm_join drops the line
-        ))
-        join = remote.Command(
-            f"{name}-join",
-            connection=connection,
-            create=scripts.as_root(scripts.kubeadm_join()),
-            # An upgrade, on the node itself: slot, drain, kubeadm upgrade node, kubelet, driver, reboot.
-            update=scripts.as_root(scripts.node_self_upgrade(
-                host.name, version, versions.KUBE_PACKAGE_REVISION, control_plane=is_cp, driver=driver,
-                slots=args.upgrade.max_unavailable, slot_tries=args.upgrade.slot_tries,
-            )),
-            delete=scripts.as_root(scripts.kubeadm_reset()),
-            stdin=join_stdin,
-            logging=remote.Logging.STDERR,
-            triggers=triggers,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=after, delete_before_replace=True),
-        )
-        self.ready = remote.Command(
-            f"{name}-ready",
-            # The update waits here for the node to come back from the reboot its join asked for.
-            connection=ssh.connection(host, args.private_key, args.bastion, survive_reboot=True),
-            create=scripts.as_root(scripts.node_ready(host.name)),
-            update=scripts.as_root(scripts.node_self_upgrade_done(host.name, version, driver, host.gpus if driver else 0)),
-            # The update's: the upgrader's token and the join's report (the reboot to wait for).
-            stdin=pulumi.Output.secret(pulumi.Output.all(upgrader, join.stdout).apply(lambda v: v[0] + (v[1] or ""))),
-            triggers=triggers,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[join, *args.network], delete_before_replace=True),
-        )
+        join = _join(name, self, args, _join_stdin(args, certificate_key, upgrader), driver, triggers, after)
+        self.ready = _node_ready(name, self, args, upgrader, join, driver, triggers)
         self.register_outputs({"node": host.name})
+
+
+def _upload_control_plane_certs(name: str, parent: pulumi.Resource, args: NodeJoinArgs,
+                                triggers: Sequence[object]) -> remote.Command:
+    """A joining control plane's certificates, uploaded on the first control plane under a fresh
+    key (its stdout, kept secret)."""
+    cp = args.control_plane
+    return remote.Command(
+        f"{name}-certs",
+        connection=cp.connection,
+        create=scripts.as_root(scripts.upload_control_plane_certs()),
+        # No delete: kubeadm deletes the uploaded certificates after 2 hours.
+        logging=remote.Logging.NONE,
+        triggers=triggers,
+        # Uploaded only once this host is prepared, well inside the 2 hours.
+        opts=pulumi.ResourceOptions(
+            parent=parent,
+            depends_on=[cp.init, *args.prepared],
+            additional_secret_outputs=["stdout"],
+            delete_before_replace=True,
+        ),
+    )
+
+
+def _join_stdin(args: NodeJoinArgs, certificate_key: pulumi.Output[str] | None,
+                upgrader: pulumi.Output[str]) -> pulumi.Output[str]:
+    """The join step's stdin, a Pulumi secret: the complete JoinConfiguration, then the upgrader's
+    token line for the update."""
+    membership = args.membership
+    return pulumi.Output.secret(pulumi.Output.concat(
+        pulumi.Output.all(membership.token, membership.ca_hash, certificate_key).apply(
+            lambda v: kubeadm.join_config(args.cluster, args.host, v[0], v[1], v[2]).rstrip("\n") + "\n"
+        ),
+        upgrader,  # for the update only: kubeadm_join drops the line
+    ))
+
+
+def _join(name: str, parent: pulumi.Resource, args: NodeJoinArgs, stdin: pulumi.Output[str],
+          driver: tuple[str, str | None] | None, triggers: Sequence[object],
+          after: list[pulumi.Resource]) -> remote.Command:
+    """On the host: kubeadm join; its update is the node's own upgrade, its delete `kubeadm reset`."""
+    host = args.host
+    return remote.Command(
+        f"{name}-join",
+        connection=ssh.connection(host, args.private_key, args.bastion),
+        create=scripts.as_root(scripts.kubeadm_join()),
+        # An upgrade, on the node itself: slot, drain, kubeadm upgrade node, kubelet, driver, reboot.
+        update=scripts.as_root(scripts.node_self_upgrade(
+            host.name, args.cluster.kubernetes_version, versions.KUBE_PACKAGE_REVISION,
+            control_plane=host.role is Role.CONTROL_PLANE, driver=driver,
+            slots=args.upgrade.max_unavailable, slot_tries=args.upgrade.slot_tries,
+        )),
+        delete=scripts.as_root(scripts.kubeadm_reset()),
+        stdin=stdin,
+        logging=remote.Logging.STDERR,
+        triggers=triggers,
+        opts=pulumi.ResourceOptions(parent=parent, depends_on=after, delete_before_replace=True),
+    )
+
+
+def _node_ready(name: str, parent: pulumi.Resource, args: NodeJoinArgs, upgrader: pulumi.Output[str],
+                join: remote.Command, driver: tuple[str, str | None] | None,
+                triggers: Sequence[object]) -> remote.Command:
+    """On the host: waits for its Node to be Ready; its update waits for the upgraded node and
+    uncordons it."""
+    host = args.host
+    return remote.Command(
+        f"{name}-ready",
+        # The update waits here for the node to come back from the reboot its join asked for.
+        connection=ssh.connection(host, args.private_key, args.bastion, survive_reboot=True),
+        create=scripts.as_root(scripts.node_ready(host.name)),
+        update=scripts.as_root(scripts.node_self_upgrade_done(
+            host.name, args.cluster.kubernetes_version, driver, host.gpus if driver else 0)),
+        # The update's: the upgrader's token and the join's report (the reboot to wait for).
+        stdin=pulumi.Output.secret(pulumi.Output.all(upgrader, join.stdout).apply(lambda v: v[0] + (v[1] or ""))),
+        triggers=triggers,
+        opts=pulumi.ResourceOptions(parent=parent, depends_on=[join, *args.network], delete_before_replace=True),
+    )

@@ -32,8 +32,7 @@ if str(PROJECT_DIR / "workloads") not in sys.path:
 
 from trainer import EXIT_CONFIG_ERROR, cifar_pickle, datasets  # noqa: E402
 from trainer import train as trainer_train  # noqa: E402
-
-from tests.workloads.test_datasets import tiny_images  # noqa: E402
+from trainer.dataset_files import tiny_images  # noqa: E402
 
 CLASS_NAMES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
 NUMPY1_MODULES = {"numpy._core.multiarray": "numpy.core.multiarray", "numpy._core.numeric": "numpy.core.numeric"}

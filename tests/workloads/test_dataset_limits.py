@@ -30,9 +30,9 @@ if str(PROJECT_DIR / "workloads") not in sys.path:
 
 from trainer import EXIT_CONFIG_ERROR, datasets  # noqa: E402
 from trainer import train as trainer_train  # noqa: E402
+from trainer.dataset_files import idx_bytes, write_cifar10, write_fashion_mnist  # noqa: E402
 
 from tests.workloads.test_cifar_pickles import _Call  # noqa: E402
-from tests.workloads.test_datasets import idx_bytes, write_cifar10, write_fashion_mnist  # noqa: E402
 
 MEASURE = r"""
 import json, resource, sys, time

@@ -1,5 +1,5 @@
 """The trainer's datasets, schedule, augmentation, evaluation and `trainer.prepare`, on small files
-written here in the exact official formats (CIFAR-10's Python 2 pickles with numpy arrays, written
+written by trainer.dataset_files in the exact official formats (CIFAR-10's Python 2 pickles with numpy arrays, written
 opcode for opcode as cPickle did, without numpy; FashionMNIST's gzip'd idx). Downloads come from a
 loopback HTTP server; nothing here touches the internet."""
 
@@ -13,7 +13,6 @@ import json
 import math
 import os
 import pickle
-import struct
 import sys
 import tarfile
 import threading
@@ -30,119 +29,15 @@ if str(PROJECT_DIR / "workloads") not in sys.path:
 
 from trainer import EXIT_CONFIG_ERROR, datasets, prepare  # noqa: E402
 from trainer import train as trainer_train  # noqa: E402
-
-# --- writers for the official formats ------------------------------------------------------------
-
-
-class _Global:
-    """A global as Python 2's cPickle wrote it (GLOBAL opcode), without importing its module."""
-
-    def __init__(self, module: str, name: str) -> None:
-        self.module, self.name = module, name
-
-    def __call__(self, *args):  # save_reduce wants a callable
-        raise NotImplementedError
-
-
-class _Py2Str(bytes):
-    """A Python 2 str: (SHORT_)BINSTRING, which Python 3 loads as bytes with encoding="bytes"."""
-
-
-class _U8Array:
-    """What numpy.ndarray.__reduce__ pickles for a C-order uint8 array (numpy 1.x, protocol 2)."""
-
-    def __init__(self, shape: tuple[int, ...], raw: bytes) -> None:
-        self.shape, self.raw = shape, raw
-
-
-class _U8Dtype:
-    pass
-
-
-class _Py2Pickler(pickle._Pickler):  # type: ignore[name-defined]
-    dispatch = dict(pickle._Pickler.dispatch)  # type: ignore[attr-defined]
-
-    def _save_global(self, obj: _Global) -> None:
-        self.write(pickle.GLOBAL + f"{obj.module}\n{obj.name}\n".encode("ascii"))
-
-    def _save_str(self, obj: _Py2Str) -> None:
-        n = len(obj)
-        self.write(pickle.SHORT_BINSTRING + bytes([n]) + obj if n < 256 else pickle.BINSTRING + struct.pack("<i", n) + obj)
-
-    def _save_dtype(self, obj: _U8Dtype) -> None:
-        self.save_reduce(_Global("numpy", "dtype"), (_Py2Str(b"u1"), 0, 1),
-                         state=(3, _Py2Str(b"|"), None, None, None, -1, -1, 0), obj=obj)
-
-    def _save_array(self, obj: _U8Array) -> None:
-        self.save_reduce(_Global("numpy.core.multiarray", "_reconstruct"), (_Global("numpy", "ndarray"), (0,), _Py2Str(b"b")),
-                         state=(1, obj.shape, _U8Dtype(), False, _Py2Str(obj.raw)), obj=obj)
-
-    dispatch[_Global] = _save_global
-    dispatch[_Py2Str] = _save_str
-    dispatch[_U8Dtype] = _save_dtype
-    dispatch[_U8Array] = _save_array
-
-
-def _py2_pickle(obj) -> bytes:
-    buf = io.BytesIO()
-    _Py2Pickler(buf, protocol=2).dump(obj)
-    return buf.getvalue()
-
-
-CLASS_COLOURS = [(230, 25, 75), (60, 180, 75), (255, 225, 25), (0, 130, 200), (245, 130, 48),
-                 (145, 30, 180), (70, 240, 240), (240, 50, 230), (128, 128, 0), (0, 0, 128)]
-
-
-def tiny_images(n: int, seed: int, size: int = 32, channels: int = 3) -> tuple[torch.Tensor, list[int]]:
-    """uint8 [n, C, size, size]: each class its own colour plus noise (learnable through crops and flips)."""
-    g = torch.Generator().manual_seed(seed)
-    labels = torch.randint(0, 10, (n,), generator=g)
-    colours = torch.tensor(CLASS_COLOURS, dtype=torch.float32)[labels][:, :channels]
-    noise = torch.randint(-40, 41, (n, channels, size, size), generator=g).float()
-    images = (colours.view(n, channels, 1, 1) + noise).clamp(0, 255).to(torch.uint8)
-    return images, labels.tolist()
-
-
-def write_cifar10(data_dir: Path, per_batch: int = 40, test: int = 101, meta: bool = True, seed: int = 0) -> Path:
-    """The "python version" layout with `per_batch` images in each of the 5 training batches."""
-    root = data_dir / datasets.CIFAR10_DIR
-    root.mkdir(parents=True, exist_ok=True)
-    for i, name in enumerate([*datasets.CIFAR10_TRAIN, datasets.CIFAR10_TEST]):
-        n = test if name == datasets.CIFAR10_TEST else per_batch
-        images, labels = tiny_images(n, seed * 100 + i)
-        blob = {
-            _Py2Str(b"batch_label"): _Py2Str(f"{name} of 5".encode()),
-            _Py2Str(b"labels"): labels,
-            _Py2Str(b"data"): _U8Array((n, 3072), bytes(images.flatten().tolist())),
-            _Py2Str(b"filenames"): [_Py2Str(f"img_{j}.png".encode()) for j in range(n)],
-        }
-        (root / name).write_bytes(_py2_pickle(blob))
-    if meta:
-        names = [_Py2Str(c.encode()) for c in ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog",
-                                                "horse", "ship", "truck")]
-        blob = {_Py2Str(b"num_cases_per_batch"): per_batch, _Py2Str(b"label_names"): names, _Py2Str(b"num_vis"): 3072}
-        (root / datasets.CIFAR10_META).write_bytes(_py2_pickle(blob))
-    return root
-
-
-def idx_bytes(magic: int, dims: tuple[int, ...], payload: bytes) -> bytes:
-    return struct.pack(f">i{len(dims)}i", magic, *dims) + payload
-
-
-def write_fashion_mnist(data_dir: Path, train: int = 120, test: int = 30, compressed: bool = True) -> Path:
-    root = data_dir / datasets.FASHION_MNIST_DIR
-    root.mkdir(parents=True, exist_ok=True)
-    for prefix, n in (("train", train), ("t10k", test)):
-        images, labels = tiny_images(n, n, size=28, channels=1)
-        files = {f"{prefix}-images-idx3-ubyte": idx_bytes(2051, (n, 28, 28), bytes(images.flatten().tolist())),
-                 f"{prefix}-labels-idx1-ubyte": idx_bytes(2049, (n,), bytes(labels))}
-        for name, blob in files.items():
-            if compressed:
-                (root / f"{name}.gz").write_bytes(gzip.compress(blob, mtime=0))
-            else:
-                (root / name).write_bytes(blob)
-    return root
-
+from trainer.dataset_files import (  # noqa: E402
+    Py2Str,
+    U8Array,
+    idx_bytes,
+    py2_pickle,
+    tiny_images,
+    write_cifar10,
+    write_fashion_mnist,
+)
 
 # --- CIFAR-10 reader -------------------------------------------------------------------------------
 
@@ -164,7 +59,7 @@ def test_cifar10_without_meta_is_fine_and_a_bad_meta_is_not(tmp_path):
     write_cifar10(tmp_path, per_batch=4, test=4, meta=False)
     assert len(datasets.read_cifar10(tmp_path).train_labels) == 20
     (tmp_path / datasets.CIFAR10_DIR / datasets.CIFAR10_META).write_bytes(
-        _py2_pickle({_Py2Str(b"label_names"): [_Py2Str(b"cat")], _Py2Str(b"num_vis"): 3072}))
+        py2_pickle({Py2Str(b"label_names"): [Py2Str(b"cat")], Py2Str(b"num_vis"): 3072}))
     with pytest.raises(datasets.DatasetError, match="label_names must list 10"):
         datasets.read_cifar10(tmp_path)
 
@@ -172,13 +67,13 @@ def test_cifar10_without_meta_is_fine_and_a_bad_meta_is_not(tmp_path):
 @pytest.mark.parametrize(("damage", "message"), [
     (lambda p: p.write_bytes(p.read_bytes()[:5000]), "not a CIFAR-10 python batch"),  # truncated
     (lambda p: p.unlink(), "missing"),
-    (lambda p: p.write_bytes(_py2_pickle({_Py2Str(b"data"): _U8Array((4, 1024), bytes(4096)), _Py2Str(b"labels"): [0] * 4})),
+    (lambda p: p.write_bytes(py2_pickle({Py2Str(b"data"): U8Array((4, 1024), bytes(4096)), Py2Str(b"labels"): [0] * 4})),
      r"uint8 \[N, 3072\]"),
-    (lambda p: p.write_bytes(_py2_pickle({_Py2Str(b"data"): _U8Array((4, 3072), bytes(4 * 3072)), _Py2Str(b"labels"): [0] * 3})),
+    (lambda p: p.write_bytes(py2_pickle({Py2Str(b"data"): U8Array((4, 3072), bytes(4 * 3072)), Py2Str(b"labels"): [0] * 3})),
      "4 images but 3 labels"),
-    (lambda p: p.write_bytes(_py2_pickle({_Py2Str(b"data"): _U8Array((4, 3072), bytes(100)), _Py2Str(b"labels"): [0] * 4})),
+    (lambda p: p.write_bytes(py2_pickle({Py2Str(b"data"): U8Array((4, 3072), bytes(100)), Py2Str(b"labels"): [0] * 4})),
      "holds 100 bytes"),
-    (lambda p: p.write_bytes(_py2_pickle({_Py2Str(b"data"): _U8Array((1, 3072), bytes(3072)), _Py2Str(b"labels"): [10]})),
+    (lambda p: p.write_bytes(py2_pickle({Py2Str(b"data"): U8Array((1, 3072), bytes(3072)), Py2Str(b"labels"): [10]})),
      r"labels must be in 0\.\.9"),
 ])
 def test_cifar10_damage_is_a_dataset_error_naming_the_file(tmp_path, damage, message):

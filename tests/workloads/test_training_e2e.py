@@ -481,7 +481,7 @@ def test_cifar10_pods_evaluate_every_epoch_and_rank_0_writes_the_result(tmp_path
     """The launch command with the issue-15 flags as module_args (LaunchSpec's config-driven fields
     are added elsewhere), 2 pods x 1 process, on a CIFAR-10 "python version" set of 200 training
     and 101 test images (101: the test shards are uneven, so padding would show in the count)."""
-    from tests.workloads.test_datasets import write_cifar10
+    from trainer.dataset_files import write_cifar10
 
     flags = ("--dataset=cifar10", "--warmup-epochs=0.5", "--weight-decay=5e-4", "--momentum=0.9", "--augment=auto",
              "--lr=0.1")
