@@ -14,8 +14,12 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, field_validator
 from pydantic.alias_generators import to_camel
 
-from components.lab.scripts import HEREDOC_END
 from config.quantities import check_positive_quantity, parse_quantity
+
+# The end marker of the heredoc every lab host script travels in (components/lab/scripts.py:as_root):
+# no config string may hold it, or the rest of the string would run as commands. Defined here, the
+# lower floor, so config needs nothing from the components.
+HEREDOC_END = "GPU_CLUSTER_SCRIPT_END"
 
 
 class Model(BaseModel):
