@@ -1,1 +1,1 @@
-"""Pulumi components of gpu-cluster: each module is one concern (see README, "Layout")."""
+"""Pulumi components of gpu-cluster: each module is one concern (see docs/architecture.md)."""

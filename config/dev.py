@@ -170,7 +170,7 @@ class DevStack(Addons):
                                                   "with training.nodes > 1"))
         if self.network.rdma and self.network.roce is None:
             problems.append(("network.roce", "network.rdma on dev moves each GPU node's RoCE NIC into its training pod: "
-                                             "set network.roce {interface, pciAddress, hca, driver, range} (README: RDMA)"))
+                                             "set network.roce {interface, pciAddress, hca, driver, range} (docs/rdma.md)"))
         if "kubeconfig" not in secrets and not self.kube_context:
             problems.append(
                 ("kubeContext", "dev needs a kubeconfig secret (gpu-cluster:kubeconfig) or a kubeContext")

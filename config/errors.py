@@ -49,7 +49,7 @@ def describe(err: Mapping[str, Any]) -> str:
     if kind == "missing":
         return "is required"
     if kind == "extra_forbidden":
-        return "is not a known key (see the README config table)"
+        return "is not a known key (see docs/reference/config.md)"
     if kind == "enum":
         allowed = err.get("ctx", {}).get("expected", "")
         return f"must be one of {allowed} (got {err.get('input')!r})"

@@ -319,7 +319,7 @@ class LabStack(Addons):
         if self.allow_rebuild:
             return problems
         rebuild = ("needs a new cluster (kubeadm reset on every host and a fresh kubeadm init: every workload and "
-                   "all of etcd are lost); to rebuild on purpose set gpu-cluster:allowRebuild: true (README 'Upgrading')")
+                   "all of etcd are lost); to rebuild on purpose set gpu-cluster:allowRebuild: true (docs/operations/rebuilding.md)")
         for key, was, now in (
             ("podCidr", deployed.pod_cidr, self.pod_cidr),
             ("serviceCidr", deployed.service_cidr, self.service_cidr),
@@ -371,7 +371,7 @@ class LabStack(Addons):
         problems += pod_range_problems("podCidr", self.pod_cidr, len(self.hosts))
         if self.network.rdma and self.network.roce is None:
             problems.append(("network.roce", "network.rdma on lab moves each GPU node's RoCE NIC into its training pod: "
-                                             "set network.roce {interface, pciAddress, hca, driver, range} (README: RDMA)"))
+                                             "set network.roce {interface, pciAddress, hca, driver, range} (docs/rdma.md)"))
         problems += inert_lab_problems(self)
         return problems
 

@@ -62,7 +62,7 @@ def layout_problem(layout: str) -> str | None:
     same_compute = sorted({p for ps in PROFILES_BY_GPU.values() for p in ps if p.split(".")[0] == profile.split(".")[0]})
     hint = (f"{profile.split('.')[0]} profiles: {', '.join(same_compute)}" if same_compute
             else "compute slices are 1g, 2g, 3g, 4g or 7g")
-    return f"no NVIDIA GPU has MIG profile {profile} ({hint}; README: GPU software)"
+    return f"no NVIDIA GPU has MIG profile {profile} ({hint}; docs/gpu-software.md)"
 
 
 def model_problem(layout: str, gpu_model: str) -> str | None:

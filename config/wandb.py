@@ -94,5 +94,5 @@ def wandb_problems(w: WandbConfig, training: TrainingConfig, secrets: frozenset[
                                            "set it, pinned ('registry/trainer:1.0.0')"))
     if not shared_storage:
         problems.append(("storage", "wandb.enabled: the queue's pods mount the shared claim; "
-                                    "configure shared storage (README: storage)"))
+                                    "configure shared storage (docs/training.md, Shared storage)"))
     return problems

@@ -1,4 +1,4 @@
-"""The layout's promises (README "Layout"), read from the code's own imports: dependencies point
+"""The layout's promises (docs/architecture.md), read from the code's own imports: dependencies point
 one way, __main__ -> stacks -> components and config, and no component takes a platform's whole
 config type."""
 

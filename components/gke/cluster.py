@@ -10,7 +10,7 @@ with `gke-gcloud-auth-plugin` (no static credential in it) and is still a secret
 cluster's endpoint and CA.
 
 Does not manage: the VPC, subnet ranges, Cloud NAT for private nodes, the GCP project or its APIs
-(see README: container, file and iam APIs must be enabled).
+(see docs/getting-started/gke.md: container, file and iam APIs must be enabled).
 """
 
 from __future__ import annotations

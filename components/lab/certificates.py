@@ -14,7 +14,7 @@ ClusterCertificatesExpiringSoon).
 
 Does not manage: the CAs (ten years; rotating them is a manual kubeadm procedure), kubelet
 certificates (the kubelet rotates its client certificate itself), further control-plane hosts
-(each needs `kubeadm certs renew all`: README, "Certificates").
+(each needs `kubeadm certs renew all`: docs/operations/certificates.md).
 """
 
 from __future__ import annotations

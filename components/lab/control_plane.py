@@ -5,7 +5,7 @@ The init step's triggers are the cluster's identity: the first control plane (na
 API endpoint and the pod and service ranges. Changing one REBUILDS THE CLUSTER: `kubeadm reset`, a
 fresh `kubeadm init`, every node re-joined; workloads and everything in etcd are lost. The config
 refuses that unless allowRebuild is set (config/lab.py, change_problems), and the init is
-`protect`ed unless it is, so Pulumi refuses to replace or delete it too (README "Upgrading"). A
+`protect`ed unless it is, so Pulumi refuses to replace or delete it too (docs/operations/upgrading.md). A
 replacement is delete-before-replace: the old cluster is reset before the new one is initialised.
 
 A new kubernetesVersion (or any other change of the kubeadm config, its stdin) is an update: the

@@ -15,8 +15,7 @@ never after. Any other change (a new kubernetesVersion or driver branch) is an u
 the step's `update` command where it has one (what each does: upgrade.py): kube-packages stages
 kubeadm of the new version; the driver step of a control plane drains it, switches the branch and
 reboots (driver-ready waits and uncordons), that of a worker leaves it to the worker's own drained
-upgrade (NodeJoin's join step). Steps without one (kernel, toolkit, containerd) run their create again. Renaming a host is a remove plus an add, in two `pulumi up` runs (README, lab step
-6): within one run Pulumi would create the new name's steps before deleting the old name's, and
+upgrade (NodeJoin's join step). Steps without one (kernel, toolkit, containerd) run their create again. Renaming a host is a remove plus an add, in two `pulumi up` runs (docs/operations/nodes.md): within one run Pulumi would create the new name's steps before deleting the old name's, and
 those deletes would purge from the live host what the new steps had just installed.
 
 RDMA (network.rdma with network.roce, GPU hosts only; seed 002): `rdma` checks the NIC against the

@@ -264,7 +264,7 @@ def nfs_server_delete(export_path: str) -> str:
 
 
 # --------------------------------------------------------------------------------------------
-# upgrades in place (README "Upgrading"; what runs when: components/lab/upgrade.py; host_steps/upgrade/)
+# upgrades in place (docs/operations/upgrading.md; what runs when: components/lab/upgrade.py; host_steps/upgrade/)
 #
 # These are the `update` commands of the steps above: pulumi-command runs a step's `update`
 # instead of its `create` when an input other than `triggers` changes. Each reads the host's or the

@@ -1,5 +1,5 @@
 """Upgrades in place: what runs when kubernetesVersion or the NVIDIA driver changes on a running lab
-cluster (README "Upgrading"), and the policy that bounds it (UpgradePolicy).
+cluster (docs/operations/upgrading.md), and the policy that bounds it (UpgradePolicy).
 
 How Pulumi decides, read in pulumi-command v1.2.1 (requirements.txt) and the provider framework it
 is built on (pulumi-go-provider v1.3.0, its go.mod):

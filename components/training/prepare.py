@@ -44,7 +44,7 @@ AWAIT_MINUTES = DEADLINE_SECONDS // 60 + 5
 RESOURCES = {"requests": {"cpu": "250m", "memory": "512Mi"}, "limits": {"cpu": "1", "memory": "1Gi"}}
 # What the program can download (config.training.Dataset.downloadable mirrors it).
 DATASETS = ("cifar10", "fashion-mnist")
-# Where each dataset lands under the data mount (README: preparing data by hand).
+# Where each dataset lands under the data mount (docs/data.md).
 LAYOUT = {"cifar10": "cifar-10-batches-py", "fashion-mnist": "fashion-mnist"}
 
 
