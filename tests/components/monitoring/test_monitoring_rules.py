@@ -19,6 +19,8 @@ import pytest
 import yaml
 
 from components.monitoring import alerts
+from components.monitoring import gpu_health as gpu_health_rules
+from config.health import GpuHealthConfig
 from config.monitoring import MonitoringAlerts
 from render import program
 from render.__main__ import write
@@ -280,8 +282,14 @@ def _promtool(*args: str) -> subprocess.CompletedProcess[str]:
 # ------------------------------------------------------------------------------------------------
 
 
+def _health_group() -> dict[str, Any]:
+    """The GPU health service's own group (tests/components/monitoring/test_gpu_health_rules.py), at
+    the reconcile interval the committed lab stack keeps (the default: it sets no gpuHealth)."""
+    return gpu_health_rules.rule_group(GpuHealthConfig().reconcile_seconds)
+
+
 def test_render_writes_every_rule(rules_file: Path) -> None:
-    assert yaml.safe_load(rules_file.read_text()) == {"groups": alerts.rule_groups(THRESHOLDS)}
+    assert yaml.safe_load(rules_file.read_text()) == {"groups": [*alerts.rule_groups(THRESHOLDS), _health_group()]}
 
 
 def test_certificate_alert_window_is_the_renewal_window() -> None:
@@ -306,7 +314,7 @@ def test_every_alert_has_severity_and_runbook() -> None:
 def test_promtool_check_rules(rules_file: Path) -> None:
     result = _promtool("check", "rules", str(rules_file))
     assert result.returncode == 0, result.stdout + result.stderr
-    assert f"SUCCESS: {len(_rules())} rules found" in result.stdout
+    assert f"SUCCESS: {len(_rules()) + len(_health_group()['rules'])} rules found" in result.stdout
 
 
 def _test_file(rules_file: Path) -> dict[str, Any]:
