@@ -1,9 +1,20 @@
-"""How evaluating the real program scales with the number of GPU workers, against the SDK floor.
+"""How `./plan` and evaluating the real program scale with the number of GPU workers, against the SDK floor.
 
-    .venv/bin/python bench/plan_scale.py                     # lab N = 2..256, gke N = 1, 4, 16; 3 repeats
-    .venv/bin/python bench/plan_scale.py --points 2,8 --gke-points 1 --repeats 1   # quick look
+    .venv/bin/python bench/plan_scale.py                     # ./plan N = 2, 32, 128, 256; lab N = 2..256,
+                                                             # gke N = 1, 4, 16; 3 repeats
+    .venv/bin/python bench/plan_scale.py --plan-points 128 --points none --gke-points none   # ./plan at 128
+    .venv/bin/python bench/plan_scale.py --smallest          # CI (make bench-smoke): every table at its smallest
     make bench                                               # this and critical_path.py
 
+First table, ./plan: for each N, `python -m render lab --out DIR` (what ./plan runs) in a fresh
+process, from a temporary project dir (symlinks to this one) whose Pulumi.lab.yaml is the lab with
+N GPU workers and Pulumi.lab.yaml's layers (bench/_configs.lab_config(N, **lab_layers())): the
+whole process timed, interpreter start, imports, evaluation, the whole-cluster check and every file
+written. Its floor is the SDK floor below for the same counts (taken from the plan.json it wrote).
+Columns: files written; ./plan s min / median (wall); ./plan CPU s min (user + system: steadier
+than wall on a shared machine); floor s min / median; ratio of the medians and of the mins.
+
+The other tables, program.run:
 For each N the generated stack from bench/_configs.py is evaluated (lab: N GPU workers plus one
 control plane; gke: a cluster with N GPU node pools, bench/_configs.gke_config) by render.program.run: the real __main__.py under the Pulumi SDK's mocks and render's recording
 monitor, nothing written to disk. Each run is a fresh Python subprocess, so peak RSS belongs to that
@@ -40,15 +51,21 @@ import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from importlib import metadata
 from pathlib import Path
+
+import yaml
 
 sys.path.insert(0, str(Path(os.path.abspath(__file__)).parent.parent))
 from bench import _configs  # noqa: E402
 
 DEFAULT_POINTS = (2, 8, 32, 128, 256)
 DEFAULT_GKE_POINTS = (1, 4, 16)
+DEFAULT_PLAN_POINTS = (2, 32, 128, 256)
+# What a project dir needs for `python -m render` (symlinked into a temporary one per run).
+_PROJECT_PARTS = ("__main__.py", "Pulumi.yaml", "components", "config", "render", "stacks", "workloads")
 FLOOR_DIR = _configs.PROJECT_ROOT / "bench" / "floor"
 
 
@@ -109,6 +126,99 @@ def child(args: argparse.Namespace) -> None:
         plan = program.run("floor", project_dir=FLOOR_DIR, config=(values, [_configs.SECRET_KEY]))
         wall = time.perf_counter() - start
     print(json.dumps(_summary(plan, wall)))
+
+
+# --- ./plan: the whole render, in a child process ----------------------------------------------------
+
+def _stack_file(config: _configs.Config) -> str:
+    """Pulumi.lab.yaml holding a generated config (secrets as `secure:` values, never read)."""
+    values, secrets = config
+    out: dict[str, object] = {}
+    for key, value in values.items():
+        if key in secrets:
+            out[key] = {"secure": "v1:bench-not-a-real-ciphertext"}
+            continue
+        try:
+            out[key] = json.loads(value)
+        except ValueError:
+            out[key] = value
+    return yaml.safe_dump({"config": out}, sort_keys=False)
+
+
+def measure_plan_once(n: int) -> dict:
+    """`python -m render lab --out DIR` (what ./plan runs) for the lab with n GPU workers and
+    Pulumi.lab.yaml's layers, from a project dir whose Pulumi.lab.yaml is the generated config:
+    the whole process timed (interpreter start, imports, evaluation, the whole-cluster check,
+    every file written). Returns its wall and CPU seconds and the plan's counts for the floor."""
+    from render import cluster
+
+    env = dict(os.environ, GPU_CLUSTER_UPSTREAM=str(cluster.upstream_dir()))
+    with tempfile.TemporaryDirectory(prefix="plan-scale-") as tmp:
+        project = Path(tmp) / "project"
+        project.mkdir()
+        for part in _PROJECT_PARTS:
+            (project / part).symlink_to(_configs.PROJECT_ROOT / part)
+        (project / "Pulumi.lab.yaml").write_text(_stack_file(_configs.lab_config(n, **_configs.lab_layers())))
+        out = Path(tmp) / "out"
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        start = time.perf_counter()
+        proc = subprocess.run([sys.executable, "-m", "render", "lab", "--out", str(out)], cwd=project, env=env,
+                              capture_output=True, text=True, check=False)
+        wall = time.perf_counter() - start
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        if proc.returncode != 0:
+            sys.stderr.write(proc.stdout + proc.stderr)
+            raise SystemExit(f"plan_scale: render of the lab with {n} GPU workers exited {proc.returncode}")
+        resources = json.loads((out / "plan.json").read_text())["resources"]
+        files = sum(1 for p in out.rglob("*") if p.is_file())
+    custom = [r for r in resources if r["custom"]]
+    return {
+        "wall": wall,
+        "cpu": (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime),
+        "rss_mib": after.ru_maxrss / 1024,
+        "resources": len(resources),
+        "components": len(resources) - len(custom),
+        "custom": len(custom),
+        "input_bytes": round(statistics.mean(len(json.dumps(r["inputs"])) for r in custom)) if custom else 0,
+        "files": files,
+    }
+
+
+def measure_plan(n: int, repeats: int) -> dict:
+    plans: list[dict] = []
+    floors: list[dict] = []
+    for _ in range(repeats):
+        plan = measure_plan_once(n)
+        plans.append(plan)
+        floors.append(_spawn("--child", "floor", "--platform", "lab",
+                             "--floor-components", str(plan["components"]),
+                             "--floor-commands", str(plan["custom"]),
+                             "--floor-input-bytes", str(plan["input_bytes"])))
+    pw, fw = [r["wall"] for r in plans], [r["wall"] for r in floors]
+    row = {
+        "n": n, "resources": plans[0]["resources"], "files": plans[0]["files"],
+        "pmin": min(pw), "pmed": statistics.median(pw), "fmin": min(fw), "fmed": statistics.median(fw),
+        "pcpu": min(r["cpu"] for r in plans),
+    }
+    row["ratio"] = row["pmed"] / row["fmed"]
+    row["ratio_min"] = row["pmin"] / row["fmin"]
+    print(f"  ./plan N={n}: {row['resources']} resources, {row['files']} files, median {_fmt(row['pmed'])} s, "
+          f"floor median {_fmt(row['fmed'])} s", file=sys.stderr, flush=True)
+    return row
+
+
+def print_plan_table(rows: list[dict], repeats: int) -> None:
+    print("./plan: `python -m render lab --out DIR` for 1 control plane + N GPU workers (8 GPUs each) with "
+          f"Pulumi.lab.yaml's layers, the whole process timed (start, imports, evaluation, whole-cluster check, "
+          f"files); floor as above for the same counts; {repeats} repeats, interleaved.")
+    print("| GPU workers | resources | files | ./plan s min | ./plan s median | ./plan CPU s min | floor s min "
+          "| floor s median | ratio (medians) | ratio (mins) |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        print(f"| {r['n']} | {r['resources']} | {r['files']} | {_fmt(r['pmin'])} | {_fmt(r['pmed'])} "
+              f"| {_fmt(r['pcpu'])} | {_fmt(r['fmin'])} | {_fmt(r['fmed'])} | {_fmt(r['ratio'], 2)} "
+              f"| {_fmt(r['ratio_min'], 2)} |")
+    print(flush=True)
 
 
 # --- the driver ------------------------------------------------------------------------------------
@@ -215,11 +325,13 @@ def print_table(platform: str, rows: list[dict], repeats: int) -> None:
     print(flush=True)
 
 
-def drive(points: list[int], gke_points: list[int], repeats: int) -> int:
+def drive(points: list[int], gke_points: list[int], plan_points: list[int], repeats: int) -> int:
     for line in header():
         print(line)
     print(flush=True)
     started = time.perf_counter()
+    if plan_points:
+        print_plan_table([measure_plan(n, repeats) for n in plan_points], repeats)
     for stack, pts in (("lab", points), ("gke", gke_points)):
         if pts:
             print_table(stack, [measure(stack, n, repeats) for n in pts], repeats)
@@ -227,19 +339,22 @@ def drive(points: list[int], gke_points: list[int], repeats: int) -> int:
     return 0
 
 
-def _gke_points(text: str) -> list[int]:
+def _points_or_none(text: str) -> list[int]:
     return [] if text.strip().lower() == "none" else _configs.parse_points(text)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--points", type=_configs.parse_points, default=list(DEFAULT_POINTS),
-                        help="comma-separated GPU worker counts (default: %(default)s)")
-    parser.add_argument("--gke-points", type=_gke_points, default=list(DEFAULT_GKE_POINTS),
+    parser.add_argument("--plan-points", type=_points_or_none, default=list(DEFAULT_PLAN_POINTS),
+                        help="GPU worker counts for the ./plan table (the whole render), or 'none' "
+                             "(default: %(default)s)")
+    parser.add_argument("--points", type=_points_or_none, default=list(DEFAULT_POINTS),
+                        help="comma-separated GPU worker counts for program.run, or 'none' (default: %(default)s)")
+    parser.add_argument("--gke-points", type=_points_or_none, default=list(DEFAULT_GKE_POINTS),
                         help="comma-separated GPU pool counts for the gke stack, or 'none' (default: %(default)s)")
     parser.add_argument("--repeats", type=int, default=3, help="runs per point and mode (default: 3)")
     parser.add_argument("--smallest", action="store_true",
-                        help="the smallest run (CI's smoke run): --points 2 --gke-points 1 --repeats 1")
+                        help="the smallest run (CI's smoke run): --plan-points 2 --points 2 --gke-points 1 --repeats 1")
     # Internal: one measured run (the driver spawns these).
     parser.add_argument("--child", choices=("program", "floor"), help=argparse.SUPPRESS)
     parser.add_argument("--platform", choices=tuple(STACKS), default="lab", help=argparse.SUPPRESS)
@@ -252,10 +367,10 @@ def main(argv: list[str] | None = None) -> int:
         child(args)
         return 0
     if args.smallest:
-        args.points, args.gke_points, args.repeats = [2], [1], 1
+        args.plan_points, args.points, args.gke_points, args.repeats = [2], [2], [1], 1
     if args.repeats < 1:
         parser.error("--repeats must be at least 1")
-    return drive(args.points, args.gke_points, args.repeats)
+    return drive(args.points, args.gke_points, args.plan_points, args.repeats)
 
 
 if __name__ == "__main__":

@@ -57,10 +57,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import yaml
-
 from config import ConfigError
-from render import out_dir, program, summary, update, update_risks
+from render import out_dir, program, summary, update, update_risks, yaml_text
 
 if TYPE_CHECKING:
     from render.cluster import Report
@@ -155,17 +153,17 @@ def write(plan: program.Plan, out: Path, report: Report | None = None, update_se
     for obj in objects:
         md = obj["metadata"]
         fname = _safe(f"{obj.get('kind', 'Object').lower()}-{md.get('namespace', 'cluster')}-{md['name']}.yaml")
-        put(out / "kubernetes" / fname, yaml.safe_dump(obj, sort_keys=False))
+        put(out / "kubernetes" / fname, yaml_text.dump(obj))
     releases = plan.of_type("kubernetes:helm.sh/v3:Release") + plan.of_type("kubernetes:helm.sh/v4:Chart")
     for r in releases:
-        put(out / "helm" / _safe(f"{r.inputs.get('name', r.name)}.yaml"), yaml.safe_dump(r.inputs, sort_keys=False))
+        put(out / "helm" / _safe(f"{r.inputs.get('name', r.name)}.yaml"), yaml_text.dump(r.inputs))
     # Every PrometheusRule's groups as one plain Prometheus rule file (for `promtool check/test rules`).
     rule_groups = [g for o in objects if o.get("kind") == "PrometheusRule" for g in o.get("spec", {}).get("groups", [])]
     if rule_groups:
-        put(out / "prometheus" / "rules.yaml", yaml.safe_dump({"groups": rule_groups}, sort_keys=False))
+        put(out / "prometheus" / "rules.yaml", yaml_text.dump({"groups": rule_groups}))
     queue_config = plan.outputs.get("wandbQueueConfig")
     if isinstance(queue_config, dict):  # never a secret: the program builds it from plain config
-        put(out / "wandb" / "queue-config.yaml", yaml.safe_dump(queue_config, sort_keys=False))
+        put(out / "wandb" / "queue-config.yaml", yaml_text.dump(queue_config))
         put(out / "wandb" / "queue-config.json", json.dumps(queue_config, indent=2) + "\n")
     steps = host_steps(plan)
     for host, host_steps_ in steps.items():

@@ -1,0 +1,45 @@
+"""bench/plan_scale.py's ./plan table renders the config it says: the Pulumi.lab.yaml it writes
+for N workers is read by render (program.stack_config, as `pulumi up` reads a stack) back to the
+generated config, secrets as secrets; and its smallest run prints the ./plan row with a ratio."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from bench import _configs, plan_scale
+from render import program
+from tests.conftest import PROJECT_DIR
+
+
+def test_the_stack_file_reads_back_as_the_generated_config(tmp_path) -> None:
+    values, secrets = _configs.lab_config(5, **_configs.lab_layers())
+    (tmp_path / "Pulumi.yaml").write_text((PROJECT_DIR / "Pulumi.yaml").read_text())
+    (tmp_path / "Pulumi.lab.yaml").write_text(plan_scale._stack_file((values, secrets)))
+    read, read_secrets = program.stack_config("lab", project_dir=tmp_path)
+    assert read_secrets == secrets
+    for key, value in values.items():
+        if key in secrets:
+            assert read[key] == program.SECRET_MARKER
+        elif value.startswith(("[", "{")):  # objects travel as JSON text
+            assert json.loads(read[key]) == json.loads(value), key
+        else:
+            assert read[key] == value, key
+    assert len(json.loads(read[_configs.PREFIX + "hosts"])) == 6
+
+
+@pytest.mark.skipif(not (PROJECT_DIR.parent / "shared" / "upstream" / "charts").is_dir()
+                    and "GPU_CLUSTER_UPSTREAM" not in os.environ, reason="no upstream charts")
+def test_one_plan_row_at_two_workers() -> None:
+    proc = subprocess.run([sys.executable, "bench/plan_scale.py", "--plan-points", "2", "--points", "none",
+                           "--gke-points", "none", "--repeats", "1"], cwd=PROJECT_DIR, capture_output=True,
+                          text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr
+    row = next(line for line in proc.stdout.splitlines() if line.startswith("| 2 |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert int(cells[1]) > 50 and int(cells[2]) > 50  # resources, files written
+    assert float(cells[8]) > 1  # ./plan does more than the SDK floor
