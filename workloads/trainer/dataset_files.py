@@ -25,8 +25,8 @@ class _Global:
     def __init__(self, module: str, name: str) -> None:
         self.module, self.name = module, name
 
-    def __call__(self, *args):  # save_reduce wants a callable
-        raise NotImplementedError
+    def __call__(self, *args: Any) -> Any:  # save_reduce wants a callable; this one is only pickled
+        raise TypeError(f"{self.module}.{self.name} stands in for a Python 2 global: pickled, never called")
 
 
 class Py2Str(bytes):
