@@ -4,7 +4,6 @@ anything is registered; dev's service and node ranges are keys with minikube's d
 
 from __future__ import annotations
 
-import copy
 import ipaddress
 from typing import Any
 
@@ -14,6 +13,7 @@ import yaml
 import config
 from config.address_plan import Address, Range, overlap_problems
 from render import program
+from tests.config.refusals import accepted, problems, reported
 from tests.conftest import PROJECT_DIR, SEED_002_ROCE, lab_raw, stack_config_with
 
 IMAGE = "registry.example.com/gpu-cluster/trainer:0.1.0"
@@ -30,22 +30,6 @@ def lab(**overrides: Any) -> dict[str, Any]:
 def dev(**overrides: Any) -> dict[str, Any]:
     return {"platform": "dev", "kubeContext": "minikube", "gpuNodes": ["minikube"],
             "training": {"image": IMAGE}, **overrides}
-
-
-def problems(raw: dict[str, Any]) -> list[tuple[str, str]]:
-    secrets = {"sshPrivateKey"} if raw["platform"] == "lab" else set()
-    with pytest.raises(config.ConfigError) as info:
-        config.parse(copy.deepcopy(raw), secrets)
-    return info.value.problems
-
-
-def reported(raw: dict[str, Any], key: str, *words: str) -> None:
-    found = problems(raw)
-    assert any(k == key and all(w in m for w in words) for k, m in found), found
-
-
-def accepted(raw: dict[str, Any]) -> config.StackConfig:
-    return config.parse(copy.deepcopy(raw), {"sshPrivateKey"} if raw["platform"] == "lab" else set())
 
 
 # --- lab: the RoCE range against the machines ------------------------------------------------------

@@ -9,7 +9,7 @@ import copy
 import pytest
 
 import config
-from tests.config.test_inert_keys import A100, dev, gke
+from tests.config.test_inert_keys import A100, dev, gke  # the stacks those refusals start from
 
 
 def refused_keys(raw: dict) -> list[str]:

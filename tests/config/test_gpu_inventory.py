@@ -4,7 +4,6 @@ a MIG layout some GPU (the pool's GPU, where the config knows it) has."""
 
 from __future__ import annotations
 
-import copy
 import json
 import re
 from typing import Any
@@ -15,26 +14,11 @@ import config
 from config.gcp import accelerators
 from config.mig_profiles import GKE_ACCELERATOR_GPU, OPERATOR_LAYOUTS, PROFILES_BY_GPU, gke_partition_problem
 from render import program
+from tests.config.refusals import accepted, reported
 from tests.conftest import host, lab_raw, stack_config_with
 
 IMAGE = "registry.example.com/gpu-cluster/trainer:0.1.0"
 GCP = {"gcp:project": "my-gpu-project", "gcp:region": "us-central1"}
-
-
-def problems(raw: dict[str, Any]) -> list[tuple[str, str]]:
-    secrets = {"sshPrivateKey"} if raw["platform"] == "lab" else set()
-    with pytest.raises(config.ConfigError) as info:
-        config.parse(copy.deepcopy(raw), secrets)
-    return info.value.problems
-
-
-def reported(raw: dict[str, Any], key: str, *words: str) -> None:
-    found = problems(raw)
-    assert any(k == key and all(w in m for w in words) for k, m in found), found
-
-
-def accepted(raw: dict[str, Any]) -> config.StackConfig:
-    return config.parse(copy.deepcopy(raw), {"sshPrivateKey"} if raw["platform"] == "lab" else set())
 
 
 def dev(**overrides: Any) -> dict[str, Any]:

@@ -3,36 +3,18 @@
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import pytest
 import yaml
 
-import config
+from tests.config.refusals import accepted, reported
 from tests.conftest import PROJECT_DIR, lab_raw
 
 IMAGE = "registry.example.com/gpu-cluster/trainer:0.1.0"
 GCP = {"gcp:project": "my-gpu-project", "gcp:region": "us-central1"}
 A100 = {"name": "a100", "machineType": "a2-highgpu-1g", "accelerator": {"type": "nvidia-tesla-a100", "count": 1},
         "zones": ["us-central1-a"], "autoscaling": {"minNodes": 1, "maxNodes": 2}}
-
-
-def problems(raw: dict[str, Any], secrets: set[str] | None = None) -> list[tuple[str, str]]:
-    secrets = secrets if secrets is not None else ({"sshPrivateKey"} if raw["platform"] == "lab" else set())
-    with pytest.raises(config.ConfigError) as info:
-        config.parse(copy.deepcopy(raw), secrets)
-    return info.value.problems
-
-
-def reported(raw: dict[str, Any], key: str, *words: str, secrets: set[str] | None = None) -> None:
-    found = problems(raw, secrets)
-    assert any(k == key and all(w in m for w in words) for k, m in found), found
-
-
-def accepted(raw: dict[str, Any], secrets: set[str] | None = None) -> config.StackConfig:
-    secrets = secrets if secrets is not None else ({"sshPrivateKey"} if raw["platform"] == "lab" else set())
-    return config.parse(copy.deepcopy(raw), secrets)
 
 
 def lab_pair(**overrides: Any) -> dict[str, Any]:
