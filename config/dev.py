@@ -93,6 +93,7 @@ class DevStack(Addons):
         "hosts": "dev uses an existing cluster; its GPU nodes are listed in gpuNodes",
         "sshPrivateKey": "dev reaches its cluster through kubeContext or the kubeconfig secret",
         "gke": "dev uses an existing cluster",
+        "cni": "dev installs no CNI: clusterCni says which one the existing cluster runs",
     }
 
     _optional = field_validator("kube_context", mode="before")(classmethod(lambda cls, v: empty_to_none(v)))
