@@ -204,7 +204,7 @@ class LabStack(Addons):
         description="Service network, /12 to /28 (lab: kubeadm sets it up; dev: the existing cluster's, minikube's "
                     "default); no other range may overlap it.",
     )
-    cni: Cni = Field(default=Cni.FLANNEL, description="Pod network plugin, flannel or calico.")
+    cni: Cni = Field(default=Cni.CALICO, description="Pod network plugin: calico (enforces NetworkPolicies) or flannel (does not).")
     containerd_version: str = Field(
         default=versions.CONTAINERD_DEFAULT,
         description="containerd.io package version from Docker's apt repository, 1.6.x or 1.7.x (2.x is not supported yet).",

@@ -10,7 +10,8 @@ changes are dangerous, or refused, as a whole, and a step-by-step table hides th
             on the older side's `deployed` output and the new config: `REFUSED` lines, exit 2.
   loud      a change of the pod network (CNI), of the GPU software stack (gpu.stack) or of the
             shared volume's backend: each swaps what running pods stand on, which no step's
-            delete script says. `!!` lines, exit 4.
+            delete script says; a change of GKE's datapath (gke.dataplane), which replaces the
+            cluster. `!!` lines, exit 4.
 
 Each is read from both sides' plans (the `deployed`, `gpuStack` and `sharedClaim` outputs, the
 CNI's Helm releases), so an older plan.json works as well as an older stack file.
@@ -90,6 +91,13 @@ def cni(side: Side) -> str:
     return ", ".join(names)
 
 
+def gke_datapath(side: Side) -> str:
+    """The GKE cluster's datapath provider, "" when the side creates no GKE cluster. Unset is
+    GKE's default, LEGACY_DATAPATH (pulumi-gcp's Cluster.datapath_provider)."""
+    clusters = [r for r in side.resources if r.type == "gcp:container/cluster:Cluster"]
+    return str(clusters[0].inputs.get("datapathProvider") or "LEGACY_DATAPATH") if clusters else ""
+
+
 def _storage(side: Side) -> str:
     claim = side.outputs.get("sharedClaim")
     return str(claim.get("backend") or "") if isinstance(claim, dict) else ""
@@ -109,6 +117,11 @@ def whole_cluster_changes(older: Side, newer: Side) -> list[str]:
                      "is replaced (device plugin, GPU Feature Discovery, DCGM exporter; with the operator its driver "
                      "and container toolkit): GPUs are not advertised until the new stack is ready, and GPU pods "
                      "restart")
+    before, after = gke_datapath(older), gke_datapath(newer)
+    if before and after and before != after:
+        lines.append(f"GKE datapath {before} -> {after} (gpu-cluster:gke.dataplane): GKE fixes it at cluster creation, "
+                     "so the cluster is replaced: every node pool and everything running on it goes, and the "
+                     "replacement needs gke.deletionProtection false first")
     before, after = _storage(older), _storage(newer)
     if before and after and before != after:
         lines.append(f"shared storage {before} -> {after} (gpu-cluster:storage): the training claim is bound to "

@@ -388,7 +388,7 @@ def test_defaults():
     assert cfg.kubernetes_minor in versions.KUBERNETES_SUPPORTED_MINORS
     assert cfg.pod_cidr == ipaddress.IPv4Network("10.244.0.0/16")
     assert cfg.service_cidr == ipaddress.IPv4Network("10.96.0.0/12")
-    assert cfg.cni is Cni.FLANNEL
+    assert cfg.cni is Cni.CALICO  # it enforces the NetworkPolicies (docs/network-policies.md)
     assert cfg.containerd_version == versions.CONTAINERD_DEFAULT
     assert cfg.nvidia_driver == NvidiaDriver(branch=versions.NVIDIA_DRIVER_BRANCH_DEFAULT)
     assert cfg.nvidia_driver.version is None and not cfg.nvidia_driver.preinstalled
@@ -426,7 +426,7 @@ def test_each_platform_type_holds_only_its_keys():
     assert lab & dev == shared | {"storage", "serviceCidr"}  # each its own storage section; both a service range
     assert lab - shared == {"hosts", "controlPlaneEndpoint", "podCidr", "serviceCidr", "cni", "containerdVersion",
                             "nvidiaDriver", "gpuTaint", "bastion", "storage", "maxUnavailable", "allowRebuild"}
-    assert dev - shared == {"kubeContext", "gpuNodes", "gpuNodeGpus", "serviceCidr", "nodeCidr", "storage"}
+    assert dev - shared == {"kubeContext", "gpuNodes", "gpuNodeGpus", "serviceCidr", "nodeCidr", "storage", "clusterCni"}
     assert gke - shared == {"gke", "gcp:project", "gcp:region"}
     # The two storage sections share the size and an existing NFS export.
     assert set(config.LabStack.model_fields["storage"].annotation.model_fields) == {

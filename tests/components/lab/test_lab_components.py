@@ -615,7 +615,7 @@ def test_node_join_worker(join_mocks):
     # Readiness is checked on the host itself, with the kubelet's credentials.
     ready = one(plan, "gpu-1-ready")
     assert ready.inputs["connection"]["host"] == "192.0.2.11"
-    assert {"gpu-1-join", "cni-flannel", "cni-ns"} <= deps(ready)
+    assert {"gpu-1-join", "cni-calico", "cni-ns"} <= deps(ready)
     assert "--kubeconfig /etc/kubernetes/kubelet.conf" in ready.inputs["create"]
     assert "node/gpu-1" in ready.inputs["create"]
     assert not ready.inputs.get("delete"), "removed hosts are drained by membership-drain"
