@@ -323,8 +323,10 @@ class LabStack(Addons):
             problems.append(("kubernetesVersion",
                              f"{deployed.kubernetes_version} -> {self.kubernetes_version} skips minor {step}: "
                              f"kubeadm upgrades one minor at a time; deploy {step}.x first, then {self.kubernetes_version}"))
-        # etcd membership (config/control_planes.py); moot when the cluster is rebuilt anyway.
-        members = membership_problems(deployed.control_planes, self.control_planes)
+        # etcd membership (config/control_planes.py); a new first control plane is a new cluster (below).
+        first = self.control_planes[0]
+        same_first = deployed.control_plane == f"{first.name} {first.address}"
+        members = membership_problems(deployed.control_planes, self.control_planes) if same_first else []
         rebuild = ("needs a new cluster (kubeadm reset on every host and a fresh kubeadm init: every workload and "
                    "all of etcd are lost); to rebuild on purpose set gpu-cluster:allowRebuild: true (docs/operations/rebuilding.md)")
         fixed: Problems = []
@@ -335,8 +337,7 @@ class LabStack(Addons):
         ):
             if was != now:
                 fixed.append((key, f"{was} -> {now} {rebuild}"))
-        first = self.control_planes[0]
-        if deployed.control_plane != f"{first.name} {first.address}":
+        if not same_first:
             i = self.hosts.index(first)
             name_was = deployed.control_plane.split(" ")[0]
             key = f"hosts[{i}].name" if name_was != first.name else f"hosts[{i}].address"
