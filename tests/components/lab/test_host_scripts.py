@@ -742,7 +742,7 @@ CERT_KEY = "fedcba9876543210" * 4
 def _join_stdin(host_name: str, token: str = TOKEN, ca_hash: str = CA_HASH) -> str:
     cfg = lab_config(
         hosts=[host("cp-1", "192.0.2.10", "control-plane"), host("gpu-1", "192.0.2.11", gpus=2),
-               host("cp-2", "192.0.2.20", "control-plane")],
+               host("cp-2", "192.0.2.20", "control-plane"), host("cp-3", "192.0.2.30", "control-plane")],
         controlPlaneEndpoint="k8s-api.lab.example:6443",
     )
     h = _host(cfg, host_name)
