@@ -121,7 +121,8 @@ def build(cfg: LabStack, secrets: StackSecrets) -> dict[str, object]:
     joins: list[NodeJoin] = []
     for h in members:
         # Control planes join one after another (etcd: one membership change at a time).
-        before = [j.ready for j in joins if j.host.role is Role.CONTROL_PLANE][-1:] if h.role is Role.CONTROL_PLANE else []
+        joined_planes: list[pulumi.Resource] = [j.ready for j in joins if j.host.role is Role.CONTROL_PLANE]
+        before = joined_planes[-1:] if h.role is Role.CONTROL_PLANE else []
         joins.append(NodeJoin(
             h.name,
             NodeJoinArgs(

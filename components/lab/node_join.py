@@ -213,12 +213,15 @@ def _control_plane_certs(name: str, parent: pulumi.Resource, cp: ControlPlane, i
     certificates under it on the first control plane. The upload runs at every `up` (its stdin
     carries the time, hidden like the key), so the certificates are there for 2 hours after each."""
     key = random.RandomBytes(f"{name}-certificate-key", length=32, opts=pulumi.ResourceOptions(parent=parent))
-    certificate_key = pulumi.Output.secret(key.hex.apply(lambda h: h or ""))  # unknown during a preview
+    hex_key: pulumi.Output[str] = key.hex.apply(lambda h: h or "")  # unknown during a preview
+    certificate_key: pulumi.Output[str] = pulumi.Output.secret(hex_key)
+    stdin: pulumi.Output[str] = pulumi.Output.secret(
+        pulumi.Output.concat(certificate_key, "\n# ", issued_at.isoformat(), "\n"))
     certs = remote.Command(
         f"{name}-certs",
         connection=cp.connection,
         create=scripts.as_root(scripts.upload_control_plane_certs()),
-        stdin=pulumi.Output.secret(pulumi.Output.concat(certificate_key, "\n# ", issued_at.isoformat(), "\n")),
+        stdin=stdin,
         # No delete: kubeadm deletes the uploaded certificates after 2 hours.
         logging=remote.Logging.STDERR,
         triggers=[cp.init.id],

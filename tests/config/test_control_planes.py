@@ -12,8 +12,8 @@ import yaml
 from config.lab import DeployedLab
 from render import __main__ as render_main
 from render import program
-from tests.conftest import PROJECT_DIR, host, lab_config, lab_raw, stack_config_with
 from tests.config.refusals import accepted, problems, reported
+from tests.conftest import PROJECT_DIR, host, lab_config, lab_raw, stack_config_with
 
 VIP = {"address": "192.0.2.100", "interface": "ens18"}
 

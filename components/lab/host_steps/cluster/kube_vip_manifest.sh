@@ -13,7 +13,10 @@ if ! grep -q '^kind: Pod$' <<<"$text"; then
   exit 1
 fi
 if [ ! -f /etc/kubernetes/admin.conf ] && [ ! -f /etc/kubernetes/kubelet.conf ]; then
-  text=$(sed 's#^\( *\)path: /etc/kubernetes/admin.conf$#\1path: /etc/kubernetes/super-admin.conf#' <<<"$text")
+  # only the host path ("path:"; the mount inside the pod, "mountPath:", stays admin.conf)
+  text=${text//path: \/etc\/kubernetes\/admin.conf/path: \/etc\/kubernetes\/super-admin.conf}
 fi
-mkdir -p -m 0700 /etc/kubernetes/manifests
+if [ ! -d /etc/kubernetes/manifests ]; then
+  install -d -m 0700 /etc/kubernetes/manifests
+fi
 put_file "$manifest" 0600 <<<"$text" || true
