@@ -40,7 +40,7 @@ from pydantic import Field, field_validator
 
 from config.address_plan import Address, Range
 from config.errors import Problems
-from config.fields import Model, unusable_address
+from config.fields import Model, check_remote_host, ipv4_or_none, unusable_address
 
 if TYPE_CHECKING:
     from config.lab import Host
@@ -130,6 +130,22 @@ def vip_address_plan(kube_vip: KubeVip | None) -> tuple[list[Range], list[Addres
         return [], []
     ranges = [Range("kubeVip.subnet", kube_vip.subnet, holds_hosts=True)] if kube_vip.subnet else []
     return ranges, [Address("kubeVip.address", kube_vip.address)]
+
+
+def endpoint_address(endpoint: str | None) -> tuple[str | None, ipaddress.IPv4Address | None]:
+    """controlPlaneEndpoint: (what is wrong with it or None, its address when it is an IPv4 address)."""
+    if not endpoint:
+        return None, None
+    m = re.fullmatch(r"([^:]+):([0-9]{1,5})", endpoint)
+    if not m:
+        return "must be 'host:port', e.g. 'k8s-api.lab.example:6443'", None
+    try:
+        check_remote_host(m.group(1))
+    except ValueError as exc:
+        return f"host {m.group(1)!r}: {exc}", None
+    if not 1 <= int(m.group(2)) <= 65535:
+        return f"port {m.group(2)} is out of range: 1 to 65535 (kube-apiserver listens on 6443)", None
+    return None, ipv4_or_none(m.group(1))
 
 
 def members_of(record: str) -> list[str]:

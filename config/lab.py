@@ -28,7 +28,14 @@ from config.address_plan import (
     pod_range_problems,
     service_range_problems,
 )
-from config.control_planes import KubeVip, count_problems, membership_problems, vip_address_plan, vip_problems
+from config.control_planes import (
+    KubeVip,
+    count_problems,
+    endpoint_address,
+    membership_problems,
+    vip_address_plan,
+    vip_problems,
+)
 from config.errors import Problems
 from config.fields import (
     APT_VERSION,
@@ -40,7 +47,6 @@ from config.fields import (
     check_remote_host,
     empty_to_none,
     host_dir_problem,
-    ipv4_or_none,
     unusable_address,
 )
 from config.gpu import GpuStack
@@ -360,7 +366,7 @@ class LabStack(Addons):
             problems.append(("hosts", "no host has role control-plane; one is needed, or 3 or 5 with kubeVip or controlPlaneEndpoint"))
         problems += count_problems(self.control_planes, self.kube_vip, self.control_plane_endpoint)
         problems += vip_problems(self.kube_vip, self.hosts)
-        endpoint_problem, _ = _endpoint(self.control_plane_endpoint)
+        endpoint_problem, _ = endpoint_address(self.control_plane_endpoint)
         if endpoint_problem:
             problems.append(("controlPlaneEndpoint", endpoint_problem))
         if "sshPrivateKey" not in secrets:
@@ -389,7 +395,7 @@ class LabStack(Addons):
             ranges.append(Range("network.roce.range", self.network.roce.range,
                                 why="the pods' RDMA network must not take the hosts' addresses"))
         addresses = [Address(f"hosts[{i}].address", h.address) for i, h in enumerate(self.hosts)]
-        endpoint_ip = _endpoint(self.control_plane_endpoint)[1]
+        endpoint_ip = endpoint_address(self.control_plane_endpoint)[1]
         addresses += [Address("controlPlaneEndpoint", endpoint_ip)] if endpoint_ip else []
         addresses += ipv4_address("storage.nfs.server", self.storage.nfs.server if self.storage.nfs else None)
         vip_ranges, vip_addresses = vip_address_plan(self.kube_vip)
@@ -419,22 +425,6 @@ class LabStack(Addons):
                 problems.append((f"hosts[{i}].address", f"duplicates hosts[{seen_addrs[addr]}].address {addr}"))
             seen_addrs.setdefault(addr, i)
         return problems
-
-
-def _endpoint(endpoint: str | None) -> tuple[str | None, ipaddress.IPv4Address | None]:
-    """(what is wrong with controlPlaneEndpoint or None, its address when it is an IPv4 address)."""
-    if not endpoint:
-        return None, None
-    m = re.fullmatch(r"([^:]+):([0-9]{1,5})", endpoint)
-    if not m:
-        return "must be 'host:port', e.g. 'k8s-api.lab.example:6443'", None
-    try:
-        check_remote_host(m.group(1))
-    except ValueError as exc:
-        return f"host {m.group(1)!r}: {exc}", None
-    if not 1 <= int(m.group(2)) <= 65535:
-        return f"port {m.group(2)} is out of range: 1 to 65535 (kube-apiserver listens on 6443)", None
-    return None, ipv4_or_none(m.group(1))
 
 
 class DeployedLab(BaseModel):
