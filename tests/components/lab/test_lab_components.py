@@ -707,6 +707,23 @@ def test_control_plane_joiners_share_one_certificate_key_uploaded_each_up(join_m
         assert doc["discovery"]["bootstrapToken"]["caCertHashes"] == [CA_HASH]
 
 
+def test_a_control_plane_added_months_later_joins_with_certificates_uploaded_that_up(join_mocks):
+    """kubeadm deletes uploaded certificates after 2 hours: a later `up` uploads them again (the
+    certs step's stdin changes, hence it runs), under the same key, so no joined host's stdin changes."""
+    cfg = lab_config(hosts=[host("cp-1", "192.0.2.10", "control-plane"), host("cp-2", "192.0.2.20", "control-plane"),
+                            host("cp-3", "192.0.2.30", "control-plane")], controlPlaneEndpoint="k8s-api.lab.example:6443")
+    seen = recording_inputs(join_mocks)
+    build(lambda: join_all(cfg, ["cp-2", "cp-3"], issued_at=ISSUED))
+    first_join, first_certs = revealed(seen["cp-2-join"]["stdin"]), revealed(seen["membership-certs"]["stdin"])
+
+    join_mocks.monitor.plan = join_mocks.plan.__class__(stack="test")
+    set_root_resource(None)
+    build(lambda: join_all(cfg, ["cp-2", "cp-3"], issued_at=ISSUED + timedelta(days=90)))
+    later_certs = revealed(seen["membership-certs"]["stdin"])
+    assert later_certs != first_certs and later_certs.splitlines()[0] == first_certs.splitlines()[0] == CERT_KEY
+    assert revealed(seen["cp-2-join"]["stdin"]) == first_join
+
+
 def test_a_cluster_of_one_control_plane_uploads_no_certificates(join_mocks):
     build(lambda: join_all(lab_config(), ["gpu-1"]))
     assert not join_mocks.plan.of_type("random:index/randomBytes:RandomBytes")
