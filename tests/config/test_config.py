@@ -72,13 +72,13 @@ def test_no_hosts_at_all_on_lab():
     assert_problem(err, "hosts", "control-plane")
 
 
-def test_two_control_planes_need_an_endpoint():
-    hosts = [host("cp-1", "192.0.2.10", "control-plane"), host("cp-2", "192.0.2.11", "control-plane")]
+def test_three_control_planes_need_an_endpoint():
+    hosts = [host(f"cp-{i}", f"192.0.2.1{i}", "control-plane") for i in (1, 2, 3)]
     err = problems_of(lab_raw(hosts=hosts))
     assert_problem(err, "controlPlaneEndpoint", "host:port")
 
     cfg = lab_config(hosts=hosts, controlPlaneEndpoint="k8s-api.lab.example:6443")
-    assert len(cfg.control_planes) == 2
+    assert len(cfg.control_planes) == 3
     assert cfg.api_endpoint == "k8s-api.lab.example:6443"
 
 
@@ -424,7 +424,7 @@ def test_each_platform_type_holds_only_its_keys():
     shared = Addons.keys()
     assert shared == lab & gke == dev & gke
     assert lab & dev == shared | {"storage", "serviceCidr"}  # each its own storage section; both a service range
-    assert lab - shared == {"hosts", "controlPlaneEndpoint", "podCidr", "serviceCidr", "cni", "containerdVersion",
+    assert lab - shared == {"hosts", "controlPlaneEndpoint", "kubeVip", "podCidr", "serviceCidr", "cni", "containerdVersion",
                             "nvidiaDriver", "gpuTaint", "bastion", "storage", "maxUnavailable", "allowRebuild"}
     assert dev - shared == {"kubeContext", "gpuNodes", "gpuNodeGpus", "serviceCidr", "nodeCidr", "storage", "clusterCni"}
     assert gke - shared == {"gke", "gcp:project", "gcp:region"}
