@@ -361,7 +361,7 @@ ROWS: list[Row] = [
     ("lab: storage.hostPath set", lambda: lab(storage={"hostPath": "/data"}), "storage", "hostPath and useDefaultClass are dev keys"),
     ("dev: hosts set", lambda: dev(hosts=[host("cp-1", "192.0.2.10", "control-plane")]), "hosts",
      "is a lab key; this stack's platform is dev"),
-    ("dev: cni set", lambda: dev(cni="calico"), "cni", "is a lab key; this stack's platform is dev"),
+    ("dev: cni set (flannel: calico is the declared default every stack receives)", lambda: dev(cni="flannel"), "cni", "is a lab key; this stack's platform is dev"),
     ("dev: nvidiaDriver set", lambda: dev(nvidiaDriver={"branch": "550"}), "nvidiaDriver", "is a lab key"),
     ("dev: gke set", lambda: dev(gke={"gpuPools": [L4]}), "gke", "is a gke key; this stack's platform is dev"),
     ("dev: storage.provision set", lambda: dev(storage={"provision": True}), "storage", "provision and exportPath are lab keys"),
