@@ -38,6 +38,7 @@ def kubeadm_settings(cfg: LabStack) -> KubeadmSettings:
         pod_cidr=cfg.pod_cidr,
         service_cidr=cfg.service_cidr,
         gpu_taint=cfg.gpu_taint,
+        hardening=cfg.hardening,
     )
 
 
@@ -49,6 +50,7 @@ def host_software(cfg: LabStack) -> HostSoftware:
         install_driver=cfg.host_installs_driver,
         host_toolkit=cfg.gpu.stack is GpuStack.DEVICE_PLUGIN,
         roce=roce_host(cfg),
+        verify_apt_keys=cfg.hardening.verify_apt_keys,
     )
 
 
