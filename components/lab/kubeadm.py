@@ -77,7 +77,7 @@ def init_config(cluster: KubeadmSettings, first: Host) -> str:
         "localAPIEndpoint": {"advertiseAddress": str(first.address), "bindPort": 6443},
         "nodeRegistration": _node_registration(cluster, first, control_plane=True),
     }
-    cluster_doc = {
+    cluster_doc: dict[str, Any] = {
         "apiVersion": API_VERSION,
         "kind": "ClusterConfiguration",
         "kubernetesVersion": f"v{cluster.kubernetes_version}",
@@ -89,7 +89,8 @@ def init_config(cluster: KubeadmSettings, first: Host) -> str:
         },
     }
     if api_server := hardening.api_server(cluster.hardening):
-        cluster_doc["apiServer"] = api_server
+        # Merged, not assigned: other apiServer fields (certSANs) may be set beside these.
+        cluster_doc.setdefault("apiServer", {}).update(api_server)
     # kubeadm uploads this to the cluster (ConfigMap kubelet-config): every node that joins gets it.
     kubelet = {
         "apiVersion": "kubelet.config.k8s.io/v1beta1",
