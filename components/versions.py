@@ -22,6 +22,25 @@ PAUSE_IMAGE = {
     "1.35": "registry.k8s.io/pause:3.10.1",
 }
 
+# The signing keys of the apt repositories node prep adds, pinned by the fingerprint of each primary
+# key (hardening.verifyAptKeys: a fetched key whose primary keys are not all listed here is refused).
+# Each was read from `gpg --show-keys` output of the key URL the host steps fetch, as published:
+#   kubernetes: pkgs.k8s.io's "isv:kubernetes OBS Project" key, one for every core:/stable:/v1.xx
+#     repository (kubernetes/kubernetes#128609 and kubernetes/release#3818 show it for v1.24-v1.31;
+#     its 2024 renewal extended the expiry, which keeps the fingerprint).
+#   docker: "Docker Release (CE deb)", the fingerprint Docker's install docs tell readers to verify
+#     (docker/docs engine/install/debian.md and ubuntu.md).
+#   nvidia-container-toolkit: "NVIDIA CORPORATION (Open Source Projects)", the key at
+#     nvidia.github.io/libnvidia-container/gpgkey (NVIDIA/libnvidia-container#280,
+#     NVIDIA/nvidia-container-toolkit#650 and #1460; apt names its key id DDCAE044F796ECB0).
+# The NVIDIA driver comes from Ubuntu's own archive (nvidia-driver-<branch>-server), signed by the
+# keys Ubuntu installs: no repository is added for it.
+APT_KEY_FINGERPRINTS = {
+    "kubernetes": ("DE15B14486CD377B9E876E1A234654DA9A296436",),
+    "docker": ("9DC858229FC7DD38854AE2D88D81803C0EBFCD88",),
+    "nvidia-container-toolkit": ("C95B321B61E88C1809C4F759DDCAE044F796ECB0",),
+}
+
 # Container runtime (Docker's apt repository for Ubuntu, package containerd.io).
 CONTAINERD_DEFAULT = "1.7.27-1"
 

@@ -51,6 +51,7 @@ from config.fields import (
 )
 from config.gpu import GpuStack
 from config.gpu_inventory import check_gpu_count, fit_problems
+from config.hardening import Hardening
 from config.inert_keys import inert_lab_problems
 
 
@@ -235,6 +236,7 @@ class LabStack(Addons):
         default=1, ge=1, le=1000,
         description="Upgrades drain at most this many nodes at once (control planes one at a time).",
     )
+    hardening: Hardening = Field(default_factory=Hardening, description=Hardening.__doc__)
     allow_rebuild: bool = Field(
         default=False,
         description="Allow a change that needs a new cluster (podCidr, serviceCidr, controlPlaneEndpoint, the "

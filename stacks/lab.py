@@ -18,6 +18,7 @@ from components.cni import Cni, CniArgs
 from components.gpu_stack import DriverSource
 from components.lab.certificates import check_period
 from components.lab.control_plane import ControlPlane, ControlPlaneArgs
+from components.lab.hardening_files import ControlPlaneFiles, ControlPlaneFilesArgs
 from components.lab.kubeadm import KubeadmSettings
 from components.lab.nfs_storage import NfsServerArgs, NfsSharedStorage, NfsSharedStorageArgs
 from components.lab.node_join import Membership, MembershipArgs, NodeJoin, NodeJoinArgs, join_token_id
@@ -38,6 +39,7 @@ def kubeadm_settings(cfg: LabStack) -> KubeadmSettings:
         pod_cidr=cfg.pod_cidr,
         service_cidr=cfg.service_cidr,
         gpu_taint=cfg.gpu_taint,
+        hardening=cfg.hardening,
     )
 
 
@@ -49,6 +51,7 @@ def host_software(cfg: LabStack) -> HostSoftware:
         install_driver=cfg.host_installs_driver,
         host_toolkit=cfg.gpu.stack is GpuStack.DEVICE_PLUGIN,
         roce=roce_host(cfg),
+        verify_apt_keys=cfg.hardening.verify_apt_keys,
     )
 
 
@@ -103,9 +106,13 @@ def build(cfg: LabStack, secrets: StackSecrets) -> dict[str, object]:
         for h in cfg.hosts
     }
     first = cfg.control_planes[0]
+    # The audit policy and the encryption config on every control plane before kubeadm reads them.
+    cp_files = ControlPlaneFiles("control-plane-files", ControlPlaneFilesArgs(
+        control_planes=tuple(cfg.control_planes), settings=cfg.hardening, private_key=key,
+        prepared={h.name: prep[h.name].done for h in cfg.control_planes}, bastion=cfg.bastion))
     cp = ControlPlane(
         "control-plane",
-        ControlPlaneArgs(host=first, cluster=cluster, private_key=key, prepared=prep[first.name].done,
+        ControlPlaneArgs(host=first, cluster=cluster, private_key=key, prepared=cp_files.done[first.name],
                          bastion=cfg.bastion, certificate_check_period=check_period(datetime.date.today()),
                          upgrade=upgrade, protect=not cfg.allow_rebuild, kube_vip=cfg.kube_vip),
     )
@@ -131,7 +138,7 @@ def build(cfg: LabStack, secrets: StackSecrets) -> dict[str, object]:
                 control_plane=cp,
                 membership=membership,
                 private_key=key,
-                prepared=prep[h.name].done,
+                prepared=cp_files.done.get(h.name, prep[h.name].done),
                 network=[cni],
                 bastion=cfg.bastion,
                 upgrade=upgrade,

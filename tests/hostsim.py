@@ -38,6 +38,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from components import versions
+
 TIMEOUT = 60  # seconds, per command
 
 # Every tool the scripts call that would change packages, the kernel or services (or reach the
@@ -241,20 +243,38 @@ containerd)
   fi
   ;;
 curl)
+  # What HostSim.serve() put at the URL, else a stand-in key that carries the fingerprint its
+  # publisher's real key has (state/published-keys: "<host> <fingerprint>" lines).
   url=
   for a in "$@"; do url=$a; done
-  printf -- '-----BEGIN PGP PUBLIC KEY BLOCK-----\nfake key for %s\n-----END PGP PUBLIC KEY BLOCK-----\n' "$url"
+  served=$SIM/http/$(printf '%s' "$url" | sha256sum | cut -c1-64)
+  if [ -f "$served" ]; then cat "$served"; exit 0; fi
+  site=${url#https://}
+  site=${site%%/*}
+  printf -- '-----BEGIN PGP PUBLIC KEY BLOCK-----\nfake key for %s\n' "$url"
+  awk -v site="$site" '$1 == site { print "sim-fingerprint: " $2 }' "$STATE/published-keys" 2>/dev/null
+  printf -- '-----END PGP PUBLIC KEY BLOCK-----\n'
   ;;
 gpg)
   out=
   yes=
+  show=
+  file=
   while [ $# -gt 0 ]; do
     case $1 in
       -o|--output) shift; out=$1 ;;
       --yes) yes=1 ;;
+      --show-keys) show=1 ;;
+      -*) ;;
+      *) file=$1 ;;
     esac
     shift
   done
+  if [ -n "$show" ]; then
+    # The stand-in keys' "sim-fingerprint:" lines, as gpg --with-colons lists primary keys.
+    sed -n 's/^sim-fingerprint: \(.*\)$/pub:-:255:22:0:0:::u:::scSC\nfpr:::::::::\1:/p' "${file:-/dev/stdin}"
+    exit 0
+  fi
   if [ -z "$out" ]; then echo "gpg: no output file (stand-in)" >&2; exit 2; fi
   if [ -e "$out" ] && [ -z "$yes" ]; then echo "gpg: $out exists" >&2; exit 2; fi
   { echo "dearmored:"; cat; } >"$out"
@@ -436,6 +456,11 @@ class HostSim:
             (etc / "fstab").write_text(fstab)
             (etc / "fstab").chmod(0o644)
         self.set_gpus(gpus)
+        # The apt repositories' signing keys as their publishers serve them (versions.py pins them).
+        published = {"pkgs.k8s.io": "kubernetes", "download.docker.com": "docker",
+                     "nvidia.github.io": "nvidia-container-toolkit"}
+        (self.state / "published-keys").write_text("".join(
+            f"{site} {fpr}\n" for site, repo in published.items() for fpr in versions.APT_KEY_FINGERPRINTS[repo]))
         stand_in = (
             _STAND_IN.replace("@SIM@", shlex.quote(str(self.sim)))
             .replace("@NVIDIA_RUNTIME_STANZA@", NVIDIA_RUNTIME_STANZA)
@@ -544,6 +569,12 @@ class HostSim:
                 path.chmod(mode)
                 return
         raise ValueError(f"{real} is not under /opt or /sys")
+
+    def serve(self, url: str, body: str) -> None:
+        """What the curl stand-in answers for `url` from now on (e.g. a real armored OpenPGP key)."""
+        served = self.sim / "http" / hashlib.sha256(url.encode()).hexdigest()
+        served.parent.mkdir(exist_ok=True)
+        served.write_text(body)
 
     def installed(self) -> dict[str, str]:
         return {p.name: p.read_text().strip() for p in (self.state / "pkgs").iterdir()}

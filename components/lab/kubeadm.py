@@ -18,7 +18,9 @@ from typing import Any
 
 import yaml
 
+from components.lab import hardening
 from components.scheduling_contract import CONTROL_PLANE_TAINT, GPU_NODE_LABEL, GPU_TAINT
+from config.hardening import Hardening
 from config.lab import Host, Role
 
 API_VERSION = "kubeadm.k8s.io/v1beta4"  # kubeadm 1.31+; every supported minor
@@ -36,6 +38,8 @@ class KubeadmSettings:
     pod_cidr: ipaddress.IPv4Network
     service_cidr: ipaddress.IPv4Network
     gpu_taint: bool  # taint GPU workers nvidia.com/gpu=present:NoSchedule
+    # The audit log, Secrets encryption and kubelet access (components/lab/hardening.py).
+    hardening: Hardening = Hardening()
 
 
 def _node_registration(cluster: KubeadmSettings, host: Host, control_plane: bool) -> dict[str, Any]:
@@ -73,7 +77,7 @@ def init_config(cluster: KubeadmSettings, first: Host) -> str:
         "localAPIEndpoint": {"advertiseAddress": str(first.address), "bindPort": 6443},
         "nodeRegistration": _node_registration(cluster, first, control_plane=True),
     }
-    cluster_doc = {
+    cluster_doc: dict[str, Any] = {
         "apiVersion": API_VERSION,
         "kind": "ClusterConfiguration",
         "kubernetesVersion": f"v{cluster.kubernetes_version}",
@@ -84,10 +88,15 @@ def init_config(cluster: KubeadmSettings, first: Host) -> str:
             "serviceSubnet": str(cluster.service_cidr),
         },
     }
+    if api_server := hardening.api_server(cluster.hardening):
+        # Merged, not assigned: other apiServer fields (certSANs) may be set beside these.
+        cluster_doc.setdefault("apiServer", {}).update(api_server)
+    # kubeadm uploads this to the cluster (ConfigMap kubelet-config): every node that joins gets it.
     kubelet = {
         "apiVersion": "kubelet.config.k8s.io/v1beta1",
         "kind": "KubeletConfiguration",
         "cgroupDriver": "systemd",
+        **hardening.kubelet_access(cluster.hardening.kubelet),
     }
     return _dump([init, cluster_doc, kubelet])
 

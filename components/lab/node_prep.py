@@ -76,6 +76,8 @@ class HostSoftware:
     host_toolkit: bool
     # GPU hosts with network.rdma: the RoCE NIC moved into training pods (None: no RDMA steps).
     roce: RoceHost | None = None
+    # Refuse an apt repository key whose fingerprint is not the pinned one (hardening.verifyAptKeys).
+    verify_apt_keys: bool = True
 
     @property
     def kubernetes_minor(self) -> str:
@@ -161,7 +163,7 @@ class NodePrep(pulumi.ComponentResource):
         if host_toolkit:
             last = step(
                 "nvidia-toolkit",
-                scripts.nvidia_toolkit(versions.NVIDIA_CONTAINER_TOOLKIT),
+                scripts.nvidia_toolkit(versions.NVIDIA_CONTAINER_TOOLKIT, sw.verify_apt_keys),
                 scripts.nvidia_toolkit_delete(),
                 [last],
             )
@@ -171,6 +173,7 @@ class NodePrep(pulumi.ComponentResource):
                 sw.containerd_version,
                 versions.PAUSE_IMAGE[sw.kubernetes_minor],
                 nvidia_default=host_toolkit,
+                verify_keys=sw.verify_apt_keys,
             ),
             scripts.containerd_delete(),
             [last],
@@ -178,12 +181,12 @@ class NodePrep(pulumi.ComponentResource):
         last = step(
             "kube-packages",
             scripts.kube_packages(
-                sw.kubernetes_version, sw.kubernetes_minor, versions.KUBE_PACKAGE_REVISION
+                sw.kubernetes_version, sw.kubernetes_minor, versions.KUBE_PACKAGE_REVISION, sw.verify_apt_keys
             ),
             scripts.kube_packages_delete(),
             [last],
             update=scripts.kube_packages_stage(
-                sw.kubernetes_version, sw.kubernetes_minor, versions.KUBE_PACKAGE_REVISION
+                sw.kubernetes_version, sw.kubernetes_minor, versions.KUBE_PACKAGE_REVISION, sw.verify_apt_keys
             ),
         )
         if host.is_gpu and sw.roce is not None:

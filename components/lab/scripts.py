@@ -19,6 +19,8 @@ import re
 import shlex
 from collections.abc import Iterable
 
+from components import versions
+from components.lab import hardening
 from components.lab.host_steps import Shell, fill, read
 from config.fields import HEREDOC_END  # the marker config refuses in every string
 
@@ -53,6 +55,12 @@ def as_root(script: str) -> str:
 # node prep (host_steps/node_prep/)
 
 
+def _key_pins(repository: str, verify: bool) -> Shell:
+    """apt_repo's PINNED word: the fingerprints the repository's key must have (versions.py), or ''
+    with hardening.verifyAptKeys false."""
+    return Shell(shlex.quote(" ".join(versions.APT_KEY_FINGERPRINTS[repository]) if verify else ""))
+
+
 def kernel_prep() -> str:
     return _script(fill("node_prep/kernel_prep.sh"))
 
@@ -78,8 +86,9 @@ _TOOLKIT_PACKAGES = ("nvidia-container-toolkit", "nvidia-container-toolkit-base"
                      "libnvidia-container1")
 
 
-def nvidia_toolkit(version: str) -> str:
-    return _script(fill("node_prep/nvidia_toolkit.sh", PACKAGES=_words(f"{p}={version}" for p in _TOOLKIT_PACKAGES)))
+def nvidia_toolkit(version: str, verify_keys: bool = True) -> str:
+    return _script(fill("node_prep/nvidia_toolkit.sh", PACKAGES=_words(f"{p}={version}" for p in _TOOLKIT_PACKAGES),
+                        KEY_PINS=_key_pins("nvidia-container-toolkit", verify_keys)))
 
 
 def nvidia_toolkit_delete() -> str:
@@ -91,18 +100,20 @@ _NVIDIA_RUNTIME = 'nvidia-ctk runtime configure --runtime=containerd --set-as-de
 _RUNC_RUNTIME = "# CPU host: runc stays the default runtime"
 
 
-def containerd(version: str, pause_image: str, nvidia_default: bool) -> str:
+def containerd(version: str, pause_image: str, nvidia_default: bool, verify_keys: bool = True) -> str:
     return _script(fill("node_prep/containerd.sh", VERSION=version, PAUSE_IMAGE=pause_image,
-                        NVIDIA_RUNTIME=Shell(_NVIDIA_RUNTIME if nvidia_default else _RUNC_RUNTIME)))
+                        NVIDIA_RUNTIME=Shell(_NVIDIA_RUNTIME if nvidia_default else _RUNC_RUNTIME),
+                        KEY_PINS=_key_pins("docker", verify_keys)))
 
 
 def containerd_delete() -> str:
     return _script(fill("node_prep/containerd_delete.sh"))
 
 
-def kube_packages(version: str, minor: str, revision: str) -> str:
+def kube_packages(version: str, minor: str, revision: str, verify_keys: bool = True) -> str:
     pkgs = _words(f"{p}={version}-{revision}" for p in ("kubelet", "kubeadm", "kubectl"))
-    return _script(fill("node_prep/kube_packages.sh", MINOR=minor, PACKAGES=pkgs))
+    return _script(fill("node_prep/kube_packages.sh", MINOR=minor, PACKAGES=pkgs,
+                        KEY_PINS=_key_pins("kubernetes", verify_keys)))
 
 
 def kube_packages_delete() -> str:
@@ -238,6 +249,23 @@ def node_ready(node: str) -> str:
                         INTERVAL=NODE_REGISTER_INTERVAL))
 
 
+def _control_plane_paths() -> dict[str, str | int]:
+    return {"CONFIG_DIR": hardening.CONFIG_DIR, "AUDIT_POLICY_FILE": hardening.AUDIT_POLICY_FILE,
+            "ENCRYPTION_CONFIG_FILE": hardening.ENCRYPTION_CONFIG_FILE}
+
+
+def control_plane_files(audit_policy: str) -> str:
+    """On every control plane before kubeadm init or join: the audit policy (`audit_policy`, YAML;
+    '' with the audit log off) and the EncryptionConfiguration from stdin (a secret; empty with
+    encryption off), root only (components/lab/hardening.py)."""
+    return _script(fill("cluster/control_plane_files.sh", **_control_plane_paths(),
+                        AUDIT_LOG_DIR=hardening.AUDIT_LOG_DIR, AUDIT_POLICY=audit_policy))
+
+
+def control_plane_files_delete() -> str:
+    return _script(fill("cluster/control_plane_files_delete.sh", **_control_plane_paths()))
+
+
 MEMBERS_FILE = "$STATE_DIR/cluster-members"  # on the control plane: "name address" per joined host
 
 
@@ -302,10 +330,11 @@ def _driver_spec(branch: str, version: str | None) -> str:
     return f"nvidia-driver-{branch}-server" + (f"={version}" if version else "")
 
 
-def kube_packages_stage(version: str, minor: str, revision: str) -> str:
+def kube_packages_stage(version: str, minor: str, revision: str, verify_keys: bool = True) -> str:
     """kube-packages' update: the minor's apt repository and kubeadm of the new version; kubelet and
     kubectl stay where they are until the node itself is upgraded (after the control plane, drained)."""
-    return _upgrade_script(fill("upgrade/kube_packages_stage.sh", VERSION=version, MINOR=minor, REVISION=revision))
+    return _upgrade_script(fill("upgrade/kube_packages_stage.sh", VERSION=version, MINOR=minor, REVISION=revision,
+                                KEY_PINS=_key_pins("kubernetes", verify_keys)))
 
 
 def kubeadm_upgrade_apply(node: str, version: str, revision: str, slot_tries: int) -> str:

@@ -115,7 +115,7 @@ def test_values_are_quoted_and_shell_text_placed_as_it_is() -> None:
     assert "\nwant='1.0 $(reboot)'\n" in body
     assert "\npkg=nvidia-driver-580-server\n" in body
     assert "\nwant=''\n" in host_steps.fill("node_prep/nvidia_driver.sh", BRANCH="580", VERSION="")
-    toolkit = host_steps.fill("node_prep/nvidia_toolkit.sh", PACKAGES=host_steps.Shell("a=1 b=2"))
+    toolkit = host_steps.fill("node_prep/nvidia_toolkit.sh", PACKAGES=host_steps.Shell("a=1 b=2"), KEY_PINS="")
     assert "\napt_pin a=1 b=2\n" in toolkit
 
 
@@ -125,7 +125,8 @@ def test_a_value_is_filled_once_not_read_as_a_placeholder() -> None:
 
 
 def test_the_header_is_not_sent_and_includes_are_filled() -> None:
-    body = host_steps.fill("node_prep/kube_packages.sh", MINOR="1.34", PACKAGES=host_steps.Shell("kubelet=1"))
+    body = host_steps.fill("node_prep/kube_packages.sh", MINOR="1.34", PACKAGES=host_steps.Shell("kubelet=1"),
+                           KEY_PINS="")
     assert not body.startswith("#!") and "Filled in" not in body and "@include" not in body
     assert "apt_repo kubernetes-v1.34 https://pkgs.k8s.io/core:/stable:/v1.34/deb/Release.key" in body
     with pytest.raises(ValueError, match="opens with a header"):

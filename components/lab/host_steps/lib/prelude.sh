@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The opening of every host script (after the shebang line scripts.py writes): strict mode, the
-# state directory, and the helpers every step uses (put_file, apt_get, apt_pin, apt_unpin_purge,
-# apt_repo). Filled in: nothing.
+# state directory, and the helpers every step uses (put_file, apt_get, apt_pin, apt_unpin_purge;
+# apt_repo is lib/apt_repo.sh). Filled in: nothing.
 
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
@@ -66,17 +66,6 @@ apt_unpin_purge() {
       apt_get purge -y -q "$pkg"
     fi
   done
-}
-
-# apt_repo NAME KEY_URL LINE: a signed apt source, its key fetched once over HTTPS.
-apt_repo() {
-  local name=$1 key_url=$2 line=$3 keyring=/etc/apt/keyrings/$1.gpg
-  install -d -m 0755 /etc/apt/keyrings
-  if [ ! -s "$keyring" ]; then
-    curl -fsSL --retry 5 "$key_url" | gpg --dearmor --yes -o "$keyring"
-    chmod 0644 "$keyring"
-  fi
-  put_file "/etc/apt/sources.list.d/$name.list" 0644 <<<"${line/@KEYRING@/$keyring}" || true
 }
 
 install -d -m 0755 "$STATE_DIR"

@@ -2,11 +2,13 @@
 # Node prep, every host: containerd.io from Docker's apt repository, pinned, its config generated
 # from its defaults (systemd cgroups, the pause image, on GPU hosts the NVIDIA runtime as default).
 # Filled in: __VERSION__ (containerdVersion), __PAUSE_IMAGE__ (versions.py, per minor),
-# __NVIDIA_RUNTIME__ (a line scripts.py chooses: nvidia-ctk on GPU hosts, a comment on CPU hosts).
+# __NVIDIA_RUNTIME__ (a line scripts.py chooses: nvidia-ctk on GPU hosts, a comment on CPU hosts),
+# __KEY_PINS__ (the fingerprints the repository's key must have, '' unchecked).
 
+# @include lib/apt_repo.sh
 # shellcheck disable=SC1091  # the host's os-release
 . /etc/os-release
-apt_repo docker https://download.docker.com/linux/ubuntu/gpg \
+apt_repo docker https://download.docker.com/linux/ubuntu/gpg __KEY_PINS__ \
   "deb [arch=$(dpkg --print-architecture) signed-by=@KEYRING@] https://download.docker.com/linux/ubuntu ${VERSION_CODENAME} stable"
 apt_pin containerd.io=__VERSION__
 # The config is regenerated from containerd's defaults every run and written only if it
