@@ -166,6 +166,9 @@ def pod_template(job: str, args: TrainingJobArgs) -> dict[str, Any]:
             },
         },
         "tolerations": gpu_tolerations(),
+        # torchrun's static rendezvous and the trainer never call the Kubernetes API: no token in
+        # the pod for a compromised dependency to use (the egress policy lets public addresses on 443).
+        "automountServiceAccountToken": False,
         "containers": [container],
         "volumes": [
             # Docker's 64 MiB default /dev/shm kills DataLoader workers; memory-backed and bounded.

@@ -85,6 +85,8 @@ def job_manifest(job: str, args: PrepareDataArgs) -> dict[str, Any]:
     }
     pod: dict[str, Any] = {
         "restartPolicy": "Never",
+        # The download talks to the dataset's host only, never to the Kubernetes API: no token.
+        "automountServiceAccountToken": False,
         "tolerations": addon_tolerations(),
         "affinity": addon_affinity(),
         "containers": [container],

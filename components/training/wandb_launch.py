@@ -183,6 +183,7 @@ def queue_config(training: TrainingConfig, claim: SharedClaim, gpu_resource: str
     }
     run_pod = {
         "restartPolicy": "Never",
+        "automountServiceAccountToken": False,  # a training run, as the Job's pods: no API token
         "affinity": {"nodeAffinity": pod["affinity"]["nodeAffinity"]},
         "tolerations": pod["tolerations"],
         "containers": [run_container],

@@ -820,3 +820,20 @@ def test_committed_stacks_enable_training_with_a_pinned_image() -> None:
         raw = yaml.safe_load((PROJECT_DIR / f"Pulumi.{stack}.yaml").read_text())["config"]
         t = raw["gpu-cluster:training"]
         assert t["enabled"] is True and ":" in t["image"].rsplit("/", 1)[-1] and not t["image"].endswith(":latest")
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_no_training_namespace_pod_carries_an_api_token(case: str) -> None:
+    """Nothing the training namespace runs calls the Kubernetes API (torchrun's static rendezvous, the
+    trainer, the dataset download), and its egress policy lets public addresses on 443 through: a pod
+    that mounted the default ServiceAccount's token would hand it to any compromised dependency."""
+    templates = []
+    for o in training_objects(case):
+        if o["kind"] == "Job":
+            templates.append((o["metadata"]["name"], o["spec"]["template"]))
+        elif o["kind"] == "PyTorchJob":
+            templates += [(f"{o['metadata']['name']}/{role}", r["template"])
+                          for role, r in o["spec"]["pytorchReplicaSpecs"].items()]
+    assert templates
+    for name, template in templates:
+        assert template["spec"].get("automountServiceAccountToken") is False, f"{case}: {name} mounts an API token"
