@@ -39,6 +39,9 @@ from components.lab.host_steps import fill
 from config.lab import Host
 
 SNAPSHOT_SCRIPT = "/usr/local/sbin/gpu-cluster-etcd-snapshot"
+# The install step's name under its host (render writes its stdin, the restore script, to
+# hosts/<control plane>/etcd-restore.sh).
+INSTALL_STEP = "etcd-backup-install"
 CRON_FILE = "/etc/cron.d/gpu-cluster-etcd-backup"
 # The node-exporter textfile directory on the host (host "/" is mounted at /host/root in its pod).
 TEXTFILE_DIR = "/var/lib/gpu-cluster/node-exporter"
@@ -118,6 +121,8 @@ class EtcdBackupArgs:
 
 
 class EtcdBackup(pulumi.ComponentResource):
+    """Name it `<host>-etcd-backup`: its step is then INSTALL_STEP under that host."""
+
     latest: pulumi.Output[dict[str, object]]
 
     def __init__(self, name: str, args: EtcdBackupArgs, opts: pulumi.ResourceOptions | None = None):
@@ -129,6 +134,7 @@ class EtcdBackup(pulumi.ComponentResource):
             create=scripts.as_root(install_script(s)),
             update=scripts.as_root(install_script(s)),
             delete=scripts.as_root(remove_script()),
+            stdin=restore_script(s),
             opts=pulumi.ResourceOptions(parent=self, depends_on=list(args.after)),
         )
         self.latest = self.install.stdout.apply(_latest)

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# etcd backups on one control plane (create and update): the snapshot script and its cron file
-# written (only when they differ), the backup and textfile directories made, then one snapshot
+# etcd backups on one control plane (create and update; stdin: the restore script): the snapshot
+# script, its cron file and the restore script (/usr/local/sbin/gpu-cluster-etcd-restore, there for a
+# restore without this program at hand) written only when they differ, the backup and textfile
+# directories made, then one snapshot
 # taken at once so that a broken setup fails the step, not a night later. stdout: the newest
 # snapshot as one JSON line {node, path, time, sizeBytes} (the stack output etcdBackup).
 # Filled in: __SNAPSHOT_SCRIPT__ (snapshot.sh, filled), __CRON_FILE__, __BACKUP_DIR__, __TEXTFILE_DIR__,
@@ -14,6 +16,7 @@ install -d -m 0700 __BACKUP_DIR__
 install -d -m 0755 __TEXTFILE_DIR__
 put_file /usr/local/sbin/gpu-cluster-etcd-snapshot 0700 <<<__SNAPSHOT_SCRIPT__ >&2 || true
 put_file /etc/cron.d/gpu-cluster-etcd-backup 0644 <<<__CRON_FILE__ >&2 || true
+put_file /usr/local/sbin/gpu-cluster-etcd-restore 0700 >&2 || true
 /usr/local/sbin/gpu-cluster-etcd-snapshot >&2
 newest=$(find __BACKUP_DIR__ -maxdepth 1 -type f -name 'etcd-'__NODE__'-*.db' -printf '%f\n' | sort | tail -n 1)
 path=__BACKUP_DIR__/$newest
