@@ -35,7 +35,7 @@ from pulumi_command import remote
 
 from components import versions
 from components.lab import scripts
-from components.lab.host_steps import fill
+from components.lab.host_steps import Shell, fill
 from config.lab import Host
 
 SNAPSHOT_SCRIPT = "/usr/local/sbin/gpu-cluster-etcd-snapshot"
@@ -95,9 +95,17 @@ def cron_file(s: EtcdBackupSettings) -> str:
     )
 
 
+def _here_document(text: str, end: str) -> Shell:
+    """`text` as the body of a here-document that ends at the line `end` (refused inside it)."""
+    if end in text.splitlines():
+        raise ValueError(f"the text holds its here-document's end {end}")
+    return Shell(text.rstrip("\n"))
+
+
 def install_script(s: EtcdBackupSettings) -> str:
     return scripts._script(fill(  # noqa: SLF001 - the host scripts' common prelude
-        "etcd/backup_install.sh", SNAPSHOT_SCRIPT=snapshot_script(s), CRON_FILE=cron_file(s),
+        "etcd/backup_install.sh", SNAPSHOT_SCRIPT=_here_document(snapshot_script(s), "GPU_CLUSTER_ETCD_SNAPSHOT"),
+        CRON_FILE=_here_document(cron_file(s), "GPU_CLUSTER_ETCD_CRON"),
         BACKUP_DIR=s.host_path, TEXTFILE_DIR=TEXTFILE_DIR, NODE=s.node))
 
 
