@@ -115,10 +115,17 @@ done
 [ -z "$(running etcd)$(running kube-apiserver)" ] || die "etcd or the API server still runs after $((tries * 5)) s"
 
 # 2. Restore into a fresh directory beside the data directory (same filesystem: the swap is a rename).
+# Where etcdutl has them, the revision is bumped and the old ones marked compacted, so that the API
+# server's watchers and informers see no revision go back (etcd-io/etcd#16028, the restore for
+# Kubernetes); older 3.5 releases lack the flags.
 parent=$(dirname "$data_dir")
 fresh=$data_dir.restored-$stamp
+bump=()
+if etcd_tool "$version" -- etcdutl snapshot restore --help 2>&1 | grep -q -- --bump-revision; then
+  bump=(--bump-revision 1000000000 --mark-compacted)
+fi
 etcd_tool "$version" "$snapshot_dir:ro" "$parent" -- etcdutl snapshot restore "$snapshot" --name "$name" \
-  --initial-cluster "$initial_cluster" --initial-advertise-peer-urls "$peer" --data-dir "$fresh"
+  --initial-cluster "$initial_cluster" --initial-advertise-peer-urls "$peer" --data-dir "$fresh" "${bump[@]}"
 
 # 3. Swap, keeping the old data directory.
 if [ -d "$data_dir" ]; then
