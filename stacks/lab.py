@@ -88,7 +88,7 @@ def etcd_backups(cfg: LabStack, cp: ControlPlane, joins: dict[str, NodeJoin], ke
         if settings is None:
             return "off: etcdBackup.enabled is false"
         connection = cp.connection if h is cp.host else ssh.connection(h, key, cfg.bastion)
-        after = [cp.init] if h is cp.host else joins[h.name].ready
+        after = [cp.init if h is cp.host else joins[h.name].ready]
         latest.append(EtcdBackup(f"{h.name}-etcd-backup", EtcdBackupArgs(settings, connection, after)).latest)
     b = cfg.etcd_backup
     return {"schedule": b.schedule, "retain": b.retain, "hostPath": b.host_path,
