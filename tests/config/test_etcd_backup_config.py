@@ -16,8 +16,8 @@ from cronsim import CronSim
 import config
 from components import versions
 from config.etcd_backup import EtcdBackupConfig
-from tests.conftest import PROJECT_DIR, host, lab_raw
 from tests.config.refusals import accepted, reported
+from tests.conftest import PROJECT_DIR, host, lab_raw
 
 PLAINTEXT_KEY = "-----BEGIN OPENSSH PRIVATE KEY-----\nx\n-----END OPENSSH PRIVATE KEY-----\n"
 
