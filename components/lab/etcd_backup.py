@@ -143,7 +143,9 @@ class EtcdBackup(pulumi.ComponentResource):
             update=scripts.as_root(install_script(s)),
             delete=scripts.as_root(remove_script()),
             stdin=restore_script(s),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=list(args.after)),
+            # The host it runs on: a new one (name or address) replaces it, the old one removed first.
+            triggers=[s.node, *(str(h.address) for h in s.members if h.name == s.node)],
+            opts=pulumi.ResourceOptions(parent=self, depends_on=list(args.after), delete_before_replace=True),
         )
         self.latest = self.install.stdout.apply(_latest)
         self.register_outputs({"latest": self.latest})

@@ -425,7 +425,8 @@ def test_each_platform_type_holds_only_its_keys():
     assert shared == lab & gke == dev & gke
     assert lab & dev == shared | {"storage", "serviceCidr"}  # each its own storage section; both a service range
     assert lab - shared == {"hosts", "controlPlaneEndpoint", "podCidr", "serviceCidr", "cni", "containerdVersion",
-                            "nvidiaDriver", "gpuTaint", "bastion", "storage", "maxUnavailable", "allowRebuild"}
+                            "nvidiaDriver", "gpuTaint", "bastion", "storage", "maxUnavailable", "allowRebuild",
+                            "etcdBackup"}
     assert dev - shared == {"kubeContext", "gpuNodes", "gpuNodeGpus", "serviceCidr", "nodeCidr", "storage"}
     assert gke - shared == {"gke", "gcp:project", "gcp:region"}
     # The two storage sections share the size and an existing NFS export.
