@@ -1,8 +1,9 @@
 """Cni: the pod network of a kubeadm cluster, as a pinned Helm release.
 
-flannel (default) or calico (tigera-operator), both told the cluster's pod CIDR so the overlay
-matches what kubeadm gave the nodes. The namespace is created here with the Pod Security level the
-CNI needs: it runs on the host network with hostPath mounts, which only `privileged` admits.
+calico (tigera-operator; the default, as it enforces NetworkPolicies) or flannel (which does not),
+both told the cluster's pod CIDR so the overlay matches what kubeadm gave the nodes. The namespace
+is created here with the Pod Security level the CNI needs: it runs on the host network with
+hostPath mounts, which only `privileged` admits.
 
 calico: since Calico 3.32 the tigera-operator chart ships no CRDs, though its templates create
 operator.tigera.io resources (Installation, APIServer, Goldmane, Whisker). The CRDs come first, from

@@ -61,6 +61,7 @@ from components.gpu_health_access import (
     token_secret,
     webhook_token,
 )
+from components.manifest_resource import manifest_resource, registers_like_typed
 from components.namespaces import pod_security_namespace
 from components.scheduling_contract import (
     GPU_RESOURCE,
@@ -384,16 +385,12 @@ def typed_resource(name: str, body: dict[str, Any], opts: pulumi.ResourceOptions
     if kind == "ClusterRoleBinding":
         return k8s.rbac.v1.ClusterRoleBinding(name, metadata=meta, role_ref=body["roleRef"],
                                               subjects=body["subjects"], opts=opts)
-    if kind == "Deployment":
-        return k8s.apps.v1.Deployment(name, metadata=meta, spec=body["spec"], opts=opts)
+    if registers_like_typed(body):  # Deployment, NetworkPolicy, CronJob
+        return manifest_resource(name, body, opts)
     if kind == "Service":
         return k8s.core.v1.Service(name, metadata=meta, spec=body["spec"], opts=opts)
-    if kind == "NetworkPolicy":
-        return k8s.networking.v1.NetworkPolicy(name, metadata=meta, spec=body["spec"], opts=opts)
     if kind == "ConfigMap":
         return k8s.core.v1.ConfigMap(name, metadata=meta, data=body["data"], opts=opts)
-    if kind == "CronJob":
-        return k8s.batch.v1.CronJob(name, metadata=meta, spec=body["spec"], opts=opts)
     if kind == "PriorityClass":
         return k8s.scheduling.v1.PriorityClass(name, metadata=meta, value=body["value"], description=body["description"],
                                                preemption_policy=body["preemptionPolicy"],

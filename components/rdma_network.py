@@ -48,6 +48,7 @@ import pulumi_kubernetes as k8s
 
 from components import versions
 from components.cluster_addon import tolerate_control_plane
+from components.manifest_resource import manifest_resource, registers_like_typed
 from components.scheduling_contract import GPU_NODE_SELECTOR_TERMS, JOB_LABEL, METRICS_NODE_LABEL, gpu_tolerations
 from components.storage_contract import TRAINING_NAMESPACE
 from components.training import launch
@@ -344,14 +345,12 @@ class RdmaNetworkArgs:
 
 def _typed(name: str, body: dict[str, Any], opts: pulumi.ResourceOptions) -> pulumi.CustomResource:
     kind = body["kind"]
-    if kind == "DaemonSet":
-        return k8s.apps.v1.DaemonSet(name, metadata=body["metadata"], spec=body["spec"], opts=opts)
+    if registers_like_typed(body):  # DaemonSet, NetworkPolicy
+        return manifest_resource(name, body, opts)
     if kind == "ConfigMap":
         return k8s.core.v1.ConfigMap(name, metadata=body["metadata"], data=body["data"], opts=opts)
     if kind == "Service":
         return k8s.core.v1.Service(name, metadata=body["metadata"], spec=body["spec"], opts=opts)
-    if kind == "NetworkPolicy":
-        return k8s.networking.v1.NetworkPolicy(name, metadata=body["metadata"], spec=body["spec"], opts=opts)
     return k8s.apiextensions.CustomResource(
         name, api_version=body["apiVersion"], kind=kind, metadata=body["metadata"], spec=body["spec"], opts=opts
     )

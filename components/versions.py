@@ -49,6 +49,9 @@ CONTAINERD_DEFAULT = "1.7.27-1"
 NVIDIA_DRIVER_BRANCH_DEFAULT = "570"
 NVIDIA_CONTAINER_TOOLKIT = "1.17.8-1"
 
+# kube-vip: the API's virtual IP on HA lab control planes (gpu-cluster:kubeVip), a static pod.
+KUBE_VIP_IMAGE = "ghcr.io/kube-vip/kube-vip:v1.0.3"
+
 # In-cluster software.
 NVIDIA_DEVICE_PLUGIN_IMAGE = "nvcr.io/nvidia/k8s-device-plugin:v0.20.0"
 

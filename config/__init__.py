@@ -162,7 +162,7 @@ def _adapter(stack_type: type[Addons], name: str) -> TypeAdapter[Any]:
 # Keys whose values are structured: Pulumi hands them over as JSON text. Every other value is
 # a string (pydantic reads "22" or "true" as the declared int or bool), so a version such as
 # "1.34" never turns into a float.
-_STRUCTURED_KEYS = ("hosts", "nvidiaDriver", "bastion", "gpuNodes", "gpuNodeGpus", "gpu", "training", "acceptance", "network", "storage", "monitoring", "gke", "wandb", "gpuHealth", "etcdBackup")
+_STRUCTURED_KEYS = ("hosts", "nvidiaDriver", "bastion", "kubeVip", "gpuNodes", "gpuNodeGpus", "gpu", "training", "acceptance", "network", "storage", "monitoring", "gke", "wandb", "gpuHealth", "etcdBackup")
 
 
 def _decode(key: str, value: Any) -> Any:

@@ -4,10 +4,11 @@ names it, checked against each other before anything is registered.
 A range is handed out, one address at a time, by someone: kube-controller-manager and the CNI (pods),
 kube-apiserver (Services), whereabouts (network.roce.range: the pods' RDMA interface), minikube's
 docker network (dev's nodes). Two ranges that overlap hand the same address to two things; a
-range that contains a machine's address (a host, the API endpoint, the NFS server) routes that
-address into the cluster, where nothing answers it. One rule covers every pair: ranges must not
-overlap, and an address must lie outside every range but the node network (where the nodes and the
-machines beside them, such as the docker host serving NFS on minikube, live).
+range that contains a machine's address (a host, the API endpoint or kubeVip's virtual IP, the NFS
+server) routes that address into the cluster, where nothing answers it. One rule covers every pair:
+ranges must not overlap, and an address must lie outside every range but the node network (where
+the nodes and the machines beside them, such as the docker host serving NFS on minikube, or
+kubeVip.subnet, live).
 
 Only IPv4 literals are checked: a DNS name (an NFS server, an endpoint) resolves where it is used.
 The bastion is left out: only the machine running Pulumi reaches it, never a node or a pod.
@@ -41,7 +42,7 @@ class Range:
 class Address:
     """A machine the cluster reaches at a fixed address."""
 
-    key: str  # "hosts[1].address", "controlPlaneEndpoint", "storage.nfs.server"
+    key: str  # "hosts[1].address", "controlPlaneEndpoint", "kubeVip.address", "storage.nfs.server"
     ip: ipaddress.IPv4Address
 
 

@@ -22,6 +22,7 @@ from config.fields import check_abs_path, check_display_name, check_dns_subdomai
 from config.gpu_inventory import MAX_GPUS_PER_NODE, fit_problems
 from config.inert_keys import inert_dev_problems
 from config.lab import NFS_EXPORT_DESCRIPTION, LabStack, NfsExport
+from config.network_policy_enforcement import DEV_CNI_DESCRIPTION, DevCni
 
 # minikube's defaults: its service range (pkg/minikube/constants/constants.go, DefaultServiceCIDR
 # "10.96.0.0/12", which kubeadm's own default matches) and the docker network of its first cluster
@@ -86,11 +87,13 @@ class DevStack(Addons):
     storage: DevStorage = Field(
         default_factory=DevStorage, description=LabStack.model_fields["storage"].description
     )
+    cluster_cni: DevCni = Field(default=DevCni.MINIKUBE_DEFAULT, description=DEV_CNI_DESCRIPTION)
 
     FOREIGN_HINTS: ClassVar[dict[str, str]] = {
         "hosts": "dev uses an existing cluster; its GPU nodes are listed in gpuNodes",
         "sshPrivateKey": "dev reaches its cluster through kubeContext or the kubeconfig secret",
         "gke": "dev uses an existing cluster",
+        "cni": "dev installs no CNI: clusterCni says which one the existing cluster runs",
     }
 
     _optional = field_validator("kube_context", mode="before")(classmethod(lambda cls, v: empty_to_none(v)))

@@ -25,6 +25,7 @@ from config.fields import Model, check_display_name, empty_to_none, label_proble
 from config.gcp import accelerators, locations, machine_types
 from config.gpu import GpuStack, SharingMode
 from config.inert_keys import inert_gke_problems
+from config.network_policy_enforcement import GKE_DATAPLANE_DESCRIPTION, GkeDataplane
 
 
 class GkeLocation(enum.StrEnum):
@@ -241,6 +242,7 @@ class GkeConfig(Model):
     network: str = Field(default="default", description="VPC network.")
     subnetwork: str | None = Field(default=None, description="Subnetwork (default: the network's in the region).")
     private_nodes: GkePrivateNodes = Field(default_factory=GkePrivateNodes, description="Nodes without public IPs.")
+    dataplane: GkeDataplane = Field(default=GkeDataplane.V2, description=GKE_DATAPLANE_DESCRIPTION)
     authorized_networks: tuple[AuthorizedNetwork, ...] = Field(default=(), description="Networks allowed to the API (empty: all).")
     system_pool: GkeSystemPool = Field(default_factory=GkeSystemPool, description="The CPU node pool for cluster add-ons.")
     gpu_pools: tuple[GpuPool, ...] = Field(default=(), description="The GPU node pools.")

@@ -28,6 +28,14 @@ from config.address_plan import (
     pod_range_problems,
     service_range_problems,
 )
+from config.control_planes import (
+    KubeVip,
+    count_problems,
+    endpoint_address,
+    membership_problems,
+    vip_address_plan,
+    vip_problems,
+)
 from config.errors import Problems
 from config.etcd_backup import EtcdBackupConfig, etcd_backup_problems
 from config.fields import (
@@ -40,7 +48,6 @@ from config.fields import (
     check_remote_host,
     empty_to_none,
     host_dir_problem,
-    ipv4_or_none,
     unusable_address,
 )
 from config.gpu import GpuStack
@@ -192,9 +199,12 @@ class LabStack(Addons):
     hosts: tuple[Host, ...] = Field(default=(), description="The servers of the cluster, one entry each.")
     control_plane_endpoint: str | None = Field(
         default=None,
-        description="Stable host:port of the API server; required with more than one control plane (bring your own "
-                    "load balancer; unset: the first control plane:6443).",
+        description="Stable host:port of the API server: your own load balancer (with more than one control plane, "
+                    "this or kubeVip; unset: kubeVip's address, else the first control plane:6443).",
     )
+    kube_vip: KubeVip | None = Field(
+        default=None, description="A virtual IP for the API server that kube-vip serves on the control planes (ARP); "
+                                  "with more than one control plane, this or controlPlaneEndpoint.")
     pod_cidr: ipaddress.IPv4Network = Field(
         default=ipaddress.IPv4Network("10.244.0.0/16"),
         description="Pod network (/8 to /24, a /24 per host); must not contain a host, the API endpoint or the NFS "
@@ -205,7 +215,7 @@ class LabStack(Addons):
         description="Service network, /12 to /28 (lab: kubeadm sets it up; dev: the existing cluster's, minikube's "
                     "default); no other range may overlap it.",
     )
-    cni: Cni = Field(default=Cni.FLANNEL, description="Pod network plugin, flannel or calico.")
+    cni: Cni = Field(default=Cni.CALICO, description="Pod network plugin: calico (enforces NetworkPolicies) or flannel (does not).")
     containerd_version: str = Field(
         default=versions.CONTAINERD_DEFAULT,
         description="containerd.io package version from Docker's apt repository, 1.6.x or 1.7.x (2.x is not supported yet).",
@@ -241,7 +251,7 @@ class LabStack(Addons):
         "gke": "lab builds a kubeadm cluster on hosts",
     }
 
-    _optional = field_validator("control_plane_endpoint", "bastion", mode="before")(
+    _optional = field_validator("control_plane_endpoint", "bastion", "kube_vip", mode="before")(
         classmethod(lambda cls, v: empty_to_none(v))
     )
 
@@ -288,6 +298,8 @@ class LabStack(Addons):
         """host:port every node and the admin kubeconfig use to reach the API server."""
         if self.control_plane_endpoint:
             return self.control_plane_endpoint
+        if self.kube_vip is not None:
+            return self.kube_vip.endpoint
         return f"{self.control_planes[0].address}:6443"
 
     def deployed_record(self) -> dict[str, str]:
@@ -300,6 +312,7 @@ class LabStack(Addons):
             service_cidr=self.service_cidr,
             control_plane_endpoint=self.api_endpoint,
             control_plane=f"{first.name} {first.address}",
+            control_planes=", ".join(f"{h.name} {h.address}" for h in self.control_planes),
         ).as_output()
 
     def change_problems(self, deployed: DeployedLab | None) -> Problems:
@@ -319,25 +332,29 @@ class LabStack(Addons):
             problems.append(("kubernetesVersion",
                              f"{deployed.kubernetes_version} -> {self.kubernetes_version} skips minor {step}: "
                              f"kubeadm upgrades one minor at a time; deploy {step}.x first, then {self.kubernetes_version}"))
-        if self.allow_rebuild:
-            return problems
+        # etcd membership (config/control_planes.py); a new first control plane is a new cluster (below).
+        first = self.control_planes[0]
+        same_first = deployed.control_plane == f"{first.name} {first.address}"
+        members = membership_problems(deployed.control_planes, self.control_planes) if same_first else []
         rebuild = ("needs a new cluster (kubeadm reset on every host and a fresh kubeadm init: every workload and "
                    "all of etcd are lost); to rebuild on purpose set gpu-cluster:allowRebuild: true (docs/operations/rebuilding.md)")
+        fixed: Problems = []
         for key, was, now in (
             ("podCidr", deployed.pod_cidr, self.pod_cidr),
             ("serviceCidr", deployed.service_cidr, self.service_cidr),
-            ("controlPlaneEndpoint", deployed.control_plane_endpoint, self.api_endpoint),
+            ("kubeVip" if self.kube_vip else "controlPlaneEndpoint", deployed.control_plane_endpoint, self.api_endpoint),
         ):
             if was != now:
-                problems.append((key, f"{was} -> {now} {rebuild}"))
-        first = self.control_planes[0]
-        if deployed.control_plane != f"{first.name} {first.address}":
+                fixed.append((key, f"{was} -> {now} {rebuild}"))
+        if not same_first:
             i = self.hosts.index(first)
             name_was = deployed.control_plane.split(" ")[0]
             key = f"hosts[{i}].name" if name_was != first.name else f"hosts[{i}].address"
-            problems.append((key, f"the first control plane (where kubeadm init ran) was {deployed.control_plane}, "
-                                  f"now {first.name} {first.address}: {rebuild}"))
-        return problems
+            fixed.append((key, f"the first control plane (where kubeadm init ran) was {deployed.control_plane}, "
+                               f"now {first.name} {first.address}: {rebuild}"))
+        if self.allow_rebuild:
+            return problems + (members if not fixed else [])
+        return problems + members + fixed
 
     def _capacity_problems(self) -> Problems:
         t = self.training
@@ -349,15 +366,10 @@ class LabStack(Addons):
             problems.append(("hosts", "lab needs at least one host with role control-plane"))
             return problems
         if not self.control_planes:
-            problems.append(("hosts", "no host has role control-plane; exactly one is needed, or more with controlPlaneEndpoint"))
-        elif len(self.control_planes) > 1 and not self.control_plane_endpoint:
-            problems.append(
-                (
-                    "controlPlaneEndpoint",
-                    f"{len(self.control_planes)} control-plane hosts need a load-balanced endpoint 'host:port'",
-                )
-            )
-        endpoint_problem, _ = _endpoint(self.control_plane_endpoint)
+            problems.append(("hosts", "no host has role control-plane; one is needed, or 3 or 5 with kubeVip or controlPlaneEndpoint"))
+        problems += count_problems(self.control_planes, self.kube_vip, self.control_plane_endpoint)
+        problems += vip_problems(self.kube_vip, self.hosts)
+        endpoint_problem, _ = endpoint_address(self.control_plane_endpoint)
         if endpoint_problem:
             problems.append(("controlPlaneEndpoint", endpoint_problem))
         if "sshPrivateKey" not in secrets:
@@ -387,10 +399,11 @@ class LabStack(Addons):
             ranges.append(Range("network.roce.range", self.network.roce.range,
                                 why="the pods' RDMA network must not take the hosts' addresses"))
         addresses = [Address(f"hosts[{i}].address", h.address) for i, h in enumerate(self.hosts)]
-        endpoint_ip = _endpoint(self.control_plane_endpoint)[1]
+        endpoint_ip = endpoint_address(self.control_plane_endpoint)[1]
         addresses += [Address("controlPlaneEndpoint", endpoint_ip)] if endpoint_ip else []
         addresses += ipv4_address("storage.nfs.server", self.storage.nfs.server if self.storage.nfs else None)
-        return overlap_problems(ranges, addresses)
+        vip_ranges, vip_addresses = vip_address_plan(self.kube_vip)
+        return overlap_problems(ranges + vip_ranges, addresses + vip_addresses)
 
     def _storage_problems(self) -> Problems:
         st = self.storage
@@ -418,22 +431,6 @@ class LabStack(Addons):
         return problems
 
 
-def _endpoint(endpoint: str | None) -> tuple[str | None, ipaddress.IPv4Address | None]:
-    """(what is wrong with controlPlaneEndpoint or None, its address when it is an IPv4 address)."""
-    if not endpoint:
-        return None, None
-    m = re.fullmatch(r"([^:]+):([0-9]{1,5})", endpoint)
-    if not m:
-        return "must be 'host:port', e.g. 'k8s-api.lab.example:6443'", None
-    try:
-        check_remote_host(m.group(1))
-    except ValueError as exc:
-        return f"host {m.group(1)!r}: {exc}", None
-    if not 1 <= int(m.group(2)) <= 65535:
-        return f"port {m.group(2)} is out of range: 1 to 65535 (kube-apiserver listens on 6443)", None
-    return None, ipv4_or_none(m.group(1))
-
-
 class DeployedLab(BaseModel):
     """The stack output `deployed` of a successful lab `up` (LabStack.deployed_record), as the next
     `up` reads it back. Keys it does not know are ignored: a later version may record more."""
@@ -445,6 +442,7 @@ class DeployedLab(BaseModel):
     service_cidr: ipaddress.IPv4Network
     control_plane_endpoint: str
     control_plane: str  # "name address" of the host kubeadm init ran on
+    control_planes: str = ""  # "name address, ..." of every control plane ("": recorded by an older version)
 
     def as_output(self) -> dict[str, str]:
         return {k: str(v) for k, v in self.model_dump(by_alias=True).items()}

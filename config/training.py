@@ -205,8 +205,8 @@ class TrainingConfig(Model):
 # - RDMA 0.8 (20 Gbit/s on 25GbE): 11% under that healthy result; 0.9 failed it (22.48 < 22.5).
 # - Sockets 0.25 (6.25 Gbit/s on 25GbE, busbw 0.78 GB/s): NCCL's socket transport stages through
 #   host memory over TCP and reaches ~30-60% of the wire on bare hosts (NVIDIA/nccl#209, #450);
-#   lab pods add flannel's VXLAN (50 bytes of every 1500, pod MTU 1450) and per-packet
-#   encapsulation on the CPU. A healthy socket lab measures ~0.3-0.5 of the link; 0.25 passes it and
+#   lab pods cross the CNI's overlay (calico's VXLANCrossSubnet between subnets, flannel's VXLAN
+#   everywhere: 50 bytes of every 1500, pod MTU 1450, encapsulation on the CPU). A healthy socket lab measures ~0.3-0.5 of the link; 0.25 passes it and
 #   still fails a broken path (0.5 GB/s = 4 Gbit/s, or traffic over a 1GbE management NIC).
 RDMA_MIN_BUSBW_FRACTION = 0.8
 SOCKET_MIN_BUSBW_FRACTION = 0.25

@@ -38,6 +38,8 @@ delete, and a change of CNI, GPU stack or shared storage backend (render/update_
 `REFUSED` line names each key `pulumi up` would refuse (a downgrade, a skipped minor, a CIDR,
 endpoint or first control plane change without allowRebuild: LabStack.change_problems, the rule
 `up` runs). summary.md gets it under "Update from".
+Warnings (`warning:` on stderr, "Warnings" in summary.md) change no exit status: a stack whose pod
+network does not enforce the NetworkPolicies the program writes (config/network_policy_enforcement.py).
 Exit status: 0 the plan would come up; 2 a bad stack config (the config error, of either side;
 nothing is written), an `--out` render may not clear (nothing is changed), or with --against an
 update `pulumi up` would refuse (REFUSED lines; the files are written); 3 something would not come
@@ -60,6 +62,7 @@ from typing import TYPE_CHECKING, Any
 
 from components.lab import etcd_backup
 from config import ConfigError
+from config.network_policy_enforcement import unenforced_warning
 from render import out_dir, program, summary, update, update_risks, yaml_text
 
 if TYPE_CHECKING:
@@ -142,7 +145,8 @@ def _dot(plan: program.Plan) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write(plan: program.Plan, out: Path, report: Report | None = None, update_section: str = "") -> None:
+def write(plan: program.Plan, out: Path, report: Report | None = None, update_section: str = "",
+          warnings: list[str] | None = None) -> None:
     """Write the plan's files under `out`. Only render's own earlier output there is deleted
     (render/out_dir.py); raises out_dir.OutDirError for a directory that holds anything else."""
     out_dir.clear(out)
@@ -179,7 +183,7 @@ def write(plan: program.Plan, out: Path, report: Report | None = None, update_se
                 if step == etcd_backup.INSTALL_STEP:  # its stdin is the control plane's restore script
                     put(base / "etcd-restore.sh", inputs["stdin"], 0o755)
     put(out / "graph.dot", _dot(plan))
-    summary.write(plan, out, put, report, update_section, steps, objects, releases)
+    summary.write(plan, out, put, report, update_section, steps, objects, releases, warnings or [])
     out_dir.mark(out, put.written)
 
 
@@ -231,12 +235,16 @@ def main(argv: list[str] | None = None) -> int:
         except cluster.CheckSetupError as err:
             print(f"error: the whole-cluster check cannot run: {err}", file=sys.stderr)
             return 1
+    # Warnings do not change the exit status: the stack comes up, only not as the program means it.
+    warnings = [w for w in [unenforced_warning(plan.config)] if w]
     try:
-        write(plan, out, report, changes.markdown() if changes else "")
+        write(plan, out, report, changes.markdown() if changes else "", warnings)
     except out_dir.OutDirError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     print(f"{len(plan.resources)} resources -> {out}/ (summary.md, plan.json, graph.dot)")
+    for warning in warnings:
+        print(f"warning: {warning}", file=sys.stderr)
     if changes is not None:
         print(changes.text(), end="")
     if changes is not None and changes.refused:

@@ -1,7 +1,7 @@
 """summary.md: the plan of a stack in short, the answer first.
 
 Order, as a reader asks: would it come up (the whole-cluster check's verdict and every problem),
-what an update from an older config would do (with --against: refusals and `!!` lines), then what
+the warnings (e.g. NetworkPolicies that the stack's pod network does not enforce), what an update from an older config would do (with --against: refusals and `!!` lines), then what
 was planned (the picture, the nodes, the workloads on each node, the jobs, the host steps, the
 releases, the objects, the outputs), and last the count of resources by type.
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -71,8 +71,11 @@ def _per_node(report: Report) -> list[str]:
 
 
 def markdown(plan: program.Plan, report: Report | None, update_section: str, picture: str,
-             steps: dict[str, dict[str, Any]], objects: list[dict[str, Any]], releases: list[Any]) -> str:
+             steps: dict[str, dict[str, Any]], objects: list[dict[str, Any]], releases: list[Any],
+             warnings: Sequence[str] = ()) -> str:
     out = [f"# Plan of stack `{plan.stack}`", "", *verdict(report)]
+    if warnings:  # what would come up but not as the program means it (render/__main__.py)
+        out += ["", "## Warnings", ""] + [f"- {w}" for w in warnings]
     if update_section:
         out += ["", update_section.rstrip("\n")]
     out += planned_cluster(report, picture)
@@ -96,7 +99,7 @@ def markdown(plan: program.Plan, report: Report | None, update_section: str, pic
 
 def write(plan: program.Plan, out: Path, put: Callable[[Path, str], None], report: Report | None,
           update_section: str, steps: dict[str, dict[str, Any]], objects: list[dict[str, Any]],
-          releases: list[Any]) -> None:
+          releases: list[Any], warnings: Sequence[str] = ()) -> None:
     """summary.md, and with the check's report the picture: cluster.dot, cluster.svg (graphviz)."""
     picture = ""
     if report is not None:
@@ -111,4 +114,4 @@ def write(plan: program.Plan, out: Path, put: Callable[[Path, str], None], repor
         except cluster_picture.PictureError as err:
             picture = (f"The picture of the planned cluster needs graphviz: {err}. Its source is "
                        "[cluster.dot](cluster.dot) (`dot -Tsvg cluster.dot > cluster.svg`).")
-    put(out / "summary.md", markdown(plan, report, update_section, picture, steps, objects, releases))
+    put(out / "summary.md", markdown(plan, report, update_section, picture, steps, objects, releases, warnings))

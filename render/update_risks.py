@@ -6,11 +6,15 @@ changes are dangerous, or refused, as a whole, and a step-by-step table hides th
   refused   what `pulumi up` itself refuses before registering anything (stacks/lab.py reads the
             previous `up`'s stack output `deployed` and calls LabStack.change_problems, config/lab.py):
             a downgrade, a skipped minor, and without allowRebuild a change of podCidr,
-            serviceCidr, controlPlaneEndpoint or the first control plane. The same rule runs here,
-            on the older side's `deployed` output and the new config: `REFUSED` lines, exit 2.
+            serviceCidr, controlPlaneEndpoint or the first control plane, and a removal of control
+            planes that etcd's quorum may not survive (config/control_planes.py). The same rule
+            runs here, on the older side's `deployed` output and the new config: `REFUSED` lines,
+            exit 2.
   loud      a change of the pod network (CNI), of the GPU software stack (gpu.stack) or of the
             shared volume's backend: each swaps what running pods stand on, which no step's
-            delete script says. `!!` lines, exit 4.
+            delete script says; a change of GKE's datapath (gke.dataplane), which replaces the
+            cluster; a control plane added or removed: etcd's membership changes, one member at a
+            time, and a removal shrinks how many failures the cluster survives. `!!` lines, exit 4.
 
 Each is read from both sides' plans (the `deployed`, `gpuStack` and `sharedClaim` outputs, the
 CNI's Helm releases), so an older plan.json works as well as an older stack file.
@@ -27,6 +31,7 @@ from pydantic import ValidationError
 
 from components import versions
 from config import ConfigError
+from config.control_planes import members_of
 from config.lab import DeployedLab
 from render import program
 
@@ -90,14 +95,50 @@ def cni(side: Side) -> str:
     return ", ".join(names)
 
 
+def gke_datapath(side: Side) -> str:
+    """The GKE cluster's datapath provider, "" when the side creates no GKE cluster. Unset is
+    GKE's default, LEGACY_DATAPATH (pulumi-gcp's Cluster.datapath_provider)."""
+    clusters = [r for r in side.resources if r.type == "gcp:container/cluster:Cluster"]
+    return str(clusters[0].inputs.get("datapathProvider") or "LEGACY_DATAPATH") if clusters else ""
+
+
 def _storage(side: Side) -> str:
     claim = side.outputs.get("sharedClaim")
     return str(claim.get("backend") or "") if isinstance(claim, dict) else ""
 
 
-def whole_cluster_changes(older: Side, newer: Side) -> list[str]:
-    """The `!!` lines of changes that swap what running pods stand on."""
+def control_planes(side: Side) -> list[str]:
+    """The control planes ("name address") a lab side deploys, from its `deployed` output; [] when
+    it does not say (not lab, or recorded by a version that did not list them)."""
+    record = side.outputs.get("deployed")
+    return members_of(str(record.get("controlPlanes") or "")) if isinstance(record, dict) else []
+
+
+def _survives(n: int) -> str:
+    return f"{n} control plane{'s' if n > 1 else ''} (etcd survives {(n - 1) // 2} down)"
+
+
+def membership_changes(older: Side, newer: Side) -> list[str]:
+    """The `!!` lines of control planes added or removed (etcd members)."""
+    before, after = control_planes(older), control_planes(newer)
+    if not before or not after or before == after:
+        return []
+    added, removed = [m for m in after if m not in before], [m for m in before if m not in after]
     lines = []
+    if removed:
+        lines.append(f"control planes removed (gpu-cluster:hosts): {', '.join(removed)}: drained, their etcd members "
+                     f"removed one at a time from the first control plane, then kubeadm reset; "
+                     f"{_survives(len(before))} -> {_survives(len(after))}")
+    if added:
+        lines.append(f"control planes added (gpu-cluster:hosts): {', '.join(added)}: each joins etcd as a new member, "
+                     f"one after another (kubeadm join --control-plane); "
+                     f"{_survives(len(before))} -> {_survives(len(after))}")
+    return lines
+
+
+def whole_cluster_changes(older: Side, newer: Side) -> list[str]:
+    """The `!!` lines of changes that swap what running pods stand on, or the control planes."""
+    lines = membership_changes(older, newer)
     before, after = cni(older), cni(newer)
     if before and after and before != after:
         lines.append(f"CNI {before} -> {after} (gpu-cluster:cni): the pod network under every running pod is replaced; "
@@ -109,6 +150,11 @@ def whole_cluster_changes(older: Side, newer: Side) -> list[str]:
                      "is replaced (device plugin, GPU Feature Discovery, DCGM exporter; with the operator its driver "
                      "and container toolkit): GPUs are not advertised until the new stack is ready, and GPU pods "
                      "restart")
+    before, after = gke_datapath(older), gke_datapath(newer)
+    if before and after and before != after:
+        lines.append(f"GKE datapath {before} -> {after} (gpu-cluster:gke.dataplane): GKE fixes it at cluster creation, "
+                     "so the cluster is replaced: every node pool and everything running on it goes, and the "
+                     "replacement needs gke.deletionProtection false first")
     before, after = _storage(older), _storage(newer)
     if before and after and before != after:
         lines.append(f"shared storage {before} -> {after} (gpu-cluster:storage): the training claim is bound to "

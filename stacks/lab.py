@@ -140,7 +140,7 @@ def build(cfg: LabStack, secrets: StackSecrets) -> dict[str, object]:
         "control-plane",
         ControlPlaneArgs(host=first, cluster=cluster, private_key=key, prepared=prep[first.name].done,
                          bastion=cfg.bastion, certificate_check_period=check_period(datetime.date.today()),
-                         upgrade=upgrade, protect=not cfg.allow_rebuild),
+                         upgrade=upgrade, protect=not cfg.allow_rebuild, kube_vip=cfg.kube_vip),
     )
     k8s_opts = pulumi.ResourceOptions(provider=cp.provider)
     cni = Cni("cni", CniArgs(kind=cfg.cni, pod_cidr=cfg.pod_cidr), opts=k8s_opts)
@@ -151,8 +151,12 @@ def build(cfg: LabStack, secrets: StackSecrets) -> dict[str, object]:
         MembershipArgs(control_plane=cp, members=members,
                        token_id=join_token_id(pulumi.get_project(), pulumi.get_stack())),
     )
-    joins = [
-        NodeJoin(
+    joins: list[NodeJoin] = []
+    for h in members:
+        # Control planes join one after another (etcd: one membership change at a time).
+        joined_planes: list[pulumi.Resource] = [j.ready for j in joins if j.host.role is Role.CONTROL_PLANE]
+        before = joined_planes[-1:] if h.role is Role.CONTROL_PLANE else []
+        joins.append(NodeJoin(
             h.name,
             NodeJoinArgs(
                 cluster=cluster,
@@ -165,10 +169,10 @@ def build(cfg: LabStack, secrets: StackSecrets) -> dict[str, object]:
                 bastion=cfg.bastion,
                 upgrade=upgrade,
                 driver=cfg.nvidia_driver if h.is_gpu and cfg.host_installs_driver and h.role is Role.WORKER else None,
+                kube_vip=cfg.kube_vip,
+                after=before,
             ),
-        )
-        for h in members
-    ]
+        ))
 
     namespace, claim = None, None
     st = cfg.storage

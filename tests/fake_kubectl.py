@@ -7,6 +7,7 @@ State (sim/state/k8s.json, written by HostSim.k8s_node / read by HostSim.k8s):
   nodes       name -> {kubeletVersion, unschedulable, annotations, labels, bootID, allocatable,
                        ready, deleted}; a node the file does not name exists with empty fields
   configmaps  kube-system name -> data
+  etcdMembers [{id, name, address}]: what `exec etcd-<node> -- etcdctl member list/remove` sees
   drainFails, etcdSnapshotFails   make those calls fail
 `get node X` first fails (NotFound) as many times as sim/state/kubectl-get-node-failures says, as
 while a joined kubelet has not registered its Node yet.
@@ -201,6 +202,18 @@ def main(argv: list[str]) -> None:
             path = Path(rest[rest.index("save") + 1])
             path.write_text(f"fake etcd snapshot taken in {words[1]}\n")
             print(f"Snapshot saved at {path}")
+        elif rest[:1] == ["etcdctl"] and "member" in rest:
+            members = state.setdefault("etcdMembers", [])
+            sub = rest[rest.index("member") + 1:]
+            if sub[:1] == ["list"]:  # etcdctl's simple format: id, status, name, peer URLs, client URLs, learner
+                for m in members:
+                    print(f"{m['id']}, started, {m['name']}, https://{m['address']}:2380, "
+                          f"https://{m['address']}:2379, false")
+            elif sub[:1] == ["remove"] and any(m["id"] == sub[1] for m in members):
+                state["etcdMembers"] = [m for m in members if m["id"] != sub[1]]
+                print(f"Member {sub[1]} removed from cluster")
+            else:
+                fail(f"Error: etcdserver: member not found ({sub})")
         else:
             fail(f"fake kubectl: unsupported exec {rest}")
     # Anything else (the join scripts' own kubectl calls) succeeds and prints nothing.

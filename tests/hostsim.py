@@ -493,6 +493,12 @@ class HostSim:
         state["configmaps"][name] = data
         self._save_k8s(state)
 
+    def etcd_members(self, *members: tuple[str, str, str]) -> None:
+        """The etcd members (id, node name, address) the fake API server's etcd pod lists."""
+        state = self.k8s()
+        state["etcdMembers"] = [{"id": i, "name": n, "address": a} for i, n, a in members]
+        self._save_k8s(state)
+
     def k8s_flag(self, name: str, on: bool = True) -> None:
         """drainFails, etcdSnapshotFails."""
         state = self.k8s()

@@ -7,7 +7,7 @@ nodes and master authorized networks when configured. The default node pool is r
 cluster exists: node pools are their own resources (the system pool here, GPU pools in
 gpu_node_pool.py) so they can change without recreating the cluster. The kubeconfig authenticates
 with `gke-gcloud-auth-plugin` (no static credential in it) and is still a secret: it names the
-cluster's endpoint and CA.
+cluster's endpoint and CA. Dataplane V2 (gke.dataplane v2, the default) enforces NetworkPolicies.
 
 Does not manage: the VPC, subnet ranges, Cloud NAT for private nodes, the GCP project or its APIs
 (see docs/getting-started/gke.md: container, file and iam APIs must be enabled).
@@ -122,9 +122,15 @@ class GkeCluster(pulumi.ComponentResource):
             private_cluster_config=private,
             master_authorized_networks_config=authorized,
             enable_shielded_nodes=True,
+            # Dataplane V2 enforces NetworkPolicies (config/network_policy_enforcement.py).
+            datapath_provider=gke.dataplane.datapath_provider,
             deletion_protection=gke.deletion_protection,
-            # The default pool's settings only matter for the seconds it exists.
-            opts=pulumi.ResourceOptions(parent=self, ignore_changes=["initialNodeCount", "nodeConfig"]),
+            # The default pool's settings only matter for the seconds it exists. datapathProvider is
+            # ForceNew in the provider (terraform-provider-google resource_container_cluster.go): said
+            # here too, so that the offline update preview (render --against) shows the replacement,
+            # which must delete first: the new cluster takes the old one's name.
+            opts=pulumi.ResourceOptions(parent=self, ignore_changes=["initialNodeCount", "nodeConfig"],
+                                        replace_on_changes=["datapathProvider"], delete_before_replace=True),
         )
 
         sa, roles = node_service_account(

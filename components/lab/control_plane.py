@@ -17,10 +17,18 @@ they are until a renewal gives admin.conf a new client certificate.
 Certificates: checked once per period and renewed within 30 days of expiry before the admin
 kubeconfig is read (components/lab/certificates.py).
 
-Does not manage: an external load balancer for controlPlaneEndpoint (bring your own when there
-is more than one control plane), etcd backups other than the snapshot before each upgrade, or
-re-reading admin.conf after `kubeadm upgrade apply` renews its certificate (the one read at init
-stays valid until its own expiry, a year after init).
+More than one control plane (docs/operations/high-availability.md): this is the first, where
+`kubeadm init --upload-certs` runs; the others join as control planes (node_join.py) through the
+one API endpoint, kube-vip's virtual IP (kubeVip: its static pod is written here before init,
+components/lab/kube_vip.py) or the user's load balancer (controlPlaneEndpoint).
+
+Does not manage: the external load balancer behind controlPlaneEndpoint (bring your own; with
+kubeVip the program serves the address itself), etcd backups other than the snapshot before each
+upgrade, the kubeconfig of a control plane other than the first (the provider talks to the API
+through the endpoint, whichever control plane answers), moving kubeadm init to another host (the
+first control plane is fixed: changing it rebuilds the cluster), or re-reading admin.conf after
+`kubeadm upgrade apply` renews its certificate (the one read at init stays valid until its own
+expiry, a year after init).
 """
 
 from __future__ import annotations
@@ -35,7 +43,9 @@ from pulumi_command import remote
 from components import versions
 from components.lab import kubeadm, scripts, ssh
 from components.lab.certificates import certificate_check
+from components.lab.kube_vip import kube_vip_step
 from components.lab.upgrade import UpgradePolicy
+from config.control_planes import KubeVip
 from config.lab import Bastion, Host
 
 
@@ -51,6 +61,8 @@ class ControlPlaneArgs:
     upgrade: UpgradePolicy = UpgradePolicy()
     # Refuse to replace or delete the init (and with it the cluster); off only with allowRebuild.
     protect: bool = True
+    # kubeVip: kube-vip's static pod, written before kubeadm init (kube_vip.py).
+    kube_vip: KubeVip | None = None
 
 
 class ControlPlane(pulumi.ComponentResource):
@@ -66,6 +78,10 @@ class ControlPlane(pulumi.ComponentResource):
         self.connection = ssh.connection(first, args.private_key, args.bastion)
         cluster = args.cluster
         init_config = kubeadm.init_config(cluster, first)
+        prepared = list(args.prepared)
+        if args.kube_vip is not None:
+            # Before init: init waits for the API at the VIP, which kube-vip puts up.
+            prepared.append(kube_vip_step(name, self.connection, args.kube_vip, self, list(args.prepared)))
         self.init = remote.Command(
             f"{name}-init",
             connection=self.connection,
@@ -82,7 +98,7 @@ class ControlPlane(pulumi.ComponentResource):
             # Reset the old cluster before initialising the new one: create-before-delete would
             # find admin.conf ("already initialised") and then the old delete would reset it.
             opts=pulumi.ResourceOptions(
-                parent=self, depends_on=args.prepared, delete_before_replace=True, protect=args.protect
+                parent=self, depends_on=prepared, delete_before_replace=True, protect=args.protect
             ),
         )
         # Certificates: checked once per period and renewed within 30 days of their expiry.

@@ -8,13 +8,18 @@ when a host joins):
           program ran, and every `up` replaces it with a fresh expiry
   ca-hash (on the control plane, once): the SHA-256 pin of the cluster CA's public key
   drain   (on the control plane, once per change of the host list): drains and deletes the nodes
-          that left the config or changed address, before any host joins or is reset
+          that left the config or changed address, and removes the etcd member of each removed
+          control plane (one at a time), before any host joins or is reset
+  certificate-key (pulumi_random, with control-plane members only): the cluster's certificate
+          key, 32 random bytes as hex, a Pulumi secret kept in state
+  certs   (on the control plane, every `up`, with control-plane members only): uploads the
+          control-plane certificates encrypted with that key; kubeadm deletes the upload after 2
+          hours, so the key is good for 2 hours after each `up`, as the key of `kubeadm init
+          --upload-certs` is, and a control plane added later joins with the same key
   upgrader (Kubernetes API): the ServiceAccount gpu-cluster-node-upgrader, its ClusterRole and
           kube-system Role (UPGRADER_CLUSTER_RULES, UPGRADER_SLOT_RULE), and a token Secret for it;
           a joined node's upgrade steps receive the token on stdin
 NodeJoin (per host):
-  certs   (control-plane joiners only, on the control plane): uploads the control-plane
-          certificates under a fresh key (kubeadm deletes them after 2 hours)
   join    (on the host): kubeadm join with the complete JoinConfiguration on stdin (endpoint,
           token, CA hash); delete = `kubeadm reset -f`; update = the node's own upgrade
   ready   (on the host): waits for its own Node to be Ready, with the kubelet's credentials;
@@ -24,8 +29,8 @@ Why: the control plane's sshd accepts at most 10 unauthenticated connections at 
 more at random (sshd_config(5), MaxStartups 10:30:100); workers finish their preparation together,
 so a step per worker on the control plane (as the token and Ready steps used to be) opened N
 sessions there at the same moment. Now the control plane sees the same sessions whatever N is (its
-own prep, init, kubeconfig and NFS steps, ca-hash, drain, and a certs step per extra control
-plane); every worker step runs on the worker's own sshd or goes through the Kubernetes API.
+own prep, init, kubeconfig and NFS steps, ca-hash, drain, and with more than one control plane
+one certs step); every worker step runs on the worker's own sshd or goes through the Kubernetes API.
 
 Upgrades (upgrade.py): a joined node upgrades itself. Its join step's update drains it (holding
 one of maxUnavailable slots), runs `kubeadm upgrade node`, the kubelet and kubectl (a worker also
@@ -80,7 +85,9 @@ from pulumi_command import remote
 from components import versions
 from components.lab import kubeadm, scripts, ssh
 from components.lab.control_plane import ControlPlane
+from components.lab.kube_vip import kube_vip_step
 from components.lab.upgrade import UpgradePolicy
+from config.control_planes import KubeVip
 from config.lab import Bastion, Host, NvidiaDriver, Role
 
 # How long the join token is valid after the program ran. It must cover the preparation of the
@@ -145,6 +152,7 @@ class MembershipArgs:
 
 class Membership(pulumi.ComponentResource):
     token: pulumi.Output[str]  # "<id>.<secret>", a Pulumi secret
+    certificate_key: pulumi.Output[str] | None  # with control-plane members: 64 hex digits, a Pulumi secret
     upgrader_token: pulumi.Output[str]  # the node upgrader's ServiceAccount token, a Pulumi secret
     ca_hash: pulumi.Output[str]  # "sha256:<hex>"
     ready: list[pulumi.Resource]  # what every join waits for
@@ -159,6 +167,7 @@ class Membership(pulumi.ComponentResource):
         triggers = [cp.init.id]
         drain = _drain_removed(name, self, cp, args.members, triggers)
         self.ready = [drain]
+        self.certificate_key = None
         self.token = pulumi.Output.secret("")
         self.ca_hash = pulumi.Output.from_input("")
         self.upgrader_token = pulumi.Output.secret("")
@@ -178,6 +187,9 @@ class Membership(pulumi.ComponentResource):
         self.ca_hash = ca_hash.stdout.apply(lambda out: (out or "").strip())
         self.upgrader_token = _node_upgrader(name, self, cp)
         self.ready = [token, ca_hash, drain]
+        if any(h.role is Role.CONTROL_PLANE for h in args.members):
+            self.certificate_key, certs = _control_plane_certs(name, self, cp, args.issued_at, [drain])
+            self.ready.append(certs)
         self.register_outputs({"tokenId": token_id, "caHash": self.ca_hash})
 
 
@@ -188,11 +200,35 @@ def _drain_removed(name: str, parent: pulumi.Resource, cp: ControlPlane, members
         f"{name}-drain",
         connection=cp.connection,
         create=scripts.as_root(
-            scripts.drain_removed_nodes([(h.name, str(h.address)) for h in members])
+            scripts.drain_removed_nodes([(h.name, str(h.address)) for h in members], cp.host.name)
         ),
         triggers=triggers,
         opts=pulumi.ResourceOptions(parent=parent, depends_on=[cp.init], delete_before_replace=True),
     )
+
+
+def _control_plane_certs(name: str, parent: pulumi.Resource, cp: ControlPlane, issued_at: datetime,
+                         after: list[pulumi.Resource]) -> tuple[pulumi.Output[str], remote.Command]:
+    """The cluster's certificate key (a Pulumi secret) and the step that uploads the control-plane
+    certificates under it on the first control plane. The upload runs at every `up` (its stdin
+    carries the time, hidden like the key), so the certificates are there for 2 hours after each."""
+    key = random.RandomBytes(f"{name}-certificate-key", length=32, opts=pulumi.ResourceOptions(parent=parent))
+    hex_key: pulumi.Output[str] = key.hex.apply(lambda h: h or "")  # unknown during a preview
+    certificate_key: pulumi.Output[str] = pulumi.Output.secret(hex_key)
+    stdin: pulumi.Output[str] = pulumi.Output.secret(
+        pulumi.Output.concat(certificate_key, "\n# ", issued_at.isoformat(), "\n"))
+    certs = remote.Command(
+        f"{name}-certs",
+        connection=cp.connection,
+        create=scripts.as_root(scripts.upload_control_plane_certs()),
+        stdin=stdin,
+        # No delete: kubeadm deletes the uploaded certificates after 2 hours.
+        logging=remote.Logging.STDERR,
+        triggers=[cp.init.id],
+        # After the drain: a removed control plane's etcd member is gone before another joins.
+        opts=pulumi.ResourceOptions(parent=parent, depends_on=[cp.init, *after], delete_before_replace=True),
+    )
+    return certificate_key, certs
 
 
 def _bootstrap_token(name: str, parent: pulumi.Resource, cp: ControlPlane, token_id: str,
@@ -279,50 +315,34 @@ class NodeJoinArgs:
     # A worker's driver that node prep installs: upgraded here, drained (a control plane's
     # driver is upgraded by its NodePrep, which drains itself).
     driver: NvidiaDriver | None = None
+    # A control plane with kubeVip: kube-vip's static pod, written after the join (kube_vip.py).
+    kube_vip: KubeVip | None = None
+    # What the join waits for besides the cluster and this host's prep: a control plane waits for
+    # the one before it to be Ready, so etcd gains one member at a time (stacks/lab.py).
+    after: list[pulumi.Resource] = field(default_factory=list)
 
 
 class NodeJoin(pulumi.ComponentResource):
+    host: Host
     ready: remote.Command
 
     def __init__(self, name: str, args: NodeJoinArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gpucluster:lab:NodeJoin", name, None, opts)
         host, cp, membership = args.host, args.control_plane, args.membership
+        self.host = host
         # Re-join when the host or the cluster it joins is replaced.
         triggers = [host.name, str(host.address), cp.init.id]
-        after = [*membership.ready, *args.prepared]
-        certificate_key: pulumi.Output[str] | None = None
-        if host.role is Role.CONTROL_PLANE:
-            certs = _upload_control_plane_certs(name, self, args, triggers)
-            certificate_key = certs.stdout.apply(lambda out: (out or "").strip())
-            after.append(certs)
+        after = [*membership.ready, *args.prepared, *args.after]
         is_cp = host.role is Role.CONTROL_PLANE
+        certificate_key = membership.certificate_key if is_cp else None
         driver = (args.driver.branch, args.driver.version) if args.driver is not None and not is_cp else None
         upgrader = pulumi.Output.concat("upgrader-token: ", membership.upgrader_token, "\n")
         join = _join(name, self, args, _join_stdin(args, certificate_key, upgrader), driver, triggers, after)
         self.ready = _node_ready(name, self, args, upgrader, join, driver, triggers)
+        if is_cp and args.kube_vip is not None:
+            # After the join: its preflight refuses a non-empty /etc/kubernetes/manifests (kube_vip.py).
+            kube_vip_step(name, ssh.connection(host, args.private_key, args.bastion), args.kube_vip, self, [join])
         self.register_outputs({"node": host.name})
-
-
-def _upload_control_plane_certs(name: str, parent: pulumi.Resource, args: NodeJoinArgs,
-                                triggers: Sequence[object]) -> remote.Command:
-    """A joining control plane's certificates, uploaded on the first control plane under a fresh
-    key (its stdout, kept secret)."""
-    cp = args.control_plane
-    return remote.Command(
-        f"{name}-certs",
-        connection=cp.connection,
-        create=scripts.as_root(scripts.upload_control_plane_certs()),
-        # No delete: kubeadm deletes the uploaded certificates after 2 hours.
-        logging=remote.Logging.NONE,
-        triggers=triggers,
-        # Uploaded only once this host is prepared, well inside the 2 hours.
-        opts=pulumi.ResourceOptions(
-            parent=parent,
-            depends_on=[cp.init, *args.prepared],
-            additional_secret_outputs=["stdout"],
-            delete_before_replace=True,
-        ),
-    )
 
 
 def _join_stdin(args: NodeJoinArgs, certificate_key: pulumi.Output[str] | None,

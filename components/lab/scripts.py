@@ -208,9 +208,23 @@ def ca_cert_hash() -> str:
 
 
 def upload_control_plane_certs() -> str:
-    """On the control plane, for one joining control plane: upload the shared certificates under a
-    fresh key and print that key on stdout (a secret: it decrypts the uploaded certificates)."""
+    """On the first control plane, each `up` with more than one control plane: upload the shared
+    certificates under the cluster's certificate key (stdin, a secret; kubeadm deletes the upload
+    after 2 hours, the next `up` uploads again)."""
     return _script(fill("cluster/upload_control_plane_certs.sh"))
+
+
+KUBE_VIP_MANIFEST = "/etc/kubernetes/manifests/kube-vip.yaml"
+
+
+def kube_vip_manifest() -> str:
+    """On a control plane (stdin: the kube-vip static pod, components/lab/kube_vip.py): write it,
+    mounting super-admin.conf while the host has no cluster yet (the first, before kubeadm init)."""
+    return _script(fill("cluster/kube_vip_manifest.sh", MANIFEST=KUBE_VIP_MANIFEST))
+
+
+def kube_vip_manifest_delete() -> str:
+    return _script(fill("cluster/kube_vip_manifest_delete.sh", MANIFEST=KUBE_VIP_MANIFEST))
 
 
 def kubeadm_join() -> str:
@@ -227,16 +241,20 @@ def node_ready(node: str) -> str:
 MEMBERS_FILE = "$STATE_DIR/cluster-members"  # on the control plane: "name address" per joined host
 
 
-def drain_removed_nodes(members: list[tuple[str, str]]) -> str:
-    """On the control plane, before any host joins or is reset: drain and delete from the cluster
-    every node this program joined that is no longer in `members` (name, address), or whose address
-    changed, then remember `members`. One SSH session whatever the number of hosts; removed nodes
-    are drained in parallel. Runs again whenever the list changes."""
+def drain_removed_nodes(members: list[tuple[str, str]], control_plane: str) -> str:
+    """On the first control plane (`control_plane`, its node name), before any host joins or is
+    reset: drain and delete from the cluster every node this program joined that is no longer in
+    `members` (name, address), or whose address changed, remove the etcd member of each that had
+    one (one at a time), then remember `members`. One SSH session whatever the number of hosts;
+    removed nodes are drained in parallel. Runs again whenever the list changes."""
+    if not re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", control_plane):
+        raise ValueError(f"not a node name: {control_plane!r}")
     for name, address in members:
         if not re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", name) or not re.fullmatch(r"[0-9.]+", address):
             raise ValueError(f"not a node name and IPv4 address: {name!r} {address!r}")
     wanted = Shell(" ".join(f"'{name} {address}'" for name, address in sorted(members)))
-    return _script(fill("cluster/drain_removed_nodes.sh", MEMBERS=wanted, MEMBERS_FILE=Shell(MEMBERS_FILE)))
+    return _script(fill("cluster/drain_removed_nodes.sh", MEMBERS=wanted, MEMBERS_FILE=Shell(MEMBERS_FILE),
+                        SELF=control_plane))
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,12 +1,14 @@
 """The nodes a stack will have, modelled from the stack config and the plan, as the scheduler sees
 them: labels, taints and allocatable resources.
 
-- lab: one node per host. The control plane's registration (labels, taints) is read from the
-  kubeadm InitConfiguration the plan sends to it; each worker's from the JoinConfiguration the
-  program sends on its join step (kubeadm.join_config_template: the same document with the token
-  and CA pin left as placeholders, since the plan holds the real one as a secret). kubeadm adds
-  node-role.kubernetes.io/control-plane
-  to control planes. CPU and memory are not declared in config, so they are not checked.
+- lab: one node per host. The first control plane's registration (labels, taints) is read from
+  the kubeadm InitConfiguration the plan sends to it; every other host's, the other control planes
+  of an HA lab (1, 3 or 5) included, from the JoinConfiguration the program sends on its join step
+  (kubeadm.join_config_template: the same document with the token, CA pin and certificate key left
+  as placeholders, since the plan holds the real ones as secrets): each control plane carries the
+  node-role.kubernetes.io/control-plane:NoSchedule taint, so what tolerates it may land on any of
+  them. kubeadm adds the node-role.kubernetes.io/control-plane label to control planes. CPU and
+  memory are not declared in config, so they are not checked.
 - gke: one node shape per node pool in the plan (gcp NodePool inputs: labels, taints, machine type,
   accelerators, autoscaling), with what GKE adds itself: cloud.google.com/gke-nodepool,
   cloud.google.com/gke-accelerator, cloud.google.com/gke-spot, and the nvidia.com/gpu=present

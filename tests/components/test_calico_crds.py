@@ -142,6 +142,7 @@ def test_crd_release_fits_in_its_helm_secret(upstream_dir: Path) -> None:
 
 
 def test_flannel_plans_install_no_calico_crds() -> None:
-    plan = program.run("lab")  # the committed lab stack: cni flannel
+    values, secret_keys = program.stack_config("lab")
+    plan = program.run("lab", config=({**values, "gpu-cluster:cni": "flannel"}, secret_keys))
     assert not [r for r in plan.resources if r.type in (RELEASE, CHART)
                 and r.inputs.get("chart") == versions.CALICO_CRDS_CHART]

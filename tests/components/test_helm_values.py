@@ -223,18 +223,18 @@ GPU_OPERATOR_MIG = {
 # variant -> config keys replaced in the committed lab stack (None: the stack file as committed)
 VARIANTS: dict[str, dict[str, str] | None] = {
     "lab": None,
-    "lab-calico": {"gpu-cluster:cni": "calico"},
+    "lab-flannel": {"gpu-cluster:cni": "flannel"},
     "lab-operator-time-slicing": {"gpu-cluster:gpu": json.dumps(GPU_OPERATOR_TIME_SLICING)},
     "lab-operator-mig": {"gpu-cluster:gpu": json.dumps(GPU_OPERATOR_MIG)},
 }
 
 # variant -> every chart its plan installs
 EXPECTED_CHARTS = {
-    "lab": [versions.DCGM_EXPORTER_CHART, versions.FLANNEL_CHART, versions.NVIDIA_DEVICE_PLUGIN_CHART],
-    "lab-calico": [versions.DCGM_EXPORTER_CHART, versions.NVIDIA_DEVICE_PLUGIN_CHART, versions.CALICO_CHART,
-                   versions.CALICO_CRDS_CHART],
-    "lab-operator-time-slicing": [versions.FLANNEL_CHART, versions.GPU_OPERATOR_CHART],
-    "lab-operator-mig": [versions.FLANNEL_CHART, versions.GPU_OPERATOR_CHART],
+    "lab": [versions.DCGM_EXPORTER_CHART, versions.NVIDIA_DEVICE_PLUGIN_CHART, versions.CALICO_CHART,
+            versions.CALICO_CRDS_CHART],
+    "lab-flannel": [versions.DCGM_EXPORTER_CHART, versions.FLANNEL_CHART, versions.NVIDIA_DEVICE_PLUGIN_CHART],
+    "lab-operator-time-slicing": [versions.CALICO_CHART, versions.CALICO_CRDS_CHART, versions.GPU_OPERATOR_CHART],
+    "lab-operator-mig": [versions.CALICO_CHART, versions.CALICO_CRDS_CHART, versions.GPU_OPERATOR_CHART],
 }
 # Pulumi.lab.yaml's shared storage (storage.provision) adds the NFS CSI driver to every variant.
 for _charts in EXPECTED_CHARTS.values():

@@ -45,13 +45,13 @@ def _with(stack: str, **overrides: str) -> tuple[dict[str, str], list[str]]:
 CASES: dict[str, tuple[str, Any]] = {
     "lab": ("lab", None),
     "dev": ("dev", None),
-    "lab-calico": ("lab", lambda: _with("lab", cni="calico")),
+    "lab-flannel": ("lab", lambda: _with("lab", cni="flannel")),
     "lab-time-slicing": ("lab", lambda: _with("lab", gpu=json.dumps(TIME_SLICING))),
     "lab-operator-time-slicing": ("lab", lambda: _with("lab", gpu=json.dumps(OPERATOR_TIME_SLICING))),
     "dev-operator": ("dev", lambda: _with("dev", gpu=json.dumps({"stack": "operator"}))),
 }
 # cases with the device-plugin path (a typed DaemonSet) and their time-slicing replicas
-DEVICE_PLUGIN_CASES = {"lab": 1, "dev": 1, "lab-calico": 1, "lab-time-slicing": 4}
+DEVICE_PLUGIN_CASES = {"lab": 1, "dev": 1, "lab-flannel": 1, "lab-time-slicing": 4}
 OPERATOR_CASES = ("lab-operator-time-slicing", "dev-operator")
 # every (kind, namespace, name) of the GPU layers, per case: nothing more, nothing less
 GATE_OBJECTS = {("Namespace", None, GATE_NAMESPACE), ("Job", GATE_NAMESPACE, GATE_JOB)}

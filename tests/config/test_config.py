@@ -72,13 +72,13 @@ def test_no_hosts_at_all_on_lab():
     assert_problem(err, "hosts", "control-plane")
 
 
-def test_two_control_planes_need_an_endpoint():
-    hosts = [host("cp-1", "192.0.2.10", "control-plane"), host("cp-2", "192.0.2.11", "control-plane")]
+def test_three_control_planes_need_an_endpoint():
+    hosts = [host(f"cp-{i}", f"192.0.2.1{i}", "control-plane") for i in (1, 2, 3)]
     err = problems_of(lab_raw(hosts=hosts))
     assert_problem(err, "controlPlaneEndpoint", "host:port")
 
     cfg = lab_config(hosts=hosts, controlPlaneEndpoint="k8s-api.lab.example:6443")
-    assert len(cfg.control_planes) == 2
+    assert len(cfg.control_planes) == 3
     assert cfg.api_endpoint == "k8s-api.lab.example:6443"
 
 
@@ -388,7 +388,7 @@ def test_defaults():
     assert cfg.kubernetes_minor in versions.KUBERNETES_SUPPORTED_MINORS
     assert cfg.pod_cidr == ipaddress.IPv4Network("10.244.0.0/16")
     assert cfg.service_cidr == ipaddress.IPv4Network("10.96.0.0/12")
-    assert cfg.cni is Cni.FLANNEL
+    assert cfg.cni is Cni.CALICO  # it enforces the NetworkPolicies (docs/network-policies.md)
     assert cfg.containerd_version == versions.CONTAINERD_DEFAULT
     assert cfg.nvidia_driver == NvidiaDriver(branch=versions.NVIDIA_DRIVER_BRANCH_DEFAULT)
     assert cfg.nvidia_driver.version is None and not cfg.nvidia_driver.preinstalled
@@ -424,10 +424,10 @@ def test_each_platform_type_holds_only_its_keys():
     shared = Addons.keys()
     assert shared == lab & gke == dev & gke
     assert lab & dev == shared | {"storage", "serviceCidr"}  # each its own storage section; both a service range
-    assert lab - shared == {"hosts", "controlPlaneEndpoint", "podCidr", "serviceCidr", "cni", "containerdVersion",
+    assert lab - shared == {"hosts", "controlPlaneEndpoint", "kubeVip", "podCidr", "serviceCidr", "cni", "containerdVersion",
                             "nvidiaDriver", "gpuTaint", "bastion", "storage", "maxUnavailable", "allowRebuild",
                             "etcdBackup"}
-    assert dev - shared == {"kubeContext", "gpuNodes", "gpuNodeGpus", "serviceCidr", "nodeCidr", "storage"}
+    assert dev - shared == {"kubeContext", "gpuNodes", "gpuNodeGpus", "serviceCidr", "nodeCidr", "storage", "clusterCni"}
     assert gke - shared == {"gke", "gcp:project", "gcp:region"}
     # The two storage sections share the size and an existing NFS export.
     assert set(config.LabStack.model_fields["storage"].annotation.model_fields) == {

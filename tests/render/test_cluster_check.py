@@ -77,7 +77,7 @@ def test_committed_stack_comes_up(stack: str, tmp_path: Path, capsys: pytest.Cap
 @pytest.mark.parametrize(
     "stack,overrides",
     [
-        ("lab", {"cni": "calico"}),
+        ("lab", {"cni": "flannel"}),
         ("lab", {"gpu": {"stack": "operator", "sharing": {"mode": "none"}}}),
         ("lab", {"gpu": {"stack": "device-plugin", "sharing": {"mode": "time-slicing", "replicas": 4}}}),
         ("lab", {"training": {"enabled": True, "launcher": "pytorchjob", "image": "registry.example.com/t:1",
@@ -85,7 +85,7 @@ def test_committed_stack_comes_up(stack: str, tmp_path: Path, capsys: pytest.Cap
                  "acceptance": {"nccl": False}}),
         ("dev", {"gpu": {"stack": "operator", "sharing": {"mode": "none"}}}),
     ],
-    ids=["lab-calico", "lab-operator", "lab-time-slicing", "lab-pytorchjob", "dev-operator"],
+    ids=["lab-flannel", "lab-operator", "lab-time-slicing", "lab-pytorchjob", "dev-operator"],
 )
 def test_variants_come_up(stack: str, overrides: dict[str, Any], upstream_dir: Path) -> None:
     report = _check(_plan(stack, **overrides), upstream_dir)

@@ -201,14 +201,14 @@ def test_lab_one_init_and_one_join_per_worker(lab_out: Path) -> None:
     assert not list(lab_out.glob("hosts/*/join.stdin"))
 
 
-def test_lab_flannel_helm_file(lab_out: Path) -> None:
-    f = lab_out / "helm" / "flannel.yaml"
+def test_lab_calico_helm_file(lab_out: Path) -> None:
+    f = lab_out / "helm" / "calico.yaml"
     assert f.is_file(), sorted(p.name for p in (lab_out / "helm").iterdir())
     release = yaml.safe_load(f.read_text())
-    assert release["chart"] == versions.FLANNEL_CHART
-    assert release["version"] == versions.FLANNEL_CHART_VERSION
-    assert release["repositoryOpts"]["repo"] == versions.FLANNEL_CHART_REPO
-    assert release["values"]["podCidr"] == "10.244.0.0/16"
+    assert release["chart"] == versions.CALICO_CHART
+    assert release["version"] == versions.CALICO_CHART_VERSION
+    assert release["repositoryOpts"]["repo"] == versions.CALICO_CHART_REPO
+    assert release["values"]["installation"]["calicoNetwork"]["ipPools"][0]["cidr"] == "10.244.0.0/16"
 
 
 def test_hosts_only_on_lab_and_helm_per_stack(rendered: tuple[str, Path]) -> None:
@@ -217,7 +217,7 @@ def test_hosts_only_on_lab_and_helm_per_stack(rendered: tuple[str, Path]) -> Non
     stack, out = rendered
     assert (out / "hosts").is_dir() == (stack == "lab")
     gpu_charts = {f"{versions.NVIDIA_DEVICE_PLUGIN_CHART}.yaml", f"{versions.DCGM_EXPORTER_CHART}.yaml"}
-    expected = gpu_charts | ({f"{versions.FLANNEL_CHART}.yaml"} if stack == "lab" else set())
+    expected = gpu_charts | ({"calico.yaml", "calico-crds.yaml"} if stack == "lab" else set())
     expected |= {"monitoring.yaml"}  # kube-prometheus-stack, release "monitoring" (monitoring.enabled)
     # lab's shared storage (storage.provision in Pulumi.lab.yaml) comes through the NFS CSI driver.
     expected |= {f"{versions.CSI_DRIVER_NFS_CHART}.yaml"} if stack == "lab" else set()

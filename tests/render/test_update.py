@@ -169,8 +169,8 @@ def test_patch_release_upgrades_the_control_plane_in_place() -> None:
     # the worker drains itself, on its own sshd
     assert plan.destructive
     assert not any("kubeadm reset" in line for s in plan.steps for line in s.loud)
-    (flannel,) = [s for s in plan.steps if s.resource.name == "cni-flannel"]
-    assert flannel.label == "same"
+    (cni,) = [s for s in plan.steps if s.resource.name == "cni-calico"]
+    assert cni.label == "same"
 
 
 def test_same_config_changes_nothing() -> None:
@@ -259,7 +259,7 @@ def test_options_recorded_from_the_real_registration() -> None:
     assert "stdout" in by_name[KUBECONFIG].options["additionalSecretOutputs"]
     assert by_name[K8S].property_dependencies == {"kubeconfig": [by_name[KUBECONFIG].urn]}
     assert by_name["gpu-1-join"].property_dependencies["triggers"] == [init.urn]
-    release = by_name["cni-flannel"]
+    release = by_name["cni-calico"]
     assert release.options["deleteBeforeReplace"] is None  # left to the provider
     entry = init.entry()
     assert entry["options"] == init.options and entry["custom"] is True

@@ -113,10 +113,10 @@ def test_an_allowed_upgrade_is_not_refused(tmp_path: Path, capsys: pytest.Captur
 
 
 def test_a_cni_change_is_loud(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    rc, out, err = _against(tmp_path, capsys, _older_stack_file(tmp_path, cni="calico"))
+    rc, out, err = _against(tmp_path, capsys, _older_stack_file(tmp_path, cni="flannel"))
     assert rc == 4, err
     loud = [line for line in out.splitlines() if line.startswith("!!")]
-    assert loud == [line for line in loud if line.startswith("!! CNI calico -> flannel (gpu-cluster:cni): the pod "
+    assert loud == [line for line in loud if line.startswith("!! CNI flannel -> calico (gpu-cluster:cni): the pod "
                                                              "network under every running pod is replaced")]
     assert len(loud) == 1 and "exit 4" in err
 
@@ -143,7 +143,7 @@ def test_a_storage_backend_change_is_loud(stack: str, older: dict[str, Any], new
 
 def test_the_same_stack_has_no_whole_cluster_change() -> None:
     assert update_risks.whole_cluster_changes(_side(), _side()) == []
-    assert update_risks.cni(_side()) == "flannel" and update_risks.cni(_side(cni="calico")) == "calico"
+    assert update_risks.cni(_side()) == "calico" and update_risks.cni(_side(cni="flannel")) == "flannel"
 
 
 # ------------------------------------------------------------------------------------------------

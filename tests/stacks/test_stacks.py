@@ -169,9 +169,10 @@ def test_lab_stack_registrations():
     for prep in plan.of_type(NODE_PREP):
         assert {f"{prep.name}-kernel", f"{prep.name}-containerd"} <= {r.name for r in children(plan, prep)}
     assert len(plan.of_type("gpucluster:k8s:Cni")) == 1
-    # flannel, plus the GPU stack's GFD (device plugin chart) and DCGM exporter
+    # calico (its CRDs chart and the operator), plus the GPU stack's GFD (device plugin chart) and DCGM exporter
     assert sorted(r.inputs["chart"] for r in plan.of_type("kubernetes:helm.sh/v3:Release")) == [
-        "csi-driver-nfs", "dcgm-exporter", "flannel", "kube-prometheus-stack", "nvidia-device-plugin"
+        "crd.projectcalico.org.v1", "csi-driver-nfs", "dcgm-exporter", "kube-prometheus-stack",
+        "nvidia-device-plugin", "tigera-operator"
     ]
     assert len(plan.of_type("kubernetes:apps/v1:DaemonSet")) == 1
     assert len(plan.of_type("gpucluster:gpu:DevicePlugin")) == 1

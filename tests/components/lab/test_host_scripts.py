@@ -87,10 +87,12 @@ def _script_cases() -> dict[str, str]:
         "certificates_check_renew": scripts.certificates_check_renew("2026-W48", 30),
         "ca_cert_hash": scripts.ca_cert_hash(),
         "upload_control_plane_certs": scripts.upload_control_plane_certs(),
+        "kube_vip_manifest": scripts.kube_vip_manifest(),
+        "kube_vip_manifest_delete": scripts.kube_vip_manifest_delete(),
         "kubeadm_join": scripts.kubeadm_join(),
         "node_ready": scripts.node_ready("gpu-1"),
-        "drain_removed_nodes-members": scripts.drain_removed_nodes([("gpu-1", "192.0.2.11"), ("cpu-1", "192.0.2.12")]),
-        "drain_removed_nodes-none": scripts.drain_removed_nodes([]),
+        "drain_removed_nodes-members": scripts.drain_removed_nodes([("gpu-1", "192.0.2.11"), ("cpu-1", "192.0.2.12")], "cp-1"),
+        "drain_removed_nodes-none": scripts.drain_removed_nodes([], "cp-1"),
         "nfs_server": scripts.nfs_server("/srv/gpu-cluster/shared", ["192.0.2.10", "192.0.2.11"]),
         "nfs_server_delete": scripts.nfs_server_delete("/srv/gpu-cluster/shared"),
         # upgrades in place (tests/components/lab/test_upgrade_scripts.py runs them)
@@ -597,7 +599,7 @@ def test_drain_removed_nodes_drains_only_what_left_or_moved(tmp_path, real_machi
 
     def run(members: list[tuple[str, str]]) -> list[list[str]]:
         start = sim.mark()
-        result = sim.run(scripts.as_root(scripts.drain_removed_nodes(members)))
+        result = sim.run(scripts.as_root(scripts.drain_removed_nodes(members, "cp-1")))
         assert result.returncode == 0, result.stderr
         return sim.calls_since(start)
 
@@ -635,19 +637,19 @@ def test_drain_removed_nodes_drains_only_what_left_or_moved(tmp_path, real_machi
 @needs_isolation
 def test_drain_removed_nodes_skips_a_node_the_cluster_no_longer_has(tmp_path, real_machine_untouched):
     sim = HostSim(tmp_path)
-    assert sim.run(scripts.as_root(scripts.drain_removed_nodes([("gpu-1", "192.0.2.11")]))).returncode == 0
+    assert sim.run(scripts.as_root(scripts.drain_removed_nodes([("gpu-1", "192.0.2.11")], "cp-1"))).returncode == 0
     sim.node_registers_after(1)  # `get node gpu-1`: NotFound (deleted by hand, or a rebuilt cluster)
     start = sim.mark()
-    result = sim.run(scripts.as_root(scripts.drain_removed_nodes([])))
+    result = sim.run(scripts.as_root(scripts.drain_removed_nodes([], "cp-1")))
     assert result.returncode == 0, result.stderr
     assert not _drains(sim.calls_since(start)) and not _deleted(sim.calls_since(start))
 
 
 def test_drain_removed_nodes_refuses_what_is_not_a_node_and_address():
     with pytest.raises(ValueError):
-        scripts.drain_removed_nodes([("gpu-1'; rm -rf /", "192.0.2.11")])
+        scripts.drain_removed_nodes([("gpu-1'; rm -rf /", "192.0.2.11")], "cp-1")
     with pytest.raises(ValueError):
-        scripts.drain_removed_nodes([("gpu-1", "$(reboot)")])
+        scripts.drain_removed_nodes([("gpu-1", "$(reboot)")], "cp-1")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -743,7 +745,7 @@ CERT_KEY = "fedcba9876543210" * 4
 def _join_stdin(host_name: str, token: str = TOKEN, ca_hash: str = CA_HASH) -> str:
     cfg = lab_config(
         hosts=[host("cp-1", "192.0.2.10", "control-plane"), host("gpu-1", "192.0.2.11", gpus=2),
-               host("cp-2", "192.0.2.20", "control-plane")],
+               host("cp-2", "192.0.2.20", "control-plane"), host("cp-3", "192.0.2.30", "control-plane")],
         controlPlaneEndpoint="k8s-api.lab.example:6443",
     )
     h = _host(cfg, host_name)

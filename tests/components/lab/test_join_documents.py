@@ -40,6 +40,7 @@ CFG = lab_config(
         host("gpu-1", "192.0.2.11", gpus=8),
         host("cpu-1", "192.0.2.12"),
         host("cp-2", "192.0.2.20", "control-plane", gpus=1),
+        host("cp-3", "192.0.2.30", "control-plane"),
     ],
     controlPlaneEndpoint="k8s-api.lab.example:6443",
 )

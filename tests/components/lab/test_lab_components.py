@@ -404,7 +404,7 @@ ISSUED = datetime(2026, 11, 22, 10, 0, 0, tzinfo=UTC)
 TOKEN_ID = "q78jfy"
 TOKEN_SECRET = "0123456789abcdef"  # what the mocked RandomPassword returns
 CA_HASH = "sha256:" + "ab" * 32  # what the mocked ca-hash step prints
-CERT_KEY = "cd" * 32  # what the mocked certs step prints
+CERT_KEY = "cd" * 32  # the mocked certificate key (RandomBytes.hex)
 SECRET_TYPE = "kubernetes:core/v1:Secret"
 UPGRADER_JWT = "eyJhbGciOiJSUzI1NiJ9.upgrader.sig"  # what the token controller writes into data.token
 
@@ -435,8 +435,8 @@ def join_mocks() -> program.ProgramMocks:
             outputs["result"] = TOKEN_SECRET
         elif args.name.endswith("-ca-hash"):
             outputs["stdout"] = CA_HASH + "\n"
-        elif args.name.endswith("-certs"):
-            outputs["stdout"] = CERT_KEY + "\n"
+        elif args.typ == "random:index/randomBytes:RandomBytes":
+            outputs["hex"] = CERT_KEY
         elif args.name.endswith("-upgrader-token"):
             outputs["data"] = {"token": base64.b64encode(UPGRADER_JWT.encode()).decode()}
         return urn_id, outputs
@@ -615,7 +615,7 @@ def test_node_join_worker(join_mocks):
     # Readiness is checked on the host itself, with the kubelet's credentials.
     ready = one(plan, "gpu-1-ready")
     assert ready.inputs["connection"]["host"] == "192.0.2.11"
-    assert {"gpu-1-join", "cni-flannel", "cni-ns"} <= deps(ready)
+    assert {"gpu-1-join", "cni-calico", "cni-ns"} <= deps(ready)
     assert "--kubeconfig /etc/kubernetes/kubelet.conf" in ready.inputs["create"]
     assert "node/gpu-1" in ready.inputs["create"]
     assert not ready.inputs.get("delete"), "removed hosts are drained by membership-drain"
@@ -668,33 +668,66 @@ def test_a_new_token_expiry_does_not_touch_joined_hosts(join_mocks):
     assert {r.name: r.inputs for r in later.of_type(COMMAND)} == first_plan
 
 
-def test_node_join_control_plane_joiner_uploads_certs(join_mocks):
+def test_control_plane_joiners_share_one_certificate_key_uploaded_each_up(join_mocks):
     cfg = lab_config(
         hosts=[
             host("cp-1", "192.0.2.10", "control-plane"),
             host("cp-2", "192.0.2.20", "control-plane"),
+            host("cp-3", "192.0.2.30", "control-plane"),
         ],
         controlPlaneEndpoint="k8s-api.lab.example:6443",
     )
     seen = recording_inputs(join_mocks)
-    build(lambda: join_all(cfg, ["cp-2"]))
+    build(lambda: join_all(cfg, ["cp-2", "cp-3"]))
     plan = join_mocks.plan
 
-    component = one(plan, "cp-2", "gpucluster:lab:NodeJoin")
-    assert sorted(r.name for r in children(plan, component)) == ["cp-2-certs", "cp-2-join", "cp-2-ready"]
-    certs = one(plan, "cp-2-certs")
+    # One key for the cluster (32 random bytes, a secret), one upload step on the first control plane.
+    (key_resource,) = plan.of_type("random:index/randomBytes:RandomBytes")
+    assert key_resource.name == "membership-certificate-key" and key_resource.inputs["length"] == 32
+    (certs,) = [r for r in plan.of_type(COMMAND) if r.name.endswith("-certs")]
+    assert certs.name == "membership-certs"
     assert certs.inputs["connection"]["host"] == "192.0.2.10"
-    assert "upload-certs" in certs.inputs["create"] and "certificate-key" in certs.inputs["create"]
-    assert certs.inputs["logging"] == "none"
-    assert {"control-plane-init", "cp-2-kube-packages"} <= deps(certs)
-    join = one(plan, "cp-2-join")
-    assert "cp-2-certs" in deps(join)
-    assert join.inputs["stdin"] == SECRET_MARKER
-    doc = yaml.safe_load(revealed(seen["cp-2-join"]["stdin"]))
-    assert doc["controlPlane"]["certificateKey"] == CERT_KEY
-    assert doc["controlPlane"]["localAPIEndpoint"]["advertiseAddress"] == "192.0.2.20"
-    assert doc["discovery"]["bootstrapToken"]["apiServerEndpoint"] == "k8s-api.lab.example:6443"
-    assert doc["discovery"]["bootstrapToken"]["caCertHashes"] == [CA_HASH]
+    assert "upload-certs" in certs.inputs["create"] and CERT_KEY not in certs.inputs["create"]
+    assert certs.inputs["stdin"] == SECRET_MARKER
+    stdin = revealed(seen["membership-certs"]["stdin"])
+    assert stdin.splitlines()[0] == CERT_KEY
+    # the time of the `up` rides along, so each `up` uploads again (kubeadm deletes uploads after 2 h)
+    assert ISSUED.isoformat() in stdin
+    assert {"control-plane-init", "membership-drain"} <= deps(certs)
+    for name, address in (("cp-2", "192.0.2.20"), ("cp-3", "192.0.2.30")):
+        component = one(plan, name, "gpucluster:lab:NodeJoin")
+        assert sorted(r.name for r in children(plan, component)) == [f"{name}-join", f"{name}-ready"]
+        join = one(plan, f"{name}-join")
+        assert "membership-certs" in deps(join)
+        assert join.inputs["stdin"] == SECRET_MARKER
+        doc = yaml.safe_load(revealed(seen[f"{name}-join"]["stdin"]).split("upgrader-token:")[0])
+        assert doc["controlPlane"]["certificateKey"] == CERT_KEY
+        assert doc["controlPlane"]["localAPIEndpoint"]["advertiseAddress"] == address
+        assert doc["discovery"]["bootstrapToken"]["apiServerEndpoint"] == "k8s-api.lab.example:6443"
+        assert doc["discovery"]["bootstrapToken"]["caCertHashes"] == [CA_HASH]
+
+
+def test_a_control_plane_added_months_later_joins_with_certificates_uploaded_that_up(join_mocks):
+    """kubeadm deletes uploaded certificates after 2 hours: a later `up` uploads them again (the
+    certs step's stdin changes, hence it runs), under the same key, so no joined host's stdin changes."""
+    cfg = lab_config(hosts=[host("cp-1", "192.0.2.10", "control-plane"), host("cp-2", "192.0.2.20", "control-plane"),
+                            host("cp-3", "192.0.2.30", "control-plane")], controlPlaneEndpoint="k8s-api.lab.example:6443")
+    seen = recording_inputs(join_mocks)
+    build(lambda: join_all(cfg, ["cp-2", "cp-3"], issued_at=ISSUED))
+    first_join, first_certs = revealed(seen["cp-2-join"]["stdin"]), revealed(seen["membership-certs"]["stdin"])
+
+    join_mocks.monitor.plan = join_mocks.plan.__class__(stack="test")
+    set_root_resource(None)
+    build(lambda: join_all(cfg, ["cp-2", "cp-3"], issued_at=ISSUED + timedelta(days=90)))
+    later_certs = revealed(seen["membership-certs"]["stdin"])
+    assert later_certs != first_certs and later_certs.splitlines()[0] == first_certs.splitlines()[0] == CERT_KEY
+    assert revealed(seen["cp-2-join"]["stdin"]) == first_join
+
+
+def test_a_cluster_of_one_control_plane_uploads_no_certificates(join_mocks):
+    build(lambda: join_all(lab_config(), ["gpu-1"]))
+    assert not join_mocks.plan.of_type("random:index/randomBytes:RandomBytes")
+    assert not [r for r in join_mocks.plan.of_type(COMMAND) if r.name.endswith("-certs")]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -2,7 +2,13 @@
 # On the control plane, before any host joins or is reset: drain and delete from the cluster every
 # node this program joined that is no longer in the member list, or whose address changed, then
 # remember the list. One SSH session whatever the number of hosts; removed nodes drain in parallel.
-# Filled in: __MEMBERS__ ('name address' words, sorted), __MEMBERS_FILE__ (scripts.MEMBERS_FILE).
+# A removed control plane's etcd member is removed here too, from this surviving member, one at a
+# time (etcd's runtime reconfiguration guide: one membership change at a time), before the host's
+# own `kubeadm reset` (which finds it gone) or for a host that is gone: etcd otherwise keeps counting
+# it towards the quorum. etcd itself refuses a removal that would leave too few started members
+# (--strict-reconfig-check, on by default).
+# Filled in: __MEMBERS__ ('name address' words, sorted), __MEMBERS_FILE__ (scripts.MEMBERS_FILE),
+# __SELF__ (this control plane's node name: its etcd pod is etcd-<name>).
 # render/drain_guards.py reads the `want=(...)` and `members=` lines of the rendered script.
 
 want=(__MEMBERS__)
@@ -14,6 +20,22 @@ drain_node() {
     kubectl --kubeconfig /etc/kubernetes/admin.conf delete node "$node" --ignore-not-found
   fi
 }
+etcd_local() {
+  kubectl --kubeconfig /etc/kubernetes/admin.conf -n kube-system exec "etcd-$self" -- etcdctl \
+    --endpoints=https://127.0.0.1:2379 --cacert=/etc/kubernetes/pki/etcd/ca.crt \
+    --cert=/etc/kubernetes/pki/etcd/server.crt --key=/etc/kubernetes/pki/etcd/server.key "$@"
+}
+# remove_etcd_member NODE: its member (kubeadm names members after their node), if it has one.
+remove_etcd_member() {
+  local node=$1 list id
+  list=$(etcd_local member list)
+  id=$(awk -F', ' -v n="$node" '$3 == n {print $1}' <<<"$list")
+  if [ -n "$id" ]; then
+    echo "removing $node's etcd member $id"
+    etcd_local member remove "$id" >/dev/null
+  fi
+}
+self=__SELF__
 removed=()
 if [ -f "$members" ]; then
   while IFS= read -r member; do
@@ -35,4 +57,7 @@ for node in "${removed[@]}"; do
   drain_node "$node" &
 done
 wait
+for node in "${removed[@]}"; do
+  remove_etcd_member "$node"
+done
 put_file "$members" 0644 <<<"$(printf '%s\n' "${want[@]}")" || true

@@ -1,0 +1,83 @@
+"""`render lab-ha --against OLD` on the HA example (Pulumi.lab-ha.yaml): a control plane added or
+removed is shown (`!!`, exit 4, etcd's membership and how many failures it survives), and a removal
+that could lose etcd's quorum is REFUSED naming gpu-cluster:hosts (exit 2), the rule `up` runs
+(LabStack.change_problems, config/control_planes.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from render import __main__ as render_main
+from render import program
+from tests.conftest import PROJECT_DIR, stack_config_with
+
+STACK_FILE = PROJECT_DIR / "Pulumi.lab-ha.yaml"
+
+
+def _hosts() -> list[dict[str, Any]]:
+    return list(yaml.safe_load(STACK_FILE.read_text())["config"]["gpu-cluster:hosts"])
+
+
+def _control_plane(name: str, address: str) -> dict[str, Any]:
+    return {**_hosts()[0], "name": name, "address": address}
+
+
+def _older(tmp_path: Path, hosts: list[dict[str, Any]]) -> Path:
+    data = yaml.safe_load(STACK_FILE.read_text())
+    data["config"]["gpu-cluster:hosts"] = hosts
+    path = tmp_path / "old-Pulumi.lab-ha.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def _against(tmp_path: Path, capsys: pytest.CaptureFixture[str], old: Path) -> tuple[int, str, str]:
+    rc = render_main.main(["lab-ha", "--out", str(tmp_path / "out"), "--no-check", "--against", str(old)])
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+def test_a_replaced_control_plane_is_shown_as_one_removal_and_one_addition(tmp_path, capsys):
+    # the older side ran cp-4 where the committed file has cp-3
+    hosts = [h if h["name"] != "cp-3" else _control_plane("cp-4", "192.0.2.40") for h in _hosts()]
+    rc, out, err = _against(tmp_path, capsys, _older(tmp_path, hosts))
+    assert rc == 4, err
+    loud = [line for line in out.splitlines() if line.startswith("!! control planes")]
+    assert loud == [
+        "!! control planes removed (gpu-cluster:hosts): cp-4 192.0.2.40: drained, their etcd members removed one at "
+        "a time from the first control plane, then kubeadm reset; 3 control planes (etcd survives 1 down) -> "
+        "3 control planes (etcd survives 1 down)",
+        "!! control planes added (gpu-cluster:hosts): cp-3 192.0.2.30: each joins etcd as a new member, one after "
+        "another (kubeadm join --control-plane); 3 control planes (etcd survives 1 down) -> 3 control planes "
+        "(etcd survives 1 down)",
+    ], out
+    assert "REFUSED" not in out
+
+
+def test_five_to_three_is_shown_and_allowed(tmp_path, capsys):
+    five = [*_hosts(), _control_plane("cp-4", "192.0.2.40"), _control_plane("cp-5", "192.0.2.50")]
+    rc, out, err = _against(tmp_path, capsys, _older(tmp_path, five))
+    assert rc == 4, err
+    (line,) = [line for line in out.splitlines() if line.startswith("!! control planes")]
+    assert "removed (gpu-cluster:hosts): cp-4 192.0.2.40, cp-5 192.0.2.50" in line
+    assert line.endswith("5 control planes (etcd survives 2 down) -> 3 control planes (etcd survives 1 down)")
+    assert "REFUSED" not in out
+
+
+def test_three_to_one_is_refused_naming_the_key(tmp_path, capsys, monkeypatch):
+    """The new side: the committed HA stack shrunk to its first control plane; the older side: the
+    committed file as deployed."""
+    shrunk = stack_config_with("lab-ha", hosts=[h for h in _hosts() if h["name"] not in ("cp-2", "cp-3")])
+    real = program.stack_config
+    monkeypatch.setattr(program, "stack_config",
+                        lambda stack, *a, **k: shrunk if stack == "lab-ha" and not k.get("stack_file")
+                        else real(stack, *a, **k))
+    rc, out, err = _against(tmp_path, capsys, STACK_FILE)
+    assert rc == 2, err
+    (refused,) = [line for line in out.splitlines() if line.startswith("REFUSED")]
+    assert refused.startswith("REFUSED gpu-cluster:hosts: removes 2 of the 3 deployed control planes "
+                              "(cp-2 192.0.2.20, cp-3 192.0.2.30)"), out
+    assert "only 1 would stay" in refused and "gpu-cluster:hosts" in err
