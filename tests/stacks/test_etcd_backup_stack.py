@@ -82,3 +82,14 @@ def test_off_installs_nothing() -> None:
     plan = program.run("lab", config=stack_config_with("lab", etcdBackup=json.dumps({"enabled": False})))
     assert _installs(plan) == {}
     assert plan.outputs["etcdBackup"] == "off: etcdBackup.enabled is false"
+
+
+def test_the_committed_ha_example_backs_up_every_control_plane() -> None:
+    plan = program.run("lab-ha")
+    installs = _installs(plan)
+    planes = [h["name"] for h in json.loads(program.stack_config("lab-ha")[0]["gpu-cluster:hosts"])
+              if h["role"] == "control-plane"]
+    assert sorted(installs) == sorted(planes) and len(planes) == 3
+    clusters = {line for r in installs.values() for line in r.inputs["stdin"].splitlines()
+                if line.startswith("initial_cluster=")}
+    assert len(clusters) == 1 and all(f"{p}=https://" in next(iter(clusters)) for p in planes)
