@@ -41,6 +41,25 @@ APT_KEY_FINGERPRINTS = {
     "nvidia-container-toolkit": ("C95B321B61E88C1809C4F759DDCAE044F796ECB0",),
 }
 
+# The etcd kubeadm runs for each minor: kubeadm's SupportedEtcdVersion (cmd/kubeadm/app/constants/
+# constants.go) on each release branch at its latest patch. 1.31-1.33 were moved to 3.5.24-0 by the
+# cherry picks of kubernetes/kubernetes#134861 (#135020, #135019, #135018); 1.34 runs 3.6.5-0 and
+# 1.35 3.6.6-0 (#135271). A later kubeadm patch may move it again: the backup reads the version the
+# host actually runs from its etcd manifest (components/lab/etcd_backup.py) and uses this table
+# only where the manifest says nothing.
+ETCD_KUBEADM = {
+    "1.31": "3.5.24-0",
+    "1.32": "3.5.24-0",
+    "1.33": "3.5.24-0",
+    "1.34": "3.6.5-0",
+    "1.35": "3.6.6-0",
+}
+ETCD_IMAGE_REPOSITORY = "registry.k8s.io/etcd"  # what kubeadm runs: etcd and etcdctl, no etcdutl
+# The etcd project's own release image of the same version (etcd, etcdctl and etcdutl): the snapshot
+# and the restore run its tools, since `etcdutl snapshot restore` is the restore from 3.5 on and
+# kubeadm's image does not ship etcdutl (etcd-io/etcd#13764).
+ETCD_TOOLS_IMAGE_REPOSITORY = "gcr.io/etcd-development/etcd"
+
 # Container runtime (Docker's apt repository for Ubuntu, package containerd.io).
 CONTAINERD_DEFAULT = "1.7.27-1"
 

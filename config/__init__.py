@@ -163,7 +163,8 @@ def _adapter(stack_type: type[Addons], name: str) -> TypeAdapter[Any]:
 # a string (pydantic reads "22" or "true" as the declared int or bool), so a version such as
 # "1.34" never turns into a float.
 _STRUCTURED_KEYS = ("hosts", "nvidiaDriver", "bastion", "kubeVip", "gpuNodes", "gpuNodeGpus", "gpu", "training", "acceptance",
-                    "network", "storage", "monitoring", "gke", "wandb", "gpuHealth", "hardening")
+                    "network", "storage", "monitoring", "gke", "wandb", "gpuHealth", "hardening",
+                    "etcdBackup")
 
 
 def _decode(key: str, value: Any) -> Any:

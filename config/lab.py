@@ -37,6 +37,7 @@ from config.control_planes import (
     vip_problems,
 )
 from config.errors import Problems
+from config.etcd_backup import EtcdBackupConfig, etcd_backup_problems
 from config.fields import (
     APT_VERSION,
     DNS_LABEL,
@@ -243,6 +244,8 @@ class LabStack(Addons):
                     "first control plane): kubeadm reset everywhere and a fresh init; workloads and etcd are lost.",
     )
 
+    etcd_backup: EtcdBackupConfig = Field(default_factory=EtcdBackupConfig, description=EtcdBackupConfig.__doc__ or "")
+
     FOREIGN_HINTS: ClassVar[dict[str, str]] = {
         "gpuNodes": "lab GPU nodes come from hosts[].gpus",
         "kubeContext": "lab reads the admin kubeconfig from its control plane",
@@ -387,6 +390,7 @@ class LabStack(Addons):
             problems.append(("network.roce", "network.rdma on lab moves each GPU node's RoCE NIC into its training pod: "
                                              "set network.roce {interface, pciAddress, hca, driver, range} (docs/rdma.md)"))
         problems += inert_lab_problems(self)
+        problems += etcd_backup_problems(self.etcd_backup, self.storage.export_path if self.storage.provision else None)
         return problems
 
     def _address_problems(self) -> Problems:

@@ -13,7 +13,8 @@ Writes:
   DIR/wandb/queue-config.yaml with wandb.enabled: the W&B queue's config (the stack output
                               wandbQueueConfig), to paste into the queue; .json alike
   DIR/hosts/<host>/<step>.sh  the exact command each host receives (and <step>.delete.sh,
-                              <step>.stdin when stdin is not secret)
+                              <step>.stdin when stdin is not secret); on each control plane with
+                              etcdBackup also etcd-restore.sh (docs/operations/etcd-backup.md)
   DIR/graph.dot               parent (dashed) and dependency (solid) edges
   DIR/summary.md              the answer first: "Would it come up", the whole-cluster check
                               (render/cluster/) of every object the cluster would receive, Helm
@@ -59,6 +60,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from components.lab import etcd_backup
 from config import ConfigError
 from config.network_policy_enforcement import unenforced_warning
 from render import out_dir, program, summary, update, update_risks, yaml_text
@@ -178,6 +180,8 @@ def write(plan: program.Plan, out: Path, report: Report | None = None, update_se
                 put(base / f"{_safe(step)}.delete.sh", inputs["delete"], 0o755)
             if inputs.get("stdin") and inputs["stdin"] != program.SECRET_MARKER:
                 put(base / f"{_safe(step)}.stdin", inputs["stdin"])
+                if step == etcd_backup.INSTALL_STEP:  # its stdin is the control plane's restore script
+                    put(base / "etcd-restore.sh", inputs["stdin"], 0o755)
     put(out / "graph.dot", _dot(plan))
     summary.write(plan, out, put, report, update_section, steps, objects, releases, warnings or [])
     out_dir.mark(out, put.written)

@@ -45,3 +45,6 @@ class Cluster:
     # The cluster's own pod and service ranges where the platform knows them (lab), so egress to
     # the internet can leave them out; others: empty (private ranges are left out everywhere).
     internal_cidrs: tuple[str, ...] = ()
+    # lab's scheduled etcd snapshots: the longest gap of their schedule, for monitoring's metrics
+    # and alert (components/monitoring/etcd_backup.py); None: none.
+    etcd_backup_interval_seconds: int | None = None

@@ -16,8 +16,10 @@ from pydantic import ValidationError
 
 from components.cni import Cni, CniArgs
 from components.gpu_stack import DriverSource
+from components.lab import ssh
 from components.lab.certificates import check_period
 from components.lab.control_plane import ControlPlane, ControlPlaneArgs
+from components.lab.etcd_backup import EtcdBackup, EtcdBackupArgs, EtcdBackupSettings, shared_dir
 from components.lab.hardening_files import ControlPlaneFiles, ControlPlaneFilesArgs
 from components.lab.kubeadm import KubeadmSettings
 from components.lab.nfs_storage import NfsServerArgs, NfsSharedStorage, NfsSharedStorageArgs
@@ -27,7 +29,7 @@ from components.lab.upgrade import UpgradePolicy
 from components.training_namespace import training_namespace
 from config import ConfigError, LabStack, StackSecrets
 from config.gpu import GpuStack
-from config.lab import DeployedLab, Role
+from config.lab import DeployedLab, Host, Role
 from stacks import addons
 from stacks.contract import Cluster
 
@@ -65,6 +67,37 @@ def roce_host(cfg: LabStack) -> RoceHost | None:
 
 def upgrade_policy(cfg: LabStack) -> UpgradePolicy:
     return UpgradePolicy(max_unavailable=cfg.max_unavailable)
+
+
+def etcd_backup_settings(cfg: LabStack, host: Host) -> EtcdBackupSettings | None:
+    """etcdBackup on control plane `host` (None: off). With storage.provision the first control
+    plane, which serves the export, also copies its snapshots there."""
+    backup = cfg.etcd_backup
+    if not backup.enabled:
+        return None
+    first = cfg.control_planes[0]
+    shared = backup.copy_to_shared and cfg.storage.provision and host is first
+    return EtcdBackupSettings(node=host.name, schedule=backup.schedule, retain=backup.retain,
+                              host_path=backup.host_path, kubernetes_minor=cfg.kubernetes_minor,
+                              members=cfg.control_planes,
+                              shared_dir=shared_dir(cfg.storage.export_path) if shared else None)
+
+
+def etcd_backups(cfg: LabStack, cp: ControlPlane, joins: dict[str, NodeJoin], key: pulumi.Output[str]) -> object:
+    """etcdBackup: the snapshot job on every control plane, once its etcd runs; the stack output."""
+    latest = []
+    for h in cfg.control_planes:
+        settings = etcd_backup_settings(cfg, h)
+        if settings is None:
+            return "off: etcdBackup.enabled is false"
+        connection = cp.connection if h is cp.host else ssh.connection(h, key, cfg.bastion)
+        after = [cp.init if h is cp.host else joins[h.name].ready]
+        latest.append(EtcdBackup(f"{h.name}-etcd-backup", EtcdBackupArgs(settings, connection, after)).latest)
+    b = cfg.etcd_backup
+    return {"schedule": b.schedule, "retain": b.retain, "hostPath": b.host_path,
+            "restore": "hosts/<control plane>/etcd-restore.sh (python -m render); docs/operations/etcd-backup.md",
+            # The snapshot each install step took, as of `pulumi up`; the live view is the metric.
+            "latestAtUp": pulumi.Output.all(*latest)}
 
 
 # The engine's builtin function behind StackReference (pulumi/pulumi pkg/resource/deploy/builtins.go,
@@ -182,6 +215,7 @@ def build(cfg: LabStack, secrets: StackSecrets) -> dict[str, object]:
         shared_claim=claim,
         gpu_counts={h.name: h.gpus for h in cfg.hosts if h.is_gpu},
         internal_cidrs=(str(cfg.pod_cidr), str(cfg.service_cidr)),
+        etcd_backup_interval_seconds=cfg.etcd_backup.interval_seconds if cfg.etcd_backup.enabled else None,
     )
     return {
         **addons.deploy(cfg, contract, secrets),
@@ -199,4 +233,5 @@ def build(cfg: LabStack, secrets: StackSecrets) -> dict[str, object]:
         ),
         # On the first control plane: the etcd snapshot taken before the last kubeadm upgrade apply.
         "etcdSnapshot": cp.etcd_snapshot.apply(lambda path: {"host": first.name, "path": path} if path else None),
+        "etcdBackup": etcd_backups(cfg, cp, {h.name: j for h, j in zip(members, joins, strict=True)}, key),
     }

@@ -23,8 +23,8 @@ one API endpoint, kube-vip's virtual IP (kubeVip: its static pod is written here
 components/lab/kube_vip.py) or the user's load balancer (controlPlaneEndpoint).
 
 Does not manage: the external load balancer behind controlPlaneEndpoint (bring your own; with
-kubeVip the program serves the address itself), etcd backups other than the snapshot before each
-upgrade, the kubeconfig of a control plane other than the first (the provider talks to the API
+kubeVip the program serves the address itself), etcd backups (components/lab/etcd_backup.py keeps
+scheduled snapshots on every control plane besides the snapshot before each upgrade), the kubeconfig of a control plane other than the first (the provider talks to the API
 through the endpoint, whichever control plane answers), moving kubeadm init to another host (the
 first control plane is fixed: changing it rebuilds the cluster), or re-reading admin.conf after
 `kubeadm upgrade apply` renews its certificate (the one read at init stays valid until its own

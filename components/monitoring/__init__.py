@@ -42,7 +42,7 @@ import pulumi_random as random
 
 from components import versions
 from components.gpu_health_access import WEBHOOK_TOKEN_SECRET, token_secret
-from components.monitoring import alerts, dashboards, gpu_health, rdma
+from components.monitoring import alerts, dashboards, etcd_backup, gpu_health, rdma
 from components.monitoring.dashboards import PanelGroup
 from components.namespaces import pod_security_namespace
 from components.scheduling_contract import addon_affinity, addon_tolerations
@@ -88,6 +88,9 @@ class MonitoringArgs:
     # service's reconcile interval (its staleness alert).
     gpu_health_webhook_token: pulumi.Input[str] | None = None
     gpu_health_reconcile_seconds: float = 60.0
+    # lab's etcd snapshots: the longest gap of their schedule (node-exporter reads their metrics and
+    # EtcdBackupTooOld fires past twice it); None: no snapshots.
+    etcd_backup_interval_seconds: int | None = None
 
 
 def _gib(size: str) -> int:
@@ -109,7 +112,8 @@ def _addon() -> dict[str, Any]:
     return {"tolerations": addon_tolerations(), "affinity": addon_affinity()}
 
 
-def prometheus_stack_values(cfg: MonitoringConfig, gpu_health_webhook: str | None = None) -> dict[str, Any]:
+def prometheus_stack_values(cfg: MonitoringConfig, gpu_health_webhook: str | None = None,
+                            etcd_backup_metrics: bool = False) -> dict[str, Any]:
     everything: dict[str, Any] = {}
     for kind in ("serviceMonitor", "podMonitor", "rule", "probe"):
         # An empty selector then selects all objects of the kind, in every namespace.
@@ -124,6 +128,7 @@ def prometheus_stack_values(cfg: MonitoringConfig, gpu_health_webhook: str | Non
             **_addon(),
         },
         "kube-state-metrics": _addon(),
+        **({"prometheus-node-exporter": etcd_backup.node_exporter_values()} if etcd_backup_metrics else {}),
         # The operator, and the hook Jobs that create and patch its admission webhook's certificate.
         "prometheusOperator": {**_addon(), "admissionWebhooks": {"patch": _addon()}},
         # The operator copies these into the Prometheus and Alertmanager StatefulSets.
@@ -213,14 +218,16 @@ class Monitoring(pulumi.ComponentResource):
             version=versions.KUBE_PROMETHEUS_STACK_CHART_VERSION,
             repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=versions.KUBE_PROMETHEUS_STACK_CHART_REPO),
             namespace=NAMESPACE,
-            values=prometheus_stack_values(cfg, args.gpu_health_webhook),
+            values=prometheus_stack_values(cfg, args.gpu_health_webhook, args.etcd_backup_interval_seconds is not None),
             timeout=900,  # the first install pulls several images and waits for the operator's webhooks
             opts=pulumi.ResourceOptions(parent=self, depends_on=[ns, admin, *token_secrets]),
         )
         # Custom resources need the chart's CRDs (and the operator) first.
         after_release = pulumi.ResourceOptions(parent=self, depends_on=[self.release])
         rule_groups = (((rdma.rule_group(args.rdma_link_gbps),) if args.rdma else ())
-                       + ((gpu_health.rule_group(args.gpu_health_reconcile_seconds),) if args.gpu_health_webhook else ()))
+                       + ((gpu_health.rule_group(args.gpu_health_reconcile_seconds),) if args.gpu_health_webhook else ())
+                       + ((etcd_backup.rule_group(args.etcd_backup_interval_seconds),)
+                          if args.etcd_backup_interval_seconds is not None else ()))
         self.rule = _custom_resource(f"{name}-gpu-alerts", prometheus_rule(cfg, rule_groups), after_release)
         for target in args.scrape_targets:
             _custom_resource(f"{name}-{target.name}", service_monitor(target), after_release)

@@ -426,7 +426,7 @@ def test_each_platform_type_holds_only_its_keys():
     assert lab & dev == shared | {"storage", "serviceCidr"}  # each its own storage section; both a service range
     assert lab - shared == {"hosts", "controlPlaneEndpoint", "kubeVip", "podCidr", "serviceCidr", "cni", "containerdVersion",
                             "nvidiaDriver", "gpuTaint", "bastion", "storage", "maxUnavailable", "allowRebuild",
-                            "hardening"}
+                            "hardening", "etcdBackup"}
     assert dev - shared == {"kubeContext", "gpuNodes", "gpuNodeGpus", "serviceCidr", "nodeCidr", "storage", "clusterCni"}
     assert gke - shared == {"gke", "gcp:project", "gcp:region"}
     # The two storage sections share the size and an existing NFS export.

@@ -36,6 +36,7 @@ from config import LabStack
 from config.lab import Host
 from render import program
 from stacks.lab import kubeadm_settings
+from tests.components.lab.etcd_backup_cases import etcd_backup_cases
 from tests.conftest import SEED_002_ROCE, host, lab_config
 from tests.hostsim import TIMEOUT, HostSim, isolation_unavailable, snapshot
 
@@ -121,6 +122,8 @@ def _script_cases() -> dict[str, str]:
         "roce_host": scripts.roce_host(*ROCE_NIC, versions.ROCE_HOST_PACKAGES),
         "roce_ready": scripts.roce_ready(*ROCE_NIC),
         "roce_host_delete": scripts.roce_host_delete(versions.ROCE_HOST_PACKAGES),
+        # etcd backups (components/lab/etcd_backup.py; test_etcd_backup_real.py runs them against etcd)
+        **etcd_backup_cases(cfg),
     }
 
 

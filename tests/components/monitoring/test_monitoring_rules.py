@@ -18,8 +18,9 @@ from typing import Any
 import pytest
 import yaml
 
-from components.monitoring import alerts
+from components.monitoring import alerts, etcd_backup
 from components.monitoring import gpu_health as gpu_health_rules
+from config.etcd_backup import EtcdBackupConfig
 from config.health import GpuHealthConfig
 from config.monitoring import MonitoringAlerts
 from render import program
@@ -288,8 +289,15 @@ def _health_group() -> dict[str, Any]:
     return gpu_health_rules.rule_group(GpuHealthConfig().reconcile_seconds)
 
 
+def _etcd_backup_group() -> dict[str, Any]:
+    """The etcd backup's group (tests/components/monitoring/test_etcd_backup_monitoring.py), at the
+    schedule the committed lab stack keeps (the default)."""
+    return etcd_backup.rule_group(EtcdBackupConfig().interval_seconds)
+
+
 def test_render_writes_every_rule(rules_file: Path) -> None:
-    assert yaml.safe_load(rules_file.read_text()) == {"groups": [*alerts.rule_groups(THRESHOLDS), _health_group()]}
+    assert yaml.safe_load(rules_file.read_text()) == {
+        "groups": [*alerts.rule_groups(THRESHOLDS), _health_group(), _etcd_backup_group()]}
 
 
 def test_certificate_alert_window_is_the_renewal_window() -> None:
@@ -314,7 +322,8 @@ def test_every_alert_has_severity_and_runbook() -> None:
 def test_promtool_check_rules(rules_file: Path) -> None:
     result = _promtool("check", "rules", str(rules_file))
     assert result.returncode == 0, result.stdout + result.stderr
-    assert f"SUCCESS: {len(_rules()) + len(_health_group()['rules'])} rules found" in result.stdout
+    extra = len(_health_group()["rules"]) + len(_etcd_backup_group()["rules"])
+    assert f"SUCCESS: {len(_rules()) + extra} rules found" in result.stdout
 
 
 def _test_file(rules_file: Path) -> dict[str, Any]:

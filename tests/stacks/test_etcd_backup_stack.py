@@ -1,0 +1,95 @@
+"""The lab stack's etcd backups (stacks/lab.py etcd_backups): one snapshot job per control plane,
+after that control plane's etcd runs; the restore script each install carries is what render
+writes to hosts/<control plane>/etcd-restore.sh; the shared copy only where the export is local.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from components.lab import etcd_backup
+from render import program
+from render.__main__ import write
+from tests.conftest import host, stack_config_with
+
+COMMAND = "command:remote:Command"
+HA_HOSTS = [host("cp-1", "192.0.2.10", "control-plane"), host("cp-2", "192.0.2.13", "control-plane"),
+            host("cp-3", "192.0.2.14", "control-plane"), host("gpu-1", "192.0.2.11", gpus=2),
+            host("gpu-2", "192.0.2.12", gpus=2)]
+
+
+def _installs(plan: program.Plan) -> dict[str, program.Registration]:
+    return {r.name.removesuffix(f"-{etcd_backup.INSTALL_STEP}"): r for r in plan.of_type(COMMAND)
+            if r.name.endswith(f"-{etcd_backup.INSTALL_STEP}")}
+
+
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory: pytest.TempPathFactory) -> tuple[program.Plan, Path]:
+    plan = program.run("lab")
+    out = tmp_path_factory.mktemp("render") / "lab"
+    write(plan, out)
+    return plan, out
+
+
+def test_render_writes_each_control_planes_restore_script(rendered: tuple[program.Plan, Path]) -> None:
+    plan, out = rendered
+    installs = _installs(plan)
+    assert list(installs) == ["cp-1"]
+    script = (out / "hosts" / "cp-1" / "etcd-restore.sh")
+    assert script.read_text() == installs["cp-1"].inputs["stdin"]
+    assert script.stat().st_mode & 0o111
+    assert "initial_cluster=cp-1=https://192.0.2.10:2380\n" in script.read_text()
+    # Only control planes have one.
+    assert sorted(p.parent.name for p in (out / "hosts").glob("*/etcd-restore.sh")) == ["cp-1"]
+
+
+def test_the_backup_starts_once_etcd_runs(rendered: tuple[program.Plan, Path]) -> None:
+    plan, _ = rendered
+    (init,) = [r for r in plan.of_type(COMMAND) if r.name == "control-plane-init"]
+    assert init.urn in _installs(plan)["cp-1"].dependencies
+
+
+def test_the_stack_output_says_what_it_reports(rendered: tuple[program.Plan, Path]) -> None:
+    plan, _ = rendered
+    out = plan.outputs["etcdBackup"]
+    assert out["schedule"] == "23 */6 * * *" and out["retain"] == 28
+    assert "etcd-restore.sh" in out["restore"]
+    assert isinstance(out["latestAtUp"], list) and len(out["latestAtUp"]) == 1
+
+
+def test_every_control_plane_backs_up_and_restores_into_the_whole_cluster() -> None:
+    plan = program.run("lab", config=stack_config_with(
+        "lab", hosts=json.dumps(HA_HOSTS), controlPlaneEndpoint="k8s-api.lab.example:6443"))
+    installs = _installs(plan)
+    assert sorted(installs) == ["cp-1", "cp-2", "cp-3"]
+    members = "cp-1=https://192.0.2.10:2380,cp-2=https://192.0.2.13:2380,cp-3=https://192.0.2.14:2380"
+    for name, install in installs.items():
+        restore = install.inputs["stdin"]
+        assert f"node={name}\n" in restore and f"initial_cluster={members}\n" in restore
+        # Only the first control plane serves the provisioned export: only it copies there.
+        shared = "${ETCD_BACKUP_SHARED_DIR-/srv/gpu-cluster/shared/etcd-backups}"
+        assert (shared in install.inputs["create"]) == (name == "cp-1")
+    # A joined control plane's backup waits for its join (NodeJoin.ready).
+    ready = {r.urn for r in plan.resources if r.name.startswith("cp-2-") and r.type == COMMAND
+             and r.name != f"cp-2-{etcd_backup.INSTALL_STEP}"}
+    assert set(installs["cp-2"].dependencies) & ready
+
+
+def test_off_installs_nothing() -> None:
+    plan = program.run("lab", config=stack_config_with("lab", etcdBackup=json.dumps({"enabled": False})))
+    assert _installs(plan) == {}
+    assert plan.outputs["etcdBackup"] == "off: etcdBackup.enabled is false"
+
+
+def test_the_committed_ha_example_backs_up_every_control_plane() -> None:
+    plan = program.run("lab-ha")
+    installs = _installs(plan)
+    planes = [h["name"] for h in json.loads(program.stack_config("lab-ha")[0]["gpu-cluster:hosts"])
+              if h["role"] == "control-plane"]
+    assert sorted(installs) == sorted(planes) and len(planes) == 3
+    clusters = {line for r in installs.values() for line in r.inputs["stdin"].splitlines()
+                if line.startswith("initial_cluster=")}
+    assert len(clusters) == 1 and all(f"{p}=https://" in next(iter(clusters)) for p in planes)
