@@ -3,8 +3,11 @@ folder, and small builders of valid configs."""
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +17,7 @@ from pulumi.runtime.settings import set_root_resource
 
 import config
 from render import program
+from render.cluster import memo
 
 # Every plan a test renders also goes through the whole-cluster check (tests/whole_cluster.py).
 pytest_plugins = ["tests.whole_cluster"]
@@ -25,6 +29,13 @@ ED25519 = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIE8N2wz1xVb2cNQv7m4s1M8pC1xq2mC5y
 
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
+
+# The whole-cluster check's disk memo (render/cluster/memo.py): one folder for this test run (xdist's
+# workers inherit it), removed at its end, so no test reads what an earlier run or ./plan left behind.
+if memo.CACHE_ENV not in os.environ:
+    _MEMO_DIR = tempfile.mkdtemp(prefix="gpu-cluster-check-memo-")
+    os.environ[memo.CACHE_ENV] = _MEMO_DIR
+    atexit.register(shutil.rmtree, _MEMO_DIR, True)
 
 
 @pytest.hookimpl(hookwrapper=True)

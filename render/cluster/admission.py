@@ -16,11 +16,11 @@ from __future__ import annotations
 import copy
 import functools
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from render.cluster import pod_security
+from render.cluster import memo, pod_security
 from render.cluster.objects import Obj
 from render.cluster.workloads import Workload
 
@@ -84,6 +84,37 @@ def builtin_validator(api_version: str, kind: str, minor: str) -> Any:
         return None
     registry = _definitions(folder, minor) @ (Resource.from_contents(schema) @ Registry())
     return jsonschema.Draft202012Validator(schema, registry=registry)
+
+
+@functools.cache
+def builtin_served(api_version: str, kind: str, minor: str) -> bool:
+    """Whether kubernetes-validate has a schema of `kind` in `api_version` for Kubernetes `minor`."""
+    import kubernetes_validate.utils as kv
+
+    version = [v for v in kv.all_versions() if kv.major_minor(v) <= minor][-1]
+    group_version = re.sub(r"^([^./]*)(?:\.[^/]*)?/", r"\1-", api_version)
+    try:
+        kv.schema_contents(f"kubernetes-json-schema/v{version}-local-strict/{kind.lower()}-{group_version}.json", minor)
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def _first_errors(validator: Callable[[], Any], body: dict[str, Any], *schema_id: str) -> list[tuple[str, str]]:
+    """The first three (path, message) errors of `body` against a schema, by path; memoised on disk
+    (render/cluster/memo.py) under the body's canonical JSON and `schema_id` (the CRD schema's JSON,
+    or the Kubernetes minor, apiVersion and kind of a built-in schema), so the validator is only built
+    and run for an object or schema not seen before."""
+    import json
+
+    name = memo.key("schema-errors", *schema_id, json.dumps(body, sort_keys=True, default=str))
+    cached = memo.load(name)
+    if isinstance(cached, list):
+        return [(str(where), str(message)) for where, message in cached]
+    errors = sorted(validator().iter_errors(body), key=lambda e: [str(p) for p in e.path])[:3]
+    found = [(".".join(str(p) for p in err.path) or "(root)", str(err.message)[:200]) for err in errors]
+    memo.store(name, found)
+    return found
 
 
 @functools.cache
@@ -165,19 +196,20 @@ class Admission:
                 if not self._before(crd, o, same_release):
                     yield Problem(o.ref, f"its CRD {crd.name} ({crd.origin}) is not installed before it: "
                                          f"{o.origin} does not depend on it")
-                validator = _crd_validator(f"{crd.origin}/{crd.name}/{o.api_version}", json.dumps(schema, sort_keys=True))
-                errors = sorted(validator.iter_errors(o.body), key=lambda e: [str(p) for p in e.path])
-                for err in errors[:3]:
-                    where = ".".join(str(p) for p in err.path) or "(root)"
-                    yield Problem(o.ref, f"not valid against CRD {crd.name}: {where}: {err.message[:200]}")
+                schema_json = json.dumps(schema, sort_keys=True)
+                found_errors = _first_errors(
+                    functools.partial(_crd_validator, f"{crd.origin}/{crd.name}/{o.api_version}", schema_json),
+                    o.body, "crd", schema_json)
+                for where, message in found_errors:
+                    yield Problem(o.ref, f"not valid against CRD {crd.name}: {where}: {message}")
                 continue
-            validator = builtin_validator(o.api_version, o.kind, self.minor)
-            if validator is None:
+            if not builtin_served(o.api_version, o.kind, self.minor):
                 yield Problem(o.ref, f"{o.api_version} {o.kind} is not served by Kubernetes {self.minor} ({o.origin})")
                 continue
-            for err in sorted(validator.iter_errors(o.body), key=lambda e: [str(p) for p in e.path])[:3]:
-                where = ".".join(str(p) for p in err.path) or "(root)"
-                yield Problem(o.ref, f"not valid for Kubernetes {self.minor}: {where}: {str(err.message)[:200]} ({o.origin})")
+            found_errors = _first_errors(functools.partial(builtin_validator, o.api_version, o.kind, self.minor), o.body,
+                                         "builtin", self.minor, o.api_version, o.kind)
+            for where, message in found_errors:
+                yield Problem(o.ref, f"not valid for Kubernetes {self.minor}: {where}: {message} ({o.origin})")
 
     def namespaces_exist(self) -> Iterable[Problem]:
         for o in self.objects:

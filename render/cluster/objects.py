@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 from render import program
+from render.cluster import memo
 
 # Resource types that are bundles the provider expands, or patches of objects that already exist.
 RELEASE_TYPE = "kubernetes:helm.sh/v3:Release"
@@ -100,7 +101,20 @@ def parse_documents(text: str) -> list[dict[str, Any]]:
 
 @functools.lru_cache(maxsize=1024)
 def _parsed_once(text: str) -> tuple[dict[str, Any], ...]:
-    return tuple(parse_documents(text))
+    """parse_documents, kept on disk too (render/cluster/memo.py): a chart's output is the same text
+    from one ./plan to the next. Kept only when JSON gives back exactly what YAML gave (a YAML
+    timestamp or a non-string key would not survive the round trip: those texts are parsed anew)."""
+    name = memo.key("yaml-documents", text)
+    cached = memo.load(name)
+    if isinstance(cached, list):
+        return tuple(cached)
+    docs = parse_documents(text)
+    try:
+        if json.loads(json.dumps(docs)) == docs:
+            memo.store(name, docs)
+    except (TypeError, ValueError):
+        pass
+    return tuple(docs)
 
 
 def _parsed(text: str) -> list[dict[str, Any]]:
