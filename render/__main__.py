@@ -118,9 +118,16 @@ class _Writer:
     def __init__(self, root: Path):
         self.root = root.resolve()
         self.written: list[Path] = []  # what the marker lists (render/out_dir.py)
+        self._folders: dict[Path, Path] = {}  # a folder as given -> resolved (thousands of files share a few)
 
     def __call__(self, path: Path, text: str, mode: int = 0o644) -> None:
-        target = path.resolve()
+        if path.is_symlink():
+            target = path.resolve()
+        else:
+            folder = self._folders.get(path.parent)
+            if folder is None:
+                folder = self._folders[path.parent] = path.parent.resolve()
+            target = folder / path.name
         if target != self.root and self.root not in target.parents:
             raise out_dir.OutDirError(f"refusing to write {path}: it resolves outside {self.root} (a symlink?)")
         _write(target, text, mode)

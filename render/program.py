@@ -32,6 +32,7 @@ from pulumi.runtime.settings import get_root_resource, set_root_resource
 PROJECT_DIR = Path(os.path.abspath(__file__)).parent.parent
 PROJECT = "gpu-cluster"
 SECRET_MARKER = "[secret]"
+_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's parser where PyYAML has it
 # The signature the SDK uses to tag a secret value in serialized properties.
 _SECRET_SIG = rpc._special_sig_key  # pylint: disable=protected-access
 _SECRET_VALUE = rpc._special_secret_sig  # pylint: disable=protected-access
@@ -251,7 +252,7 @@ def stack_config(
 
     `stack_file` reads the stack's values from another file (an older Pulumi.<stack>.yaml).
     """
-    project = yaml.safe_load((project_dir / "Pulumi.yaml").read_text())
+    project = yaml.load((project_dir / "Pulumi.yaml").read_text(), Loader=_SAFE_LOADER)
     stack_file = stack_file or project_dir / f"Pulumi.{stack}.yaml"
     if not stack_file.exists():
         where = f"{stack_file.name} in {project_dir}" if stack_file.parent == project_dir else str(stack_file)
@@ -264,7 +265,7 @@ def stack_config(
         elif not isinstance(decl, dict):
             values[full] = decl
     secret_keys: list[str] = []
-    for key, value in ((yaml.safe_load(stack_file.read_text()) or {}).get("config") or {}).items():
+    for key, value in ((yaml.load(stack_file.read_text(), Loader=_SAFE_LOADER) or {}).get("config") or {}).items():
         full = key if ":" in key else f"{PROJECT}:{key}"
         if isinstance(value, dict) and set(value) == {"secure"}:
             values[full] = secret_value
