@@ -11,8 +11,11 @@ process, from a temporary project dir (symlinks to this one) whose Pulumi.lab.ya
 N GPU workers and Pulumi.lab.yaml's layers (bench/_configs.lab_config(N, **lab_layers())): the
 whole process timed, interpreter start, imports, evaluation, the whole-cluster check and every file
 written. Its floor is the SDK floor below for the same counts (taken from the plan.json it wrote).
-Columns: files written; ./plan s min / median (wall); ./plan CPU s min (user + system: steadier
-than wall on a shared machine); floor s min / median; ratio of the medians and of the mins.
+Columns: files written; ./plan s min / median (wall) with the whole-cluster check's disk memo warm
+(render/cluster/memo.py, as on every ./plan after the first); ./plan CPU s min (user + system:
+steadier than wall on a shared machine); floor s min / median; ratio of the medians and of the mins;
+cold ./plan s median (the memo empty, as on a first ./plan) and its ratio. Each repeat uses a memo
+folder of its own, emptied before its cold run.
 
 The other tables, program.run:
 For each N the generated stack from bench/_configs.py is evaluated (lab: N GPU workers plus one
@@ -145,14 +148,15 @@ def _stack_file(config: _configs.Config) -> str:
     return yaml.safe_dump({"config": out}, sort_keys=False)
 
 
-def measure_plan_once(n: int) -> dict:
+def measure_plan_once(n: int, memo_dir: str) -> dict:
     """`python -m render lab --out DIR` (what ./plan runs) for the lab with n GPU workers and
     Pulumi.lab.yaml's layers, from a project dir whose Pulumi.lab.yaml is the generated config:
     the whole process timed (interpreter start, imports, evaluation, the whole-cluster check,
     every file written). Returns its wall and CPU seconds and the plan's counts for the floor."""
     from render import cluster
+    from render.cluster import memo
 
-    env = dict(os.environ, GPU_CLUSTER_UPSTREAM=str(cluster.upstream_dir()))
+    env = dict(os.environ, GPU_CLUSTER_UPSTREAM=str(cluster.upstream_dir()), **{memo.CACHE_ENV: memo_dir})
     with tempfile.TemporaryDirectory(prefix="plan-scale-") as tmp:
         project = Path(tmp) / "project"
         project.mkdir()
@@ -187,8 +191,13 @@ def measure_plan_once(n: int) -> dict:
 def measure_plan(n: int, repeats: int) -> dict:
     plans: list[dict] = []
     floors: list[dict] = []
+    colds: list[dict] = []
     for _ in range(repeats):
-        plan = measure_plan_once(n)
+        # Cold: the whole-cluster check's memo (render/cluster/memo.py) empty, as on a first ./plan;
+        # warm: the same memo again, as on every ./plan after it (the timed ./plan of the table).
+        with tempfile.TemporaryDirectory(prefix="plan-scale-memo-") as memo_dir:
+            colds.append(measure_plan_once(n, memo_dir))
+            plan = measure_plan_once(n, memo_dir)
         plans.append(plan)
         floors.append(_spawn("--child", "floor", "--platform", "lab",
                              "--floor-components", str(plan["components"]),
@@ -199,25 +208,28 @@ def measure_plan(n: int, repeats: int) -> dict:
         "n": n, "resources": plans[0]["resources"], "files": plans[0]["files"],
         "pmin": min(pw), "pmed": statistics.median(pw), "fmin": min(fw), "fmed": statistics.median(fw),
         "pcpu": min(r["cpu"] for r in plans),
+        "cmed": statistics.median(r["wall"] for r in colds),
     }
+    row["ratio_cold"] = row["cmed"] / row["fmed"]
     row["ratio"] = row["pmed"] / row["fmed"]
     row["ratio_min"] = row["pmin"] / row["fmin"]
     print(f"  ./plan N={n}: {row['resources']} resources, {row['files']} files, median {_fmt(row['pmed'])} s, "
-          f"floor median {_fmt(row['fmed'])} s", file=sys.stderr, flush=True)
+          f"cold median {_fmt(row['cmed'])} s, floor median {_fmt(row['fmed'])} s", file=sys.stderr, flush=True)
     return row
 
 
 def print_plan_table(rows: list[dict], repeats: int) -> None:
     print("./plan: `python -m render lab --out DIR` for 1 control plane + N GPU workers (8 GPUs each) with "
           f"Pulumi.lab.yaml's layers, the whole process timed (start, imports, evaluation, whole-cluster check, "
-          f"files); floor as above for the same counts; {repeats} repeats, interleaved.")
+          f"files) with the check's memo warm (a second ./plan); cold: the first ./plan, memo empty; floor as "
+          f"above for the same counts; {repeats} repeats, interleaved.")
     print("| GPU workers | resources | files | ./plan s min | ./plan s median | ./plan CPU s min | floor s min "
-          "| floor s median | ratio (medians) | ratio (mins) |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "| floor s median | ratio (medians) | ratio (mins) | cold ./plan s median | cold ratio (medians) |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         print(f"| {r['n']} | {r['resources']} | {r['files']} | {_fmt(r['pmin'])} | {_fmt(r['pmed'])} "
               f"| {_fmt(r['pcpu'])} | {_fmt(r['fmin'])} | {_fmt(r['fmed'])} | {_fmt(r['ratio'], 2)} "
-              f"| {_fmt(r['ratio_min'], 2)} |")
+              f"| {_fmt(r['ratio_min'], 2)} | {_fmt(r['cmed'])} | {_fmt(r['ratio_cold'], 2)} |")
     print(flush=True)
 
 
