@@ -185,7 +185,7 @@ def _flavor_mismatch(ps: PodSet, rf: ResourceFlavor) -> str | None:
         if taint.get("effect") in ("NoSchedule", "NoExecute") and not tolerates(tolerations, taint):
             return f"flavor {rf.name}: untolerated taint {taint.get('key')}:{taint.get('effect')}"
     own_keys = {**ps.spec, "nodeSelector": {k: v for k, v in (ps.spec.get("nodeSelector") or {}).items() if k in rf.node_labels}}
-    terms = []
+    terms: list[dict[str, Any]] = []
     required = (((ps.spec.get("affinity") or {}).get("nodeAffinity") or {})
                 .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
     for term in required.get("nodeSelectorTerms") or []:

@@ -93,6 +93,13 @@ def test_borrowing_waits_while_the_lender_uses_its_quota() -> None:
     assert b.state == ka.WAITING and "(2 asked, 1 unused)" in b.reasons[0]
 
 
+def test_borrowing_limit_counts_what_the_team_already_borrowed() -> None:
+    one, two = _in_order(_cohort(2, None, job("b-one", 1, namespace="team-b"), job("b-two", 2, namespace="team-b")), *NODES)
+    assert one.state == ka.ADMITTED and one.borrowed == {("gpu", GPU): 1.0}
+    # team-a idles with 4 GPUs, but team-b may hold at most 2 borrowed at a time.
+    assert two.state == ka.WAITING and "(2 asked, 1 unused)" in two.reasons[0]
+
+
 def test_lending_limit_caps_what_the_cohort_can_borrow() -> None:
     (b,) = _alone(_cohort(None, 1, job("b-two", 2, namespace="team-b")), *NODES)
     assert b.state == ka.NEVER and "can use at most 1 (nominal 0 + 1 borrowed" in b.reasons[0]
