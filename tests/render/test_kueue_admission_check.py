@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from render import __main__ as render_main
 from render import cluster, program
 from render.cluster import objects as cluster_objects
 from render.cluster.admission import Admission
@@ -159,3 +160,15 @@ def test_a_queued_job_naming_a_missing_local_queue_fails_the_check(lab_plan: pro
     plan = _with_kueue(lab_plan, 2, job("train", 1, queue="typo"))
     assert _kueue_problems(cluster.check(plan, plan.config, upstream_dir)) == [
         "Job team-a/train (LocalQueue team-a/typo, plan): LocalQueue team-a/typo does not exist"]
+
+
+def test_render_exits_3_on_a_job_kueue_never_admits(lab_plan: program.Plan, upstream_dir: Path, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("GPU_CLUSTER_UPSTREAM", str(upstream_dir))
+    monkeypatch.setattr(program, "run", lambda stack, *a, **k: _with_kueue(lab_plan, 1, job("train", 2)))
+    assert render_main.main(["lab", "--out", str(tmp_path)]) == 3
+    assert "Job team-a/train (LocalQueue team-a/team → ClusterQueue team-a, plan): pod set main fits no flavor" \
+        in capsys.readouterr().err
+    summary = (tmp_path / "summary.md").read_text()
+    assert "**no**" in summary and "- ✗ Job team-a/train (LocalQueue team-a/team" in summary
