@@ -283,7 +283,7 @@ def evaluate(world: KueueWorld, book: QuotaBook, wl: QueuedWorkload, free: list[
             names.append(flavor)
             for fr, v in usage.items():
                 verdict.usage[fr] = verdict.usage.get(fr, 0.0) + v
-            verdict.nodes[ps.name] = verdict.nodes.get(ps.name, []) + placed.nodes
+            verdict.nodes[ps.name] = placed.nodes  # the last group's placement carries every resource
         verdict.flavors[ps.name] = ", ".join(dict.fromkeys(names))
     for fr, v in verdict.usage.items():
         over = book.used(cq, fr) + v - book.nominal(cq, fr)
