@@ -55,6 +55,9 @@ def planned_cluster(report: Report | None, picture: str) -> list[str]:
     if jobs:
         out += ["", "### Jobs", "", "Jobs and CronJobs, each on what the workloads above leave free:", ""]
         out += [f"- {line}" for line in jobs]
+    if report.queued:  # render/cluster/kueue_check.py
+        out += ["", "### Queued in Kueue", "", "Each queued job alone, as Kueue would admit it:", ""]
+        out += [f"- {line}" for line in report.queued]
     if report.notes:
         out += ["", "### Assumed", ""] + [f"- {n}" for n in report.notes]
     return out

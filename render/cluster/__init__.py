@@ -20,6 +20,7 @@ from pathlib import Path
 
 from config import DevStack, GkeStack, LabStack, StackConfig
 from render import program
+from render.cluster import kueue_check
 from render.cluster import nodes as node_model
 from render.cluster.admission import Admission
 from render.cluster.objects import CheckSetupError, collect
@@ -51,6 +52,7 @@ class Report:
     # per line, in the lines' order (render/summary.py and render/cluster_picture.py read them).
     modelled: list[node_model.Node] = field(default_factory=list)
     placements: list[Placement] = field(default_factory=list)
+    queued: list[str] = field(default_factory=list)  # one per job queued in Kueue: would it be admitted
 
     @property
     def ok(self) -> bool:
@@ -150,6 +152,7 @@ def check(plan: program.Plan, cfg: StackConfig, upstream: Path) -> Report:
             line = f"✗ {line}"
             report.problems += [f"{subject}: {reason}" for reason in problems]
         report.lines.append(line)
+    kueue_check.judge(report, collected.objects, nodes, placements)  # would Kueue admit each queued job
     return report
 
 

@@ -1,0 +1,48 @@
+"""The whole-cluster check's Kueue part: every queued workload of the plan judged by Kueue's
+admission model (kueue_admission.py) on its own against an idle cluster. One line each (Report.queued);
+a workload Kueue could never admit, or whose pods could never run once admitted, is a problem
+(exit 3) naming the job, its queue and what is short. A workload that only waits for quota is not.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from render.cluster import kueue_admission, kueue_objects
+from render.cluster.nodes import Node
+from render.cluster.objects import Obj
+from render.cluster.scheduling import Placement
+
+if TYPE_CHECKING:
+    from render.cluster import Report
+
+
+def _fmt(resource: str, v: float) -> str:
+    return f"{v / 1024**3:g}Gi" if resource == "memory" else f"{v:g}"
+
+
+def line(v: kueue_admission.Verdict) -> str:
+    wl = v.workload
+    queue = f"LocalQueue {v.queue}" + (f" → ClusterQueue {v.cluster_queue}" if v.cluster_queue else "")
+    if v.state != kueue_admission.ADMITTED:
+        return f"{wl.ref} ({queue}): {'; '.join(v.reasons)}"
+    flavors = ", ".join(f"{ps} on {flavor}" for ps, flavor in v.flavors.items())
+    borrowed = ", ".join(f"{_fmt(r, amount)} {r} of {f}" for (f, r), amount in sorted(v.borrowed.items()))
+    return f"{wl.ref} ({queue}): admitted whole, {flavors}" + (f"; borrows {borrowed} from its cohort" if borrowed else "")
+
+
+def judge(report: Report, objects: list[Obj], nodes: list[Node], placements: list[Placement]) -> None:
+    world = kueue_objects.read(objects)
+    if not world.workloads:
+        return
+    capacity = kueue_admission.capacity_after(nodes, placements)
+    for v in kueue_admission.each_alone(world, capacity):
+        text = line(v)
+        if v.state == kueue_admission.NEVER:
+            report.problems += [f"{v.workload.ref} (LocalQueue {v.queue}"
+                                + (f" → ClusterQueue {v.cluster_queue}" if v.cluster_queue else "")
+                                + f", {v.workload.obj.origin}): {reason}" for reason in v.reasons]
+            text = f"✗ {text}"
+        report.queued.append(text)
+    report.notes.append("Kueue: each queued job is judged alone against an idle cluster (quota, flavors, cohort "
+                        "borrowing, topology); preemption, fair sharing and admission checks are not modelled")
