@@ -9,7 +9,8 @@ Job -> training job (training.enabled). Every GPU job depends on the gate, so no
 before every GPU node passed. wandb.enabled: the W&B launch agent, once the training namespace and
 shared claim exist (its runs are submitted later, from W&B). gpuHealth (on by default on lab and
 dev): the GPU health service and its diagnostic CronJobs, after the GPU stack; monitoring routes the
-GPU fault alerts to it.
+GPU fault alerts to it. queues.enabled: Kueue and the teams' queues after monitoring (stacks/queues.py),
+and every job of the training namespace after Kueue, the program's jobs submitted to its own queue.
 """
 
 from __future__ import annotations

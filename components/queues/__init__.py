@@ -25,7 +25,7 @@ from components.manifest_resource import manifest_resource
 from components.namespaces import pod_security_namespace
 from components.queues import kueue, objects
 from components.storage_contract import TRAINING_NAMESPACE
-from config.queues import PROGRAM_QUEUE, Flavor, QueuesConfig
+from config.queues import PROGRAM_QUEUE, Flavor, QueuesConfig, Team
 
 
 @dataclass(frozen=True)
@@ -87,13 +87,14 @@ class Queues(pulumi.ComponentResource):
             self.ready += [cq, lq]
         self.register_outputs({"teams": self.team_outputs})
 
-    def _team(self, name: str, q: QueuesConfig, t: Any, args: QueuesArgs) -> None:
+    def _team(self, name: str, q: QueuesConfig, t: Team, args: QueuesArgs) -> None:
         prefix = f"{name}-team-{t.name}"
         ns = pod_security_namespace(f"{prefix}-ns", t.namespace, objects.TEAM_POD_SECURITY,
                                     pulumi.ResourceOptions(parent=self))
         in_ns = pulumi.ResourceOptions(parent=self, depends_on=[ns])
         for policy in objects.team_network_policies(t.namespace):
             manifest_resource(f"{prefix}-{policy['metadata']['name']}", policy, in_ns)
+        assert t.group  # the config model refuses a team without one
         role, binding = objects.team_role(t.namespace), objects.team_role_binding(t.namespace, t.group)
         k8s.rbac.v1.Role(f"{prefix}-role", metadata=role["metadata"], rules=role["rules"], opts=in_ns)
         k8s.rbac.v1.RoleBinding(f"{prefix}-binding", metadata=binding["metadata"], role_ref=binding["roleRef"],

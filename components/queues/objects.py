@@ -25,12 +25,13 @@ import copy
 from decimal import Decimal
 from typing import Any
 
+from components.namespaces import PodSecurityLevel
 from components.scheduling_contract import gpu_tolerations
 from components.training import network_policy
 from config.queues import PROGRAM_PRIORITY_CLASS, PROGRAM_QUEUE, Flavor, QueuePriority, QueuesConfig, Team
 
 KUEUE_API = "kueue.x-k8s.io/v1beta2"
-TEAM_POD_SECURITY = "baseline"
+TEAM_POD_SECURITY: PodSecurityLevel = "baseline"
 # WorkloadPriorityClass name -> value: training preempts batch inside a ClusterQueue.
 PRIORITY_CLASSES = {PROGRAM_PRIORITY_CLASS: 1000, "gpu-cluster-batch": 100}
 PRIORITY_CLASS = {QueuePriority.TRAINING: PROGRAM_PRIORITY_CLASS, QueuePriority.BATCH: "gpu-cluster-batch"}
@@ -125,7 +126,7 @@ def _in_namespace(manifest: dict[str, Any], namespace: str) -> dict[str, Any]:
 def team_network_policies(namespace: str) -> list[dict[str, Any]]:
     """Default deny and DNS egress (the training namespace's, components/training/network_policy.py),
     and the namespace's pods to and from each other."""
-    same_namespace = [{"podSelector": {}}]
+    same_namespace: list[dict[str, Any]] = [{"podSelector": {}}]
     peers = {
         "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
         "metadata": {"name": "same-namespace", "namespace": namespace},

@@ -29,8 +29,11 @@ network.roce: the pods ask for the `roce` network (Multus adds net1), `rdma/roce
 /dev/infiniband devices), IPC_LOCK, and take NCCL/Gloo's environment on net1; with monitoring a
 native sidecar exports their RDMA device's counters (components/rdma_network.py says why).
 
-Does not manage: gang scheduling/queueing (Kueue, Volcano), image builds, SR-IOV, experiment
-tracking.
+queues.enabled (`queue`): the job carries Kueue's queue label (the program's LocalQueue) and its
+priority class, and is created suspended (spec.suspend; a PyTorchJob's runPolicy.suspend) for Kueue
+to admit all its pods at once (components/queues/).
+
+Does not manage: Kueue itself (components/queues/), image builds, SR-IOV, experiment tracking.
 """
 
 from __future__ import annotations
