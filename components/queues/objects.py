@@ -8,9 +8,10 @@ what the config means; components/queues/__init__.py registers them).
   namespace may point a LocalQueue at it. Preemption: a team reclaims its nominal quota from
   borrowers (reclaimWithinCohort Any) and, inside its queue, a higher WorkloadPriorityClass
   preempts a lower one.
-* The program's own ClusterQueue and LocalQueue `gpu-cluster` (training namespace), sized to the
-  largest of its own jobs (components/queues/requests.py), in the same cohort: lent to the teams
-  when the program's jobs are done.
+* The program's own ClusterQueue and LocalQueue `gpu-cluster` (training namespace), in the same
+  cohort: nominal GPUs what the teams' quotas leave of each flavor (the cohort then holds the GPUs
+  the cluster has, no more), borrowing the rest of its largest job (components/queues/requests.py)
+  from quota the teams leave unused; CPU and memory sized to that job.
 * WorkloadPriorityClasses: training above batch.
 * Per team: a Namespace (Pod Security baseline, as the training namespace: GPU images usually run
   as root), default deny with DNS egress and the namespace's pods talking to each other (a
@@ -22,6 +23,7 @@ what the config means; components/queues/__init__.py registers them).
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
@@ -65,10 +67,11 @@ def _only_namespace(namespace: str) -> dict[str, Any]:
 
 
 def cluster_queue(name: str, namespace: str, cohort: str, gpu_resource: str, flavors: tuple[Flavor, ...],
-                  gpus: int, cpu: str, memory: str, borrowing_limit_gpus: int | None) -> dict[str, Any]:
-    """One ClusterQueue: `gpus` nominal in every flavor (capped at the flavor's size where known)."""
+                  gpus: Callable[[Flavor], int], cpu: str, memory: str,
+                  borrowing_limit_gpus: int | None) -> dict[str, Any]:
+    """One ClusterQueue: `gpus(flavor)` nominal GPUs in each flavor, `cpu` and `memory` in each."""
     def gpu(f: Flavor) -> dict[str, Any]:
-        out: dict[str, Any] = {"name": gpu_resource, "nominalQuota": str(min(gpus, f.gpus) if f.gpus is not None else gpus)}
+        out: dict[str, Any] = {"name": gpu_resource, "nominalQuota": str(gpus(f))}
         if borrowing_limit_gpus is not None:
             out["borrowingLimit"] = str(borrowing_limit_gpus)
         return out
@@ -93,17 +96,31 @@ def cluster_queue(name: str, namespace: str, cohort: str, gpu_resource: str, fla
     }
 
 
+def _team_gpus(t: Team, f: Flavor) -> int:
+    """A team's nominal GPUs in a flavor: its `gpus`, capped at the flavor's size where known."""
+    return min(t.gpus, f.gpus) if f.gpus is not None else t.gpus
+
+
 def team_cluster_queue(q: QueuesConfig, t: Team, gpu_resource: str, flavors: tuple[Flavor, ...]) -> dict[str, Any]:
-    return cluster_queue(t.name, t.namespace, q.cohort, gpu_resource, flavors, t.gpus, t.cpu, t.memory,
-                         t.borrowing_limit_gpus)
+    return cluster_queue(t.name, t.namespace, q.cohort, gpu_resource, flavors, lambda f: _team_gpus(t, f),
+                         t.cpu, t.memory, t.borrowing_limit_gpus)
 
 
 def program_cluster_queue(q: QueuesConfig, namespace: str, gpu_resource: str, flavors: tuple[Flavor, ...],
                           need: dict[str, Decimal]) -> dict[str, Any]:
-    """The program's own queue: nominal = its largest job (need), borrowing unlimited within the cohort."""
-    return cluster_queue(PROGRAM_QUEUE, namespace, q.cohort, gpu_resource, flavors,
-                         int(need.get(gpu_resource, 0)), quantity(need.get("cpu", Decimal(1))),
-                         quantity(need.get("memory", Decimal(2**30))), None)
+    """The program's own queue. Its nominal GPUs in a flavor of known size are what the teams' nominal
+    quotas leave of it, so the cohort holds exactly the GPUs the flavor has; the rest of its largest
+    job (`need`) it borrows, unlimited, from quota the teams leave unused (they reclaim it by
+    preemption). A flavor of unknown size (dev without gpuNodeGpus): the job's own GPUs."""
+    need_gpus = int(need.get(gpu_resource, 0))
+
+    def gpus(f: Flavor) -> int:
+        if f.gpus is None:
+            return need_gpus
+        return max(0, f.gpus - sum(_team_gpus(t, f) for t in q.teams))
+
+    return cluster_queue(PROGRAM_QUEUE, namespace, q.cohort, gpu_resource, flavors, gpus,
+                         quantity(need.get("cpu", Decimal(1))), quantity(need.get("memory", Decimal(2**30))), None)
 
 
 def local_queue(name: str, namespace: str) -> dict[str, Any]:

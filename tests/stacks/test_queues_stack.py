@@ -17,7 +17,7 @@ import pytest
 
 from config.queues import PROGRAM_QUEUE, QUEUE_LABEL
 from render import cluster, program
-from tests.conftest import stack_config_with
+from tests.conftest import SEED_002_ROCE, stack_config_with
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
 KUEUE_TYPES = ("ResourceFlavor", "ClusterQueue", "LocalQueue", "WorkloadPriorityClass")
@@ -106,3 +106,25 @@ def test_each_teams_namespace_and_local_queue_are_outputs(plan):
     assert teams["vision"]["namespace"] == "team-vision" and teams["vision"]["localQueue"] == "vision"
     assert teams["language"]["namespace"] == "team-language"
     assert teams["vision"]["priorityClass"] == "gpu-cluster-training"
+
+
+def test_the_cohort_holds_the_gpus_the_cluster_has(plan):
+    """The program's queue takes what the teams leave: every nominal GPU of the cohort is a real one."""
+    nominal = 0
+    for cq in (r for r in plan.resources if r.type.endswith(":ClusterQueue")):
+        (group,) = cq.inputs["spec"]["resourceGroups"]
+        nominal += sum(int(f["resources"][0]["nominalQuota"]) for f in group["flavors"])
+    assert nominal == sum(h.gpus for h in plan.config.hosts) == 2
+
+
+def test_the_rdma_link_test_is_queued_and_its_rdma_device_left_out_of_quota(upstream_dir: Path):
+    roce = {"rdma": True, "linkGbps": 25, "roce": SEED_002_ROCE}
+    rdma = program.run("lab-ha", config=stack_config_with("lab-ha", network=roce))
+    (link,) = [r for r in _queued(rdma) if r.inputs["metadata"]["name"] == "rdma-link"]
+    assert link.inputs["metadata"]["labels"][QUEUE_LABEL] == PROGRAM_QUEUE and link.inputs["spec"]["suspend"] is True
+    (pod,) = link.inputs["spec"]["template"]["spec"]["containers"][:1]
+    assert any(k.startswith("rdma/") for k in pod["resources"]["limits"])  # asked for, but not a quota
+    (cq,) = [r for r in rdma.resources if r.type.endswith(":ClusterQueue") and r.inputs["metadata"]["name"] == PROGRAM_QUEUE]
+    assert not [k for k in cq.inputs["spec"]["resourceGroups"][0]["coveredResources"] if k.startswith("rdma/")]
+    report = cluster.check(rdma, rdma.config, upstream_dir)
+    assert report.ok, report.problems

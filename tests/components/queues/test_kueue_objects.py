@@ -88,12 +88,20 @@ def test_a_team_queue_caps_each_flavor_and_only_admits_its_namespace():
     assert gpus["nvidia-tesla-a100"]["nominalQuota"] == "2"  # the flavor has two
 
 
-def test_the_program_queue_is_sized_to_its_need_and_borrows_freely():
+def test_the_program_queue_takes_what_the_teams_leave_and_borrows_the_rest():
     need = {"nvidia.com/gpu": Decimal(2), "cpu": Decimal("8.5"), "memory": Decimal(32 * 2**30)}
-    spec = objects.program_cluster_queue(QUEUES, "training", "nvidia.com/gpu", FLAVORS, need)["spec"]
-    resources = spec["resourceGroups"][0]["flavors"][0]["resources"]
-    assert resources == [{"name": "nvidia.com/gpu", "nominalQuota": "2"}, {"name": "cpu", "nominalQuota": "8500m"},
-                         {"name": "memory", "nominalQuota": "32Gi"}]
+    program = objects.program_cluster_queue(QUEUES, "training", "nvidia.com/gpu", FLAVORS, need)
+    team = objects.team_cluster_queue(QUEUES, TEAM, "nvidia.com/gpu", FLAVORS)
+    for i, flavor in enumerate(FLAVORS):
+        ours = program["spec"]["resourceGroups"][0]["flavors"][i]["resources"]
+        theirs = team["spec"]["resourceGroups"][0]["flavors"][i]["resources"]
+        assert "borrowingLimit" not in ours[0]  # borrows the rest of its job from unused quota
+        # the cohort holds exactly the GPUs the flavor has (l4: 3 + 1; a100: 2 + 0)
+        assert int(ours[0]["nominalQuota"]) + int(theirs[0]["nominalQuota"]) == flavor.gpus
+        assert ours[1:] == [{"name": "cpu", "nominalQuota": "8500m"}, {"name": "memory", "nominalQuota": "32Gi"}]
+    unknown = (Flavor("gpu", {"nvidia.com/gpu.present": "true"}, None, "gpuNodeGpus"),)
+    spec = objects.program_cluster_queue(QUEUES, "training", "nvidia.com/gpu", unknown, need)["spec"]
+    assert spec["resourceGroups"][0]["flavors"][0]["resources"][0]["nominalQuota"] == "2"
 
 
 def test_team_namespace_objects_are_valid_kubernetes_objects():
