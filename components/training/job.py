@@ -31,7 +31,9 @@ native sidecar exports their RDMA device's counters (components/rdma_network.py 
 
 queues.enabled (`queue`): the job carries Kueue's queue label (the program's LocalQueue) and its
 priority class, and is created suspended (spec.suspend; a PyTorchJob's runPolicy.suspend) for Kueue
-to admit all its pods at once (components/queues/).
+to admit all its pods at once (components/queues/). An awaited Job still waits for completion:
+pulumi-kubernetes' Job check (pulumi/cloud-ready-checks, job/check.go) waits for startTime and the
+Complete condition, which a suspended Job has neither of, so `up` waits through the queue too.
 
 Does not manage: Kueue itself (components/queues/), image builds, SR-IOV, experiment tracking.
 """
