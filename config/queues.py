@@ -39,6 +39,8 @@ QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 # WorkloadPriorityClass of the program's own jobs (components/queues/objects.py makes it).
 PROGRAM_PRIORITY_CLASS = "gpu-cluster-training"
+# ... and of batch work: W&B Launch runs, and teams' jobs whose priority is batch.
+BATCH_PRIORITY_CLASS = "gpu-cluster-batch"
 
 # Namespaces the program (or Kubernetes, or an add-on it installs) owns: a team may not take one.
 RESERVED_NAMESPACES = frozenset({

@@ -107,7 +107,7 @@ def wandb_launch(cfg: Addons, cluster: Cluster, secrets: StackSecrets) -> dict[s
     agent = WandbLaunch(
         "wandb-launch",
         WandbLaunchArgs(wandb=cfg.wandb, training=cfg.training, claim=claim, api_key=key,
-                        training_namespace=ns, gpu_resource=gpu_resource(cfg)),
+                        training_namespace=ns, gpu_resource=gpu_resource(cfg), queue=_queue(cfg)),
         opts=pulumi.ResourceOptions(provider=cluster.provider, depends_on=[*cluster.ready, ns, *claim.ready]),
     )
     return {

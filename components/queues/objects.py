@@ -30,13 +30,21 @@ from typing import Any
 from components.namespaces import PodSecurityLevel
 from components.scheduling_contract import gpu_tolerations
 from components.training import network_policy
-from config.queues import PROGRAM_PRIORITY_CLASS, PROGRAM_QUEUE, Flavor, QueuePriority, QueuesConfig, Team
+from config.queues import (
+    BATCH_PRIORITY_CLASS,
+    PROGRAM_PRIORITY_CLASS,
+    PROGRAM_QUEUE,
+    Flavor,
+    QueuePriority,
+    QueuesConfig,
+    Team,
+)
 
 KUEUE_API = "kueue.x-k8s.io/v1beta2"
 TEAM_POD_SECURITY: PodSecurityLevel = "baseline"
 # WorkloadPriorityClass name -> value: training preempts batch inside a ClusterQueue.
-PRIORITY_CLASSES = {PROGRAM_PRIORITY_CLASS: 1000, "gpu-cluster-batch": 100}
-PRIORITY_CLASS = {QueuePriority.TRAINING: PROGRAM_PRIORITY_CLASS, QueuePriority.BATCH: "gpu-cluster-batch"}
+PRIORITY_CLASSES = {PROGRAM_PRIORITY_CLASS: 1000, BATCH_PRIORITY_CLASS: 100}
+PRIORITY_CLASS = {QueuePriority.TRAINING: PROGRAM_PRIORITY_CLASS, QueuePriority.BATCH: BATCH_PRIORITY_CLASS}
 TEAM_ROLE = "gpu-cluster-team"
 JOB_VERBS = ["create", "get", "list", "watch", "delete"]
 READ_VERBS = ["get", "list", "watch"]
