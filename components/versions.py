@@ -194,3 +194,10 @@ WANDB_LAUNCH_AGENT_IMAGE = "wandb/launch-agent:0.17.3"
 # release after the DCGM inside the exporter image (4.5.3-4.8.2); diag results do not depend on the
 # exporter's. The service itself ships in the workload image (gpuHealth.image / training.image).
 DCGM_IMAGE = "nvcr.io/nvidia/cloud-native/dcgm:4.6.0-1-ubuntu24.04"
+
+# queues.enabled: Kueue (kubernetes-sigs/kueue), its chart as published at the release (OCI), and the
+# manager image of the same release: the chart's own default is the moving staging tag release-0.19.
+KUEUE_CHART = "oci://registry.k8s.io/kueue/charts/kueue"
+KUEUE_CHART_VERSION = "0.19.2"
+KUEUE_IMAGE_REPOSITORY = "registry.k8s.io/kueue/kueue"
+KUEUE_IMAGE_TAG = "v0.19.2"

@@ -164,7 +164,7 @@ def _adapter(stack_type: type[Addons], name: str) -> TypeAdapter[Any]:
 # "1.34" never turns into a float.
 _STRUCTURED_KEYS = ("hosts", "nvidiaDriver", "bastion", "kubeVip", "gpuNodes", "gpuNodeGpus", "gpu", "training", "acceptance",
                     "network", "storage", "monitoring", "gke", "wandb", "gpuHealth", "hardening",
-                    "etcdBackup")
+                    "etcdBackup", "queues")
 
 
 def _decode(key: str, value: Any) -> Any:

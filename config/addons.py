@@ -19,6 +19,7 @@ from config.fields import Model, check_quantity
 from config.gpu import GpuConfig, gpu_problems
 from config.health import GpuHealthConfig, gpu_health_problems
 from config.monitoring import MonitoringConfig, monitoring_problems
+from config.queues import QueuesConfig, queues_problems
 from config.training import AcceptanceConfig, NetworkConfig, TrainingConfig, training_problems
 from config.wandb import WandbConfig, wandb_problems
 
@@ -68,6 +69,12 @@ class Addons(Model):
         default_factory=GpuHealthConfig,
         description="The GPU health service: takes failing GPU nodes out of service and back after a passing "
                     "diagnostic (on by default on lab and dev with an image; off on gke, where node auto-repair acts).",
+    )
+
+    queues: QueuesConfig = Field(
+        default_factory=QueuesConfig,
+        description="Kueue: teams with namespaces, quotas and queues; every job the program runs is queued "
+                    "(docs/queues.md).",
     )
 
     # Keys of the other platforms: why this one has no use for them (added to their refusal).
@@ -149,6 +156,7 @@ class Addons(Model):
                             shared_storage=getattr(getattr(self, "storage", None), "configured", True)),
             *gpu_health_problems(self.gpu_health, self.gpu_health_image, self.training.image,
                                  self.network.link_gbps),
+            *queues_problems(self.queues, self),
             *self._platform_problems(secrets),
         ]
 

@@ -9,7 +9,8 @@ Job -> training job (training.enabled). Every GPU job depends on the gate, so no
 before every GPU node passed. wandb.enabled: the W&B launch agent, once the training namespace and
 shared claim exist (its runs are submitted later, from W&B). gpuHealth (on by default on lab and
 dev): the GPU health service and its diagnostic CronJobs, after the GPU stack; monitoring routes the
-GPU fault alerts to it.
+GPU fault alerts to it. queues.enabled: Kueue and the teams' queues after monitoring (stacks/queues.py),
+and every job of the training namespace after Kueue, the program's jobs submitted to its own queue.
 """
 
 from __future__ import annotations
@@ -38,8 +39,10 @@ from components.training.wandb_launch import WandbLaunch, WandbLaunchArgs, submi
 from config import StackSecrets
 from config.addons import Addons
 from config.gpu import MigStrategy, SharingMode
+from config.queues import PROGRAM_QUEUE
 from config.training import POD_RDMA_INTERFACE, Launcher
 from stacks.contract import Cluster
+from stacks.queues import Queues, queue_stack
 
 ACCEPTANCE_JOB = "nccl-acceptance"
 RDMA_LINK_JOB = "rdma-link"
@@ -104,7 +107,7 @@ def wandb_launch(cfg: Addons, cluster: Cluster, secrets: StackSecrets) -> dict[s
     agent = WandbLaunch(
         "wandb-launch",
         WandbLaunchArgs(wandb=cfg.wandb, training=cfg.training, claim=claim, api_key=key,
-                        training_namespace=ns, gpu_resource=gpu_resource(cfg)),
+                        training_namespace=ns, gpu_resource=gpu_resource(cfg), queue=_queue(cfg)),
         opts=pulumi.ResourceOptions(provider=cluster.provider, depends_on=[*cluster.ready, ns, *claim.ready]),
     )
     return {
@@ -212,8 +215,14 @@ def deploy(cfg: Addons, cluster: Cluster, secrets: StackSecrets | None = None) -
         outputs["sharedClaim"] = {"claim": f"{claim.namespace}/{claim.name}", "backend": claim.backend}
     if cfg.wandb.enabled:
         outputs.update(wandb_launch(cfg, cluster, secrets or StackSecrets()))
+    queues = None
+    if cfg.queues.enabled:
+        link_pods = RDMA_LINK_PODS if cfg.acceptance.nccl and pod_net is not None else 0
+        queues = queue_stack(cfg, cluster, _after_monitoring(cluster, monitoring), monitoring is not None,
+                             gpu_resource(cfg), max(cfg.training.nodes, link_pods), pod_net)
+        outputs["queues"] = queues.team_outputs
     if cfg.runs_jobs:
-        outputs.update(jobs(cfg, cluster, gate, rdma, pod_net))
+        outputs.update(jobs(cfg, cluster, gate, rdma, pod_net, queues))
     return outputs
 
 
@@ -293,15 +302,21 @@ def rdma_network(cfg: Addons, cluster: Cluster, monitoring: Monitoring | None,
     }
 
 
+def _queue(cfg: Addons) -> str | None:
+    """queues.enabled: every job of the program is submitted to its own LocalQueue."""
+    return PROGRAM_QUEUE if cfg.queues.enabled else None
+
+
 def jobs(cfg: Addons, cluster: Cluster, gate: GpuReadyGate | None, rdma: RdmaNetwork | None,
-         pod_net: PodRdma | None) -> dict[str, object]:
+         pod_net: PodRdma | None, queues: Queues | None = None) -> dict[str, object]:
     """The jobs (cfg.runs_jobs): the RDMA link test, the NCCL acceptance, the dataset download and
     the training job, in the training namespace behind its NetworkPolicies; their outputs. Every GPU
     job waits for the gate."""
     ns, claim = cluster.training_namespace, cluster.shared_claim
     if ns is None or claim is None:  # the platforms' wiring and config make both when a job runs
         raise ValueError("a training or acceptance job needs the training namespace and a shared claim")
-    provider, after, t = cluster.provider, cluster.ready, cfg.training
+    # queues: Kueue's webhooks (its release) answer in the training namespace before any Job there.
+    provider, after, t = cluster.provider, [*cluster.ready, *(queues.ready if queues else [])], cfg.training
     outputs: dict[str, object] = {}
     policies = NamespacePolicies("training-policies", opts=pulumi.ResourceOptions(provider=provider, depends_on=[ns]))
     before_jobs: list[pulumi.Resource] = [ns, policies, *after, *([gate] if gate is not None else [])]
@@ -337,6 +352,7 @@ def rdma_link_test(cfg: Addons, cluster: Cluster, claim: SharedClaim, pod_net: P
             training=cfg.training.model_copy(update={"launcher": Launcher.INDEXED_JOB}),
             claim=claim,
             command=rdma_link_command(cfg),
+            queue=_queue(cfg),
             pods=RDMA_LINK_PODS,
             await_minutes=RDMA_LINK_AWAIT_MINUTES,
             gpu_resource=gpu_resource(cfg),
@@ -360,6 +376,7 @@ def nccl_acceptance(cfg: Addons, cluster: Cluster, claim: SharedClaim, pod_net: 
             claim=claim,
             module=launch.BENCH_MODULE,  # it turns NCCL's INFO log on itself to read the transport
             module_args=acceptance_args(cfg),
+            queue=_queue(cfg),
             await_minutes=ACCEPTANCE_AWAIT_MINUTES,
             gpu_resource=gpu_resource(cfg),
             rdma=pod_net,
@@ -397,7 +414,7 @@ def training_job(cfg: Addons, cluster: Cluster, claim: SharedClaim, pod_net: Pod
     t = cfg.training
     TrainingJob(
         TRAINING_JOB,
-        TrainingJobArgs(training=t, claim=claim, gpu_resource=gpu_resource(cfg), rdma=pod_net),
+        TrainingJobArgs(training=t, claim=claim, gpu_resource=gpu_resource(cfg), rdma=pod_net, queue=_queue(cfg)),
         opts=pulumi.ResourceOptions(provider=cluster.provider, depends_on=before),
     )
     return {

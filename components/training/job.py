@@ -29,8 +29,13 @@ network.roce: the pods ask for the `roce` network (Multus adds net1), `rdma/roce
 /dev/infiniband devices), IPC_LOCK, and take NCCL/Gloo's environment on net1; with monitoring a
 native sidecar exports their RDMA device's counters (components/rdma_network.py says why).
 
-Does not manage: gang scheduling/queueing (Kueue, Volcano), image builds, SR-IOV, experiment
-tracking.
+queues.enabled (`queue`): the job carries Kueue's queue label (the program's LocalQueue) and its
+priority class, and is created suspended (spec.suspend; a PyTorchJob's runPolicy.suspend) for Kueue
+to admit all its pods at once (components/queues/). An awaited Job still waits for completion:
+pulumi-kubernetes' Job check (pulumi/cloud-ready-checks, job/check.go) waits for startTime and the
+Complete condition, which a suspended Job has neither of, so `up` waits through the queue too.
+
+Does not manage: Kueue itself (components/queues/), image builds, SR-IOV, experiment tracking.
 """
 
 from __future__ import annotations
@@ -54,6 +59,7 @@ from components.scheduling_contract import (
 from components.storage_contract import MOUNTS, TRAINING_NAMESPACE, SharedClaim
 from components.training import launch
 from components.training.network_policy import RDZV_PORT, job_peers
+from config.queues import PRIORITY_LABEL, PROGRAM_PRIORITY_CLASS, QUEUE_LABEL
 from config.training import Launcher, TrainingConfig
 
 CONTAINER = {Launcher.INDEXED_JOB: "trainer", Launcher.PYTORCHJOB: "pytorch"}
@@ -83,6 +89,8 @@ class TrainingJobArgs:
     pods: int | None = None
     # How long a pod waits for its peers at the rendezvous (launch.LaunchSpec.rdzv_timeout_seconds).
     rdzv_timeout_seconds: int | None = None
+    # queues.enabled: the LocalQueue the job is submitted to (created suspended, admitted by Kueue).
+    queue: str | None = None
 
     @property
     def nodes(self) -> int:
@@ -208,6 +216,12 @@ def _annotations(args: TrainingJobArgs) -> dict[str, str]:
     return {} if args.await_minutes else dict(SKIP_AWAIT)
 
 
+def _job_labels(job: str, args: TrainingJobArgs) -> dict[str, str]:
+    """The job's labels, and with a queue Kueue's: its LocalQueue and the program's priority class."""
+    queued = {QUEUE_LABEL: args.queue, PRIORITY_LABEL: PROGRAM_PRIORITY_CLASS} if args.queue else {}
+    return {**training_job_labels(job), **queued}
+
+
 def indexed_job_manifest(job: str, args: TrainingJobArgs) -> dict[str, Any]:
     t = args.training
     return {
@@ -216,10 +230,12 @@ def indexed_job_manifest(job: str, args: TrainingJobArgs) -> dict[str, Any]:
         "metadata": {
             "name": job,
             "namespace": TRAINING_NAMESPACE,
-            "labels": training_job_labels(job),
+            "labels": _job_labels(job, args),
             "annotations": _annotations(args),
         },
         "spec": {
+            # Queued: created suspended, Kueue unsuspends it once admitted (its webhook would set it too).
+            **({"suspend": True} if args.queue else {}),
             "completionMode": "Indexed",
             "completions": args.nodes,
             "parallelism": args.nodes,
@@ -256,7 +272,8 @@ def pytorchjob_manifest(job: str, args: TrainingJobArgs) -> dict[str, Any]:
     if t.nodes > 1:
         specs["Worker"] = replicas(t.nodes - 1)
     spec: dict[str, Any] = {
-        "runPolicy": {"backoffLimit": t.backoff_limit_per_index * t.nodes, "cleanPodPolicy": "None"},
+        "runPolicy": {"backoffLimit": t.backoff_limit_per_index * t.nodes, "cleanPodPolicy": "None",
+                      **({"suspend": True} if args.queue else {})},
         "nprocPerNode": str(t.gpus_per_node),
         "pytorchReplicaSpecs": specs,
     }
@@ -273,7 +290,7 @@ def pytorchjob_manifest(job: str, args: TrainingJobArgs) -> dict[str, Any]:
         "metadata": {
             "name": job,
             "namespace": TRAINING_NAMESPACE,
-            "labels": training_job_labels(job),
+            "labels": _job_labels(job, args),
             "annotations": dict(SKIP_AWAIT),  # custom resources are not awaited; say so anyway
         },
         "spec": spec,

@@ -72,6 +72,7 @@ from components.namespaces import pod_security_namespace
 from components.scheduling_contract import GPU_RESOURCE, JOB_LABEL, addon_affinity, addon_tolerations
 from components.storage_contract import MOUNTS, TRAINING_NAMESPACE, SharedClaim
 from components.training.job import TrainingJobArgs, pod_template
+from config.queues import BATCH_PRIORITY_CLASS, PRIORITY_LABEL, QUEUE_LABEL
 from config.training import Launcher, TrainingConfig
 from config.wandb import WandbConfig
 
@@ -102,6 +103,8 @@ class WandbLaunchArgs:
     api_key: pulumi.Input[str]  # a Pulumi secret (config.StackSecrets.wandb_api_key)
     training_namespace: pulumi.Resource  # the Secret and policy there wait for it
     gpu_resource: str = GPU_RESOURCE
+    # queues.enabled: the LocalQueue every run is submitted to (the program's, in the training namespace).
+    queue: str | None = None
 
 
 def launch_config(w: WandbConfig) -> str:
@@ -164,9 +167,12 @@ def egress_policy(w: WandbConfig) -> dict[str, Any]:
     }
 
 
-def queue_config(training: TrainingConfig, claim: SharedClaim, gpu_resource: str = GPU_RESOURCE) -> dict[str, Any]:
+def queue_config(training: TrainingConfig, claim: SharedClaim, gpu_resource: str = GPU_RESOURCE,
+                 queue: str | None = None) -> dict[str, Any]:
     """The W&B queue's config: the Kubernetes Job (without apiVersion and kind, which the agent
-    adds) each run of the queue becomes. See the module docstring for what is kept and why."""
+    adds) each run of the queue becomes. See the module docstring for what is kept and why. With
+    `queue` (queues.enabled) the Job carries Kueue's queue label and the batch priority class, and
+    is created suspended: a run waits for its quota like any job instead of passing Kueue by."""
     one_pod = training.model_copy(update={"launcher": Launcher.INDEXED_JOB, "nodes": 1})
     template = pod_template("wandb-launch", TrainingJobArgs(training=one_pod, claim=claim,
                                                             gpu_resource=gpu_resource, pods=1))
@@ -190,9 +196,11 @@ def queue_config(training: TrainingConfig, claim: SharedClaim, gpu_resource: str
         "volumes": pod["volumes"],
     }
     labels = {**RUN_LABELS, JOB_LABEL: RUN_JOB_LABEL_VALUE}
+    queued = {QUEUE_LABEL: queue, PRIORITY_LABEL: BATCH_PRIORITY_CLASS} if queue else {}
     return {
-        "metadata": {"namespace": TRAINING_NAMESPACE, "labels": dict(labels)},
+        "metadata": {"namespace": TRAINING_NAMESPACE, "labels": {**labels, **queued}},
         "spec": {
+            **({"suspend": True} if queue else {}),
             "backoffLimit": 0,
             "template": {"metadata": {"labels": dict(labels)}, "spec": run_pod},
         },
@@ -251,7 +259,7 @@ class WandbLaunch(pulumi.ComponentResource):
             # A RoleBinding lives in the training namespace; the key and the quota come before the pod.
             opts=pulumi.ResourceOptions(parent=self, depends_on=[ns, quota, *keys, args.training_namespace]),
         )
-        self.queue_config = queue_config(args.training, args.claim, args.gpu_resource)
+        self.queue_config = queue_config(args.training, args.claim, args.gpu_resource, args.queue)
         self.register_outputs({
             "namespace": AGENT_NAMESPACE,
             "entity": w.entity,

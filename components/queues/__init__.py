@@ -1,0 +1,111 @@
+"""Queues (queues.enabled): Kueue (components/queues/kueue.py), its flavors, queues and priority
+classes, and each team's namespace (components/queues/objects.py has the manifests and why).
+
+Order: the Kueue release first (Helm waits for its Deployment, so its webhooks answer); every Kueue
+object depends on it (its CRDs are templates of the chart, installed with the release); a team's
+objects wait for its Namespace. Whoever submits a queued job makes it depend on `ready` (the
+release and the queue): Kueue's webhook then admits the Job and its queue exists.
+
+Does not manage: the teams' groups (the cluster's identity provider), a team's shared storage,
+topology-aware scheduling, GKE's queued provisioning.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+from pulumi_kubernetes import _utilities as k8s_utilities
+
+from components import versions
+from components.manifest_resource import manifest_resource
+from components.namespaces import pod_security_namespace
+from components.queues import kueue, objects
+from components.storage_contract import TRAINING_NAMESPACE
+from config.queues import PROGRAM_QUEUE, Flavor, QueuesConfig, Team
+
+
+@dataclass(frozen=True)
+class QueuesArgs:
+    queues: QueuesConfig
+    flavors: tuple[Flavor, ...]
+    gpu_resource: str
+    # What the program's own largest job counts against its queue (components/queues/requests.py).
+    program_need: dict[str, Decimal]
+    metrics: bool  # monitoring is on: the chart's ServiceMonitor (its CRD comes with monitoring)
+    training_namespace: pulumi.Resource | None  # None: no program job runs, no program queue
+
+
+def _custom(name: str, body: dict[str, Any], opts: pulumi.ResourceOptions) -> pulumi.CustomResource:
+    """A Kueue object. CustomResource takes apiVersion, kind, metadata and spec only; a kind with other
+    top-level fields (WorkloadPriorityClass: value, description) is registered under the same type
+    token with its whole body, as the provider takes any custom resource's inputs as the object."""
+    if set(body) <= {"apiVersion", "kind", "metadata", "spec"}:
+        return k8s.apiextensions.CustomResource(name, api_version=body["apiVersion"], kind=body["kind"],
+                                                metadata=body["metadata"], spec=body.get("spec"), opts=opts)
+    version = pulumi.ResourceOptions(version=k8s_utilities.get_version())
+    return pulumi.CustomResource(f"kubernetes:{body['apiVersion']}:{body['kind']}", name, dict(body),
+                                 opts=pulumi.ResourceOptions.merge(opts, version))
+
+
+class Queues(pulumi.ComponentResource):
+    release: k8s.helm.v3.Release
+    ready: list[pulumi.Resource]  # what a queued job of the program waits for
+
+    def __init__(self, name: str, args: QueuesArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("gpucluster:queues:Queues", name, None, opts)
+        q = args.queues
+        # restricted: the chart's manager runs as non-root, no capabilities, RuntimeDefault seccomp.
+        ns = pod_security_namespace(f"{name}-kueue-ns", kueue.NAMESPACE, "restricted", pulumi.ResourceOptions(parent=self))
+        managed = [t.namespace for t in q.teams] + ([TRAINING_NAMESPACE] if args.training_namespace else [])
+        self.release = k8s.helm.v3.Release(
+            f"{name}-kueue",
+            name=kueue.RELEASE_NAME,
+            chart=versions.KUEUE_CHART,
+            version=versions.KUEUE_CHART_VERSION,
+            namespace=kueue.NAMESPACE,
+            values=kueue.kueue_values(q.wait_for_pods_ready_timeout_minutes, managed, args.metrics),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[ns]),
+        )
+        after_kueue = pulumi.ResourceOptions(parent=self, depends_on=[self.release])
+        for f in args.flavors:
+            _custom(f"{name}-flavor-{f.name}", objects.resource_flavor(f), after_kueue)
+        for body in objects.priority_classes():
+            _custom(f"{name}-priority-{body['metadata']['name']}", body, after_kueue)
+        self.team_outputs: dict[str, dict[str, str]] = {}
+        for t in q.teams:
+            self._team(name, q, t, args)
+        self.ready: list[pulumi.Resource] = [self.release]
+        if args.training_namespace is not None:
+            cq = _custom(f"{name}-cq-{PROGRAM_QUEUE}", objects.program_cluster_queue(
+                q, TRAINING_NAMESPACE, args.gpu_resource, args.flavors, args.program_need), after_kueue)
+            lq = _custom(f"{name}-lq-{PROGRAM_QUEUE}", objects.local_queue(PROGRAM_QUEUE, TRAINING_NAMESPACE),
+                         pulumi.ResourceOptions(parent=self, depends_on=[self.release, cq, args.training_namespace]))
+            self.ready += [cq, lq]
+        self.register_outputs({"teams": self.team_outputs})
+
+    def _team(self, name: str, q: QueuesConfig, t: Team, args: QueuesArgs) -> None:
+        prefix = f"{name}-team-{t.name}"
+        ns = pod_security_namespace(f"{prefix}-ns", t.namespace, objects.TEAM_POD_SECURITY,
+                                    pulumi.ResourceOptions(parent=self))
+        in_ns = pulumi.ResourceOptions(parent=self, depends_on=[ns])
+        for policy in objects.team_network_policies(t.namespace):
+            manifest_resource(f"{prefix}-{policy['metadata']['name']}", policy, in_ns)
+        assert t.group  # the config model refuses a team without one
+        role, binding = objects.team_role(t.namespace), objects.team_role_binding(t.namespace, t.group)
+        k8s.rbac.v1.Role(f"{prefix}-role", metadata=role["metadata"], rules=role["rules"], opts=in_ns)
+        k8s.rbac.v1.RoleBinding(f"{prefix}-binding", metadata=binding["metadata"], role_ref=binding["roleRef"],
+                                subjects=binding["subjects"], opts=in_ns)
+        cq = _custom(f"{prefix}-cq", objects.team_cluster_queue(q, t, args.gpu_resource, args.flavors),
+                     pulumi.ResourceOptions(parent=self, depends_on=[self.release]))
+        _custom(f"{prefix}-lq", objects.local_queue(t.name, t.namespace),
+                pulumi.ResourceOptions(parent=self, depends_on=[self.release, ns, cq]))
+        self.team_outputs[t.name] = {
+            "namespace": t.namespace,
+            "localQueue": t.name,
+            "priorityClass": objects.PRIORITY_CLASS[t.priority],
+            "workloads": f"kubectl -n {t.namespace} get workloads",
+        }

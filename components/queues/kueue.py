@@ -1,0 +1,86 @@
+"""Kueue itself: the pinned chart (components/versions.py) as a Helm Release `kueue` in namespace
+`kueue-system` (Pod Security restricted: the chart's manager runs as non-root with every capability
+dropped and the RuntimeDefault seccomp profile), its manager a cluster add-on (tolerates the
+control-plane taint; the chart takes no affinity).
+
+The manager's configuration (the chart's managerConfig.controllerManagerConfigYaml, Kueue's
+config.kueue.x-k8s.io/v1beta2 Configuration: the chart's defaults, then these changes):
+* integrations.frameworks: batch/job and kubeflow.org/pytorchjob only, the kinds this program and
+  its teams submit (the chart's default also turns on pods, Deployments, StatefulSets, Ray, ...).
+* managedJobsNamespaceSelector: only the training namespace and the teams' namespaces. Kueue's
+  webhooks take this selector (failurePolicy Fail), so a Job elsewhere (the GPU-ready gate's, the
+  health checks') never waits on Kueue's webhook; manageJobsWithoutQueueName stays off, so a Job
+  without the queue label there is left alone (the dataset download, the NCCL pair checks).
+* waitForPodsReady: all-or-nothing admission. An admitted workload whose pods are not all running
+  within queues.waitForPodsReadyTimeoutMinutes is evicted and requeued, with exponential backoff
+  (60 s doubling to an hour, requeued forever); blockAdmission admits the next workload only once
+  the previous one's pods are all ready, so two half-placed gangs never hold GPUs against each
+  other. (In v1beta2 the block's presence turns it on: the chart's own commented example has no
+  `enable`.)
+* resources.excludeResourcePrefixes: the RDMA device resource (`rdma/...`): one per node from the
+  RDMA device plugin, which no ClusterQueue covers; a workload asking for an uncovered resource
+  would never be admitted.
+* metrics: with monitoring, the chart's ServiceMonitor (enablePrometheus) in kueue-system, scraped
+  over HTTPS with Prometheus' own ServiceAccount token (kube-prometheus-stack's Prometheus role may
+  get /metrics); the chart's prometheus-k8s RoleBinding names kube-prometheus' accounts, which do
+  not exist here and grant nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from components import versions
+from components.rdma_network import RDMA_RESOURCE_PREFIX
+from components.scheduling_contract import addon_tolerations
+
+NAMESPACE = "kueue-system"
+RELEASE_NAME = "kueue"
+FRAMEWORKS = ("batch/job", "kubeflow.org/pytorchjob")
+REQUEUE_BACKOFF_BASE_SECONDS = 60
+REQUEUE_BACKOFF_MAX_SECONDS = 3600
+
+
+def manager_config(timeout_minutes: int, managed_namespaces: list[str]) -> dict[str, Any]:
+    return {
+        "apiVersion": "config.kueue.x-k8s.io/v1beta2",
+        "kind": "Configuration",
+        "health": {"healthProbeBindAddress": ":8081"},
+        "metrics": {"bindAddress": ":8443"},
+        "webhook": {"port": 9443},
+        "leaderElection": {"leaderElect": True, "resourceName": "c1f6bfd2.kueue.x-k8s.io"},
+        "controller": {"groupKindConcurrency": {
+            "Job.batch": 5, "Pod": 5, "Workload.kueue.x-k8s.io": 10, "LocalQueue.kueue.x-k8s.io": 5,
+            "ClusterQueue.kueue.x-k8s.io": 5, "ResourceFlavor.kueue.x-k8s.io": 1,
+        }},
+        "clientConnection": {"qps": 300, "burst": 500},
+        "managedJobsNamespaceSelector": {"matchExpressions": [
+            {"key": "kubernetes.io/metadata.name", "operator": "In", "values": sorted(managed_namespaces)},
+        ]},
+        "waitForPodsReady": {
+            "timeout": f"{timeout_minutes}m",
+            "blockAdmission": True,
+            "requeuingStrategy": {
+                "timestamp": "Eviction",
+                "backoffBaseSeconds": REQUEUE_BACKOFF_BASE_SECONDS,
+                "backoffMaxSeconds": REQUEUE_BACKOFF_MAX_SECONDS,
+            },
+        },
+        "integrations": {"frameworks": list(FRAMEWORKS)},
+        "resources": {"excludeResourcePrefixes": [f"{RDMA_RESOURCE_PREFIX}/"]},
+    }
+
+
+def kueue_values(timeout_minutes: int, managed_namespaces: list[str], metrics: bool) -> dict[str, Any]:
+    return {
+        "enablePrometheus": metrics,
+        "controllerManager": {
+            "manager": {"image": {"repository": versions.KUEUE_IMAGE_REPOSITORY, "tag": versions.KUEUE_IMAGE_TAG,
+                                  "pullPolicy": "IfNotPresent"}},
+            "tolerations": addon_tolerations(),
+        },
+        "managerConfig": {"controllerManagerConfigYaml": yaml.safe_dump(
+            manager_config(timeout_minutes, managed_namespaces), sort_keys=False)},
+    }

@@ -1,0 +1,166 @@
+"""`queues`: Kueue's teams, quotas and GPU flavors, shared by every platform.
+
+With `enabled`, Kueue is installed and every job the program runs goes through its own queue
+`gpu-cluster` (components/queues/). Each team gets a namespace, a LocalQueue there and a
+ClusterQueue in one cohort with a nominal GPU/CPU/memory quota and a borrowing limit.
+
+Flavors (one ResourceFlavor per GPU kind) are derived, never configured: lab and dev one, `gpu`,
+on the nodes labelled nvidia.com/gpu.present=true (lab hosts declare no GPU model); gke one per
+accelerator type of gke.gpuPools, on GKE's cloud.google.com/gke-accelerator label. A team's `gpus`
+is its nominal quota in every GPU flavor, capped at what that flavor has.
+
+Refused, naming the key: a team's GPUs beyond what the cluster has (lab: the sum of hosts[].gpus;
+gke: each pool's maxNodes x zones x GPUs per node; dev: gpuNodeGpus, when every node's count is
+declared), the teams' nominal GPUs together beyond it (a nominal quota is a guarantee), a team
+without a group, a namespace of the program's own, duplicate names or namespaces, bad quantities.
+
+Off by default: enabling it installs Kueue and queues the program's own jobs (they wait for
+admission), which changes what `up` does on an existing stack; a stack opts in.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import Field, field_validator
+
+from components.scheduling_contract import GKE_ACCELERATOR_LABEL, GPU_NODE_LABEL
+from config.errors import Problems
+from config.fields import DNS_LABEL, Model, check_quantity
+
+# The program's own queue (LocalQueue in the training namespace, ClusterQueue of the same name).
+PROGRAM_QUEUE = "gpu-cluster"
+
+# What a queued job carries (Kueue's labels): its LocalQueue and its WorkloadPriorityClass.
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
+# WorkloadPriorityClass of the program's own jobs (components/queues/objects.py makes it).
+PROGRAM_PRIORITY_CLASS = "gpu-cluster-training"
+# ... and of batch work: W&B Launch runs, and teams' jobs whose priority is batch.
+BATCH_PRIORITY_CLASS = "gpu-cluster-batch"
+
+# Namespaces the program (or Kubernetes, or an add-on it installs) owns: a team may not take one.
+RESERVED_NAMESPACES = frozenset({
+    "default", "kube-system", "kube-public", "kube-node-lease", "kueue-system", "training", "gpu-health",
+    "monitoring", "gpu-system", "gpu-operator", "gpu-cluster-system", "wandb-launch", "kubeflow",
+    "tigera-operator", "calico-system", "calico-apiserver", "kube-flannel",
+})
+
+
+class QueuePriority(enum.StrEnum):
+    TRAINING = "training"
+    BATCH = "batch"
+
+
+class Team(Model):
+    """One team: its namespace, group and ClusterQueue's quotas."""
+
+    name: str = Field(description="The team's name: its ClusterQueue and LocalQueue (RFC 1123 label).")
+    namespace: str = Field(description="The team's namespace, created with the queue (RFC 1123 label).")
+    group: str | None = Field(default=None, description="The identity provider's group whose members submit the "
+                                                        "team's jobs (bound to a Role in the namespace only).")
+    gpus: int = Field(default=0, ge=0, description="Nominal GPUs in every GPU flavor (the team's guarantee).")
+    cpu: str = Field(description="Nominal CPU quota, a Kubernetes quantity above zero (e.g. '64').")
+    memory: str = Field(description="Nominal memory quota, a Kubernetes quantity above zero (e.g. '512Gi').")
+    borrowing_limit_gpus: int = Field(
+        default=0, ge=0, description="GPUs the team may borrow beyond its nominal quota from the cohort's unused quota."
+    )
+    priority: QueuePriority = Field(
+        default=QueuePriority.BATCH,
+        description="The WorkloadPriorityClass the team's jobs carry by default in the examples and outputs: "
+                    "training (above batch) or batch.",
+    )
+
+    _quantities = field_validator("cpu", "memory", mode="before")(classmethod(lambda cls, v: check_quantity(v)))
+
+    @field_validator("name", "namespace")
+    @classmethod
+    def _label(cls, v: str) -> str:
+        if not DNS_LABEL.fullmatch(v):
+            raise ValueError("must be a lowercase RFC 1123 label (a-z, 0-9, '-', at most 63 characters)")
+        return v
+
+
+class QueuesConfig(Model):
+    enabled: bool = Field(default=False, description="Install Kueue and queue every job through it.")
+    teams: tuple[Team, ...] = Field(default=(), description="The teams sharing the GPUs.")
+    cohort: str = Field(default=PROGRAM_QUEUE, description="The cohort every ClusterQueue borrows within.")
+    wait_for_pods_ready_timeout_minutes: int = Field(
+        default=10, ge=1, le=1440,
+        description="All-or-nothing admission: a workload whose pods are not all running this long after "
+                    "admission is evicted and requeued with backoff (Kueue waitForPodsReady).",
+    )
+
+    @field_validator("cohort")
+    @classmethod
+    def _cohort(cls, v: str) -> str:
+        if not DNS_LABEL.fullmatch(v):
+            raise ValueError("must be a lowercase RFC 1123 label")
+        return v
+
+
+@dataclass(frozen=True)
+class Flavor:
+    """One ResourceFlavor: a GPU kind, the node labels that pick its nodes, its GPUs (None: unknown)."""
+
+    name: str
+    node_labels: dict[str, str]
+    gpus: int | None
+    key: str  # the config key its size comes from, for messages
+
+
+def flavors(stack: Any) -> tuple[Flavor, ...]:
+    """The GPU flavors of a stack (lab.LabStack, dev.DevStack or gke.GkeStack), by its platform."""
+    platform = str(stack.platform)
+    replicas = stack.gpu.sharing.replicas  # time-slicing: each GPU is offered this many times
+    if platform == "gke":
+        from config.gke import gke_gpus_per_node  # gke imports this module through addons
+
+        by_type: dict[str, int] = {}
+        for pool in stack.gke.gpu_pools:
+            nodes = pool.autoscaling.max_nodes * len(pool.zones)
+            by_type[pool.accelerator.type] = by_type.get(pool.accelerator.type, 0) + nodes * gke_gpus_per_node(pool)
+        return tuple(Flavor(kind, {GKE_ACCELERATOR_LABEL: kind}, gpus, "gke.gpuPools")
+                     for kind, gpus in sorted(by_type.items()))
+    label = {GPU_NODE_LABEL[0]: GPU_NODE_LABEL[1]}
+    if platform == "lab":
+        return (Flavor("gpu", label, sum(h.gpus for h in stack.hosts) * replicas, "hosts[].gpus"),)
+    counts = stack.gpu_counts
+    known = bool(stack.gpu_nodes) and len(counts) == len(stack.gpu_nodes)
+    return (Flavor("gpu", label, sum(counts.values()) * replicas if known else None, "gpuNodeGpus"),)
+
+
+def queues_problems(q: QueuesConfig, stack: Any) -> Problems:
+    """The teams against each other, the program's namespaces and the cluster's GPUs."""
+    if not q.enabled:
+        return [("queues.teams", "is set but queues.enabled is false")] if q.teams else []
+    problems: Problems = []
+    for field, label in (("name", "name"), ("namespace", "namespace")):
+        seen = Counter(getattr(t, field) for t in q.teams)
+        for i, t in enumerate(q.teams):
+            if seen[getattr(t, field)] > 1:
+                problems.append((f"queues.teams[{i}].{field}", f"{label} {getattr(t, field)!r} is used by another team"))
+    for i, t in enumerate(q.teams):
+        key = f"queues.teams[{i}]"
+        if t.name == PROGRAM_QUEUE:
+            problems.append((f"{key}.name", f"{PROGRAM_QUEUE!r} is the program's own queue"))
+        if t.namespace in RESERVED_NAMESPACES:
+            problems.append((f"{key}.namespace", f"{t.namespace!r} is the program's own (or Kubernetes'); "
+                                                 f"not one of {', '.join(sorted(RESERVED_NAMESPACES))}"))
+        if not t.group:
+            problems.append((f"{key}.group", "is required: the group whose members may submit the team's jobs"))
+    for f in flavors(stack):
+        if f.gpus is None:
+            continue
+        for i, t in enumerate(q.teams):
+            if t.gpus > f.gpus:
+                problems.append((f"queues.teams[{i}].gpus", f"{t.gpus} GPUs but flavor {f.name} has {f.gpus} ({f.key})"))
+        total = sum(t.gpus for t in q.teams)
+        if total > f.gpus:
+            problems.append(("queues.teams", f"the teams' nominal GPUs add up to {total} but flavor {f.name} has "
+                                             f"{f.gpus} ({f.key}); a nominal quota is a guarantee: lend with "
+                                             "borrowingLimitGpus instead"))
+    return problems
