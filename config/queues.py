@@ -93,6 +93,12 @@ class QueuesConfig(Model):
         description="All-or-nothing admission: a workload whose pods are not all running this long after "
                     "admission is evicted and requeued with backoff (Kueue waitForPodsReady).",
     )
+    pending_alert_minutes: int = Field(
+        default=60, ge=5, le=10080,
+        description="With monitoring: alert when a ClusterQueue has had workloads pending this long and "
+                    "admitted none of them (KueueWorkloadPendingTooLong; also how long Kueue may hold an "
+                    "inadmissible workload before KueueWorkloadInadmissible).",
+    )
 
     @field_validator("cohort")
     @classmethod

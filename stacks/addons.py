@@ -245,7 +245,8 @@ def monitoring_stack(cfg: Addons, cluster: Cluster, health_token: pulumi.Output[
                        gpu_health_webhook=GPU_HEALTH_WEBHOOK if cfg.gpu_health_enabled else None,
                        gpu_health_webhook_token=health_token,
                        gpu_health_reconcile_seconds=cfg.gpu_health.reconcile_seconds,
-                       etcd_backup_interval_seconds=cluster.etcd_backup_interval_seconds),
+                       etcd_backup_interval_seconds=cluster.etcd_backup_interval_seconds,
+                       kueue_pending_minutes=cfg.queues.pending_alert_minutes if cfg.queues.enabled else None),
         opts=pulumi.ResourceOptions(provider=cluster.provider, depends_on=cluster.ready),
     )
 

@@ -42,7 +42,7 @@ import pulumi_random as random
 
 from components import versions
 from components.gpu_health_access import WEBHOOK_TOKEN_SECRET, token_secret
-from components.monitoring import alerts, dashboards, etcd_backup, gpu_health, rdma
+from components.monitoring import alerts, dashboards, etcd_backup, gpu_health, kueue, rdma
 from components.monitoring.dashboards import PanelGroup
 from components.namespaces import pod_security_namespace
 from components.scheduling_contract import addon_affinity, addon_tolerations
@@ -91,6 +91,9 @@ class MonitoringArgs:
     # lab's etcd snapshots: the longest gap of their schedule (node-exporter reads their metrics and
     # EtcdBackupTooOld fires past twice it); None: no snapshots.
     etcd_backup_interval_seconds: int | None = None
+    # queues.enabled: the Kueue row and rule group (components/monitoring/kueue.py), alerting past
+    # queues.pendingAlertMinutes; None: no queues.
+    kueue_pending_minutes: int | None = None
 
 
 def _gib(size: str) -> int:
@@ -227,12 +230,14 @@ class Monitoring(pulumi.ComponentResource):
         rule_groups = (((rdma.rule_group(args.rdma_link_gbps),) if args.rdma else ())
                        + ((gpu_health.rule_group(args.gpu_health_reconcile_seconds),) if args.gpu_health_webhook else ())
                        + ((etcd_backup.rule_group(args.etcd_backup_interval_seconds),)
-                          if args.etcd_backup_interval_seconds is not None else ()))
+                          if args.etcd_backup_interval_seconds is not None else ())
+                       + ((kueue.rule_group(args.kueue_pending_minutes),) if args.kueue_pending_minutes else ()))
         self.rule = _custom_resource(f"{name}-gpu-alerts", prometheus_rule(cfg, rule_groups), after_release)
         for target in args.scrape_targets:
             _custom_resource(f"{name}-{target.name}", service_monitor(target), after_release)
         fleet_panels = (args.fleet_panels + ((rdma.panel_group(),) if args.rdma else ())
-                        + ((gpu_health.panel_group(),) if args.gpu_health_webhook else ()))
+                        + ((gpu_health.panel_group(),) if args.gpu_health_webhook else ())
+                        + ((kueue.panel_group(),) if args.kueue_pending_minutes else ()))
         for board in dashboards.dashboards(fleet_panels, args.training_panels):
             slug = board.uid.removeprefix("gpu-cluster-")
             k8s.core.v1.ConfigMap(

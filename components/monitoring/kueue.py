@@ -1,0 +1,109 @@
+"""The monitoring side of the queues (components/queues): a Kueue row on the fleet dashboard and the
+rule group GROUP, over the metrics Kueue's controller exports (Kueue's docs, reference/metrics.md;
+the chart's ServiceMonitor scrapes them when monitoring is on):
+
+  kueue_pending_workloads{cluster_queue, status}     gauge, status "active" (waiting for quota) or
+                                                     "inadmissible" (cannot be admitted as things are)
+  kueue_admitted_workloads_total{cluster_queue}      counter
+  kueue_admitted_active_workloads{cluster_queue}     gauge, admitted and not finished
+  kueue_admission_wait_time_seconds{cluster_queue}   histogram, creation to admission
+  kueue_cluster_queue_status{cluster_queue, status}  1 for the ClusterQueue's one status
+                                                     (pending, active, terminating)
+  kueue_cluster_queue_resource_usage / _nominal_quota{cluster_queue, flavor, resource}
+
+Kueue exports no age per pending workload, so "a workload pending longer than pendingAlertMinutes"
+is read as: the ClusterQueue had workloads pending for that whole time and admitted none of them in
+it. Then the workload at the head at the start is still waiting (unless it was deleted and another
+took its place), and a queue that keeps admitting does not fire however long it stays busy.
+
+Does not manage: Kueue's ServiceMonitor (the chart's), alerts on Kueue's own health (its Deployment
+is covered by kube-prometheus-stack's KubeDeploymentReplicasMismatch).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from components.monitoring.alerts import _alert
+from components.monitoring.dashboards import Panel, PanelGroup
+
+GROUP = "gpu-cluster.kueue"
+TITLE = "Queues (Kueue)"
+PENDING = "kueue_pending_workloads"
+ADMITTED_TOTAL = "kueue_admitted_workloads_total"
+ADMITTED_ACTIVE = "kueue_admitted_active_workloads"
+WAIT_TIME = "kueue_admission_wait_time_seconds"
+QUEUE_STATUS = "kueue_cluster_queue_status"
+USAGE = "kueue_cluster_queue_resource_usage"
+NOMINAL = "kueue_cluster_queue_nominal_quota"
+PENDING_ALERT = "KueueWorkloadPendingTooLong"
+INACTIVE_ALERT = "KueueClusterQueueInactive"
+INADMISSIBLE_ALERT = "KueueWorkloadInadmissible"
+# A ClusterQueue is inactive while a flavor or admission check it names is missing: right after an
+# install or a change that is seconds; 10 minutes of it is a broken queue.
+INACTIVE_FOR = "10m"
+DOCS = "docs/queues.md#why-it-waits"
+
+
+def rule_group(pending_minutes: int) -> dict[str, Any]:
+    """Three alerts: pending too long, a ClusterQueue that is not active, workloads it cannot admit."""
+    window = f"{pending_minutes}m"
+    return {"name": GROUP, "rules": [
+        _alert(
+            PENDING_ALERT,
+            f"sum by (cluster_queue) ({PENDING}) > 0 "
+            f"and on (cluster_queue) sum by (cluster_queue) (increase({ADMITTED_TOTAL}[{window}])) == 0",
+            window, "warning",
+            "Workloads have waited in a queue and none was admitted",
+            "ClusterQueue {{ $labels.cluster_queue }} has had {{ $value }} workload(s) pending for "
+            f"{window} and admitted none of them in that time.",
+            "`kubectl get workloads -A` and `kubectl describe workload` in the job's namespace say why "
+            "(the quota it is short of, a flavor whose nodes are full or tainted). Free quota, raise the "
+            f"team's quota or borrowing limit, or delete the job. {DOCS}.",
+        ),
+        _alert(
+            INACTIVE_ALERT,
+            f'{QUEUE_STATUS}{{status="active"}} == 0',
+            INACTIVE_FOR, "critical",
+            "A ClusterQueue is not active: it admits nothing",
+            "ClusterQueue {{ $labels.cluster_queue }} is not active (a ResourceFlavor or admission check it "
+            "names is missing, or it is stopped); every job queued to it waits.",
+            "`kubectl describe clusterqueue <name>`: the Active condition's reason names what is missing "
+            f"(FlavorNotFound, AdmissionCheckNotFound, Stopped). {DOCS}.",
+        ),
+        _alert(
+            INADMISSIBLE_ALERT,
+            f'sum by (cluster_queue) ({PENDING}{{status="inadmissible"}}) > 0',
+            window, "warning",
+            "A ClusterQueue holds workloads it cannot admit",
+            "ClusterQueue {{ $labels.cluster_queue }} has {{ $value }} workload(s) Kueue found inadmissible "
+            f"for {window}: as the quotas and flavors are, they do not fit (a job larger than the queue's "
+            "quota plus what it may borrow never will).",
+            "`kubectl describe workload` shows the message Kueue left (e.g. \"insufficient quota for "
+            "nvidia.com/gpu in flavor ...\"); `./plan` would have reported a job that can never fit. Shrink "
+            f"the job or raise the quota. {DOCS}.",
+        ),
+    ]}
+
+
+_PER_QUEUE = "{{cluster_queue}}"
+
+
+def panel_group() -> PanelGroup:
+    """The fleet dashboard's row: pending and admitted workloads, quota use, waiting time per queue."""
+    return PanelGroup(TITLE, (
+        Panel("Pending workloads", (
+            (f'sum by (cluster_queue) ({PENDING}{{status="active"}})', "waiting " + _PER_QUEUE),
+            (f'sum by (cluster_queue) ({PENDING}{{status="inadmissible"}})', "inadmissible " + _PER_QUEUE),
+        ), "short", "Workloads waiting for quota (active) and those Kueue cannot admit as things are."),
+        Panel("Admitted workloads", ((f"sum by (cluster_queue) ({ADMITTED_ACTIVE})", _PER_QUEUE),), "short",
+              "Admitted and not finished, per ClusterQueue."),
+        Panel("GPU quota used", ((
+            f'sum by (cluster_queue, flavor) ({USAGE}{{resource="nvidia.com/gpu"}}) '
+            f'/ on (cluster_queue, flavor) sum by (cluster_queue, flavor) ({NOMINAL}{{resource="nvidia.com/gpu"}})',
+            _PER_QUEUE + " {{flavor}}"),), "percentunit",
+              "GPUs in use over the nominal quota, per ClusterQueue and flavor (above 1: borrowing from the cohort)."),
+        Panel("Time waiting for admission (p90)", ((
+            f"histogram_quantile(0.9, sum by (cluster_queue, le) (rate({WAIT_TIME}_bucket[1h])))", _PER_QUEUE),),
+              "s", "90th percentile of the time from a workload's creation to its admission, over the last hour."),
+    ))
