@@ -170,6 +170,8 @@ def prefer_workers() -> list[dict[str, Any]]:
 # Training pods, and their names on metrics
 
 # Both launchers (indexed-job, pytorchjob) put it on every pod of a job, the job's name as value.
+# hosts[].rack as a node label (lab): the level of Kueue's Topology that jobs over RDMA require.
+RACK_LABEL = "gpu-cluster.io/rack"
 JOB_LABEL = "gpu-cluster.io/training-job"
 
 

@@ -40,7 +40,6 @@ from config.errors import Problems
 from config.etcd_backup import EtcdBackupConfig, etcd_backup_problems
 from config.fields import (
     APT_VERSION,
-    DNS_LABEL,
     Model,
     check_abs_path,
     check_host_key,
@@ -48,64 +47,17 @@ from config.fields import (
     check_remote_host,
     empty_to_none,
     host_dir_problem,
-    unusable_address,
 )
 from config.gpu import GpuStack
-from config.gpu_inventory import check_gpu_count, fit_problems
+from config.gpu_inventory import fit_problems
 from config.hardening import Hardening
 from config.inert_keys import inert_lab_problems
+from config.lab_hosts import Host, Role, host_list_problems
 
 
 class Cni(enum.StrEnum):
     FLANNEL = "flannel"
     CALICO = "calico"
-
-
-class Role(enum.StrEnum):
-    CONTROL_PLANE = "control-plane"
-    WORKER = "worker"
-
-
-class Host(Model):
-    """One server of the lab stack."""
-
-    name: str = Field(description="Kubernetes node name (RFC 1123 label).")
-    address: ipaddress.IPv4Address = Field(description="IPv4 address used for SSH and as the node IP (unique, unicast).")
-    role: Role = Field(description="control-plane or worker.")
-    gpus: int = Field(
-        default=0,
-        description="NVIDIA GPUs in the host (0-16; 0: a CPU node); more than 0 installs the driver and toolkit, "
-                    "labels and taints the node.",
-    )
-    ssh_user: str = Field(default="ubuntu", description="SSH user with passwordless sudo.")
-    ssh_port: int = Field(default=22, ge=1, le=65535, description="SSH port.")
-    host_key: str = Field(description="Pinned SSH host key ('ssh-ed25519 AAAA...').")
-
-    @field_validator("name")
-    @classmethod
-    def _name(cls, v: str) -> str:
-        if not DNS_LABEL.fullmatch(v):
-            raise ValueError(
-                "must be a lowercase RFC 1123 label (a-z, 0-9, '-', at most 63 characters)"
-            )
-        return v
-
-    _gpus = field_validator("gpus")(classmethod(lambda cls, v: check_gpu_count(v)))
-
-    _host_key = field_validator("host_key")(classmethod(lambda cls, v: check_host_key(v)))
-    _ssh_user = field_validator("ssh_user")(classmethod(lambda cls, v: check_posix_user(v)))
-
-    @field_validator("address")
-    @classmethod
-    def _address(cls, v: ipaddress.IPv4Address) -> ipaddress.IPv4Address:
-        problem = unusable_address(v)
-        if problem:
-            raise ValueError(problem)
-        return v
-
-    @property
-    def is_gpu(self) -> bool:
-        return self.gpus > 0
 
 
 class Bastion(Model):
@@ -419,18 +371,7 @@ class LabStack(Addons):
         return problems
 
     def _host_problems(self) -> Problems:
-        problems: Problems = []
-        seen_names: dict[str, int] = {}
-        seen_addrs: dict[str, int] = {}
-        for i, host in enumerate(self.hosts):
-            if host.name in seen_names:
-                problems.append((f"hosts[{i}].name", f"duplicates hosts[{seen_names[host.name]}].name {host.name!r}"))
-            seen_names.setdefault(host.name, i)
-            addr = str(host.address)
-            if addr in seen_addrs:
-                problems.append((f"hosts[{i}].address", f"duplicates hosts[{seen_addrs[addr]}].address {addr}"))
-            seen_addrs.setdefault(addr, i)
-        return problems
+        return host_list_problems(self.hosts)
 
 
 class DeployedLab(BaseModel):

@@ -27,7 +27,7 @@ from typing import Any
 
 from pydantic import Field, field_validator
 
-from components.scheduling_contract import GKE_ACCELERATOR_LABEL, GPU_NODE_LABEL
+from components.scheduling_contract import GKE_ACCELERATOR_LABEL, GPU_NODE_LABEL, RACK_LABEL
 from config.errors import Problems
 from config.fields import DNS_LABEL, Model, check_quantity
 
@@ -108,6 +108,13 @@ class QueuesConfig(Model):
         return v
 
 
+# Pod template annotation (Kueue docs, "Topology Aware Scheduling"): every pod of the pod set in one
+# domain of that level.
+REQUIRED_TOPOLOGY = "kueue.x-k8s.io/podset-required-topology"
+RACK_TOPOLOGY = "gpu-cluster-racks"  # lab's Topology when every GPU host names its rack
+HOSTNAME_LABEL = "kubernetes.io/hostname"  # Kueue: only ever the lowest level
+
+
 @dataclass(frozen=True)
 class Flavor:
     """One ResourceFlavor: a GPU kind, the node labels that pick its nodes, its GPUs (None: unknown)."""
@@ -116,6 +123,9 @@ class Flavor:
     node_labels: dict[str, str]
     gpus: int | None
     key: str  # the config key its size comes from, for messages
+    # Kueue's Topology for this flavor's nodes (topology-aware scheduling): its name and node-label
+    # levels, top first; None: no topology (jobs are admitted on quota alone).
+    topology: tuple[str, tuple[str, ...]] | None = None
 
 
 def flavors(stack: Any) -> tuple[Flavor, ...]:
@@ -133,7 +143,10 @@ def flavors(stack: Any) -> tuple[Flavor, ...]:
                      for kind, gpus in sorted(by_type.items()))
     label = {GPU_NODE_LABEL[0]: GPU_NODE_LABEL[1]}
     if platform == "lab":
-        return (Flavor("gpu", label, sum(h.gpus for h in stack.hosts) * replicas, "hosts[].gpus"),)
+        gpu_hosts = [h for h in stack.hosts if h.gpus]
+        racks = bool(gpu_hosts) and all(h.rack for h in gpu_hosts)  # all or none (config/lab_hosts.py)
+        return (Flavor("gpu", label, sum(h.gpus for h in stack.hosts) * replicas, "hosts[].gpus",
+                       (RACK_TOPOLOGY, (RACK_LABEL, HOSTNAME_LABEL)) if racks else None),)
     counts = stack.gpu_counts
     known = bool(stack.gpu_nodes) and len(counts) == len(stack.gpu_nodes)
     return (Flavor("gpu", label, sum(counts.values()) * replicas if known else None, "gpuNodeGpus"),)

@@ -39,7 +39,7 @@ from components.training.wandb_launch import WandbLaunch, WandbLaunchArgs, submi
 from config import StackSecrets
 from config.addons import Addons
 from config.gpu import MigStrategy, SharingMode
-from config.queues import PROGRAM_QUEUE
+from config.queues import PROGRAM_QUEUE, flavors
 from config.training import POD_RDMA_INTERFACE, Launcher
 from stacks.contract import Cluster
 from stacks.queues import Queues, queue_stack
@@ -308,6 +308,13 @@ def _queue(cfg: Addons) -> str | None:
     return PROGRAM_QUEUE if cfg.queues.enabled else None
 
 
+def _rdma_topology(cfg: Addons, pod_net: PodRdma | None) -> str | None:
+    """A job over RDMA (pod_net) with queues and a rack Topology: all its pods admitted into one rack."""
+    if pod_net is None or not cfg.queues.enabled:
+        return None
+    return next((f.topology[1][0] for f in flavors(cfg) if f.topology is not None), None)
+
+
 def jobs(cfg: Addons, cluster: Cluster, gate: GpuReadyGate | None, rdma: RdmaNetwork | None,
          pod_net: PodRdma | None, queues: Queues | None = None) -> dict[str, object]:
     """The jobs (cfg.runs_jobs): the RDMA link test, the NCCL acceptance, the dataset download and
@@ -354,6 +361,7 @@ def rdma_link_test(cfg: Addons, cluster: Cluster, claim: SharedClaim, pod_net: P
             claim=claim,
             command=rdma_link_command(cfg),
             queue=_queue(cfg),
+            required_topology=_rdma_topology(cfg, pod_net),
             pods=RDMA_LINK_PODS,
             await_minutes=RDMA_LINK_AWAIT_MINUTES,
             gpu_resource=gpu_resource(cfg),
@@ -378,6 +386,7 @@ def nccl_acceptance(cfg: Addons, cluster: Cluster, claim: SharedClaim, pod_net: 
             module=launch.BENCH_MODULE,  # it turns NCCL's INFO log on itself to read the transport
             module_args=acceptance_args(cfg),
             queue=_queue(cfg),
+            required_topology=_rdma_topology(cfg, pod_net),
             await_minutes=ACCEPTANCE_AWAIT_MINUTES,
             gpu_resource=gpu_resource(cfg),
             rdma=pod_net,
@@ -415,7 +424,8 @@ def training_job(cfg: Addons, cluster: Cluster, claim: SharedClaim, pod_net: Pod
     t = cfg.training
     TrainingJob(
         TRAINING_JOB,
-        TrainingJobArgs(training=t, claim=claim, gpu_resource=gpu_resource(cfg), rdma=pod_net, queue=_queue(cfg)),
+        TrainingJobArgs(training=t, claim=claim, gpu_resource=gpu_resource(cfg), rdma=pod_net, queue=_queue(cfg),
+                        required_topology=_rdma_topology(cfg, pod_net)),
         opts=pulumi.ResourceOptions(provider=cluster.provider, depends_on=before),
     )
     return {

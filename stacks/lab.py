@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime
 
 import pulumi
+import pulumi_kubernetes as k8s
 from pydantic import ValidationError
 
 from components.cni import Cni, CniArgs
@@ -26,6 +27,7 @@ from components.lab.nfs_storage import NfsServerArgs, NfsSharedStorage, NfsShare
 from components.lab.node_join import Membership, MembershipArgs, NodeJoin, NodeJoinArgs, join_token_id
 from components.lab.node_prep import HostSoftware, NodePrep, NodePrepArgs, RoceHost
 from components.lab.upgrade import UpgradePolicy
+from components.scheduling_contract import RACK_LABEL
 from components.training_namespace import training_namespace
 from config import ConfigError, LabStack, StackSecrets
 from config.gpu import GpuStack
@@ -181,6 +183,14 @@ def build(cfg: LabStack, secrets: StackSecrets) -> dict[str, object]:
             ),
         ))
 
+    # hosts[].rack: the node label Kueue's Topology reads; a patch, since kubelet's --node-labels
+    # apply only when a node registers (a rack named later would never reach it).
+    joined = {j.host.name: j.ready for j in joins}
+    racks = [k8s.core.v1.NodePatch(
+        f"{h.name}-rack", metadata=k8s.meta.v1.ObjectMetaPatchArgs(name=h.name, labels={RACK_LABEL: h.rack}),
+        opts=pulumi.ResourceOptions(provider=cp.provider, depends_on=[joined.get(h.name, cp.init)]),
+    ) for h in cfg.hosts if h.rack]
+
     namespace, claim = None, None
     st = cfg.storage
     if cfg.needs_training_namespace:
@@ -210,7 +220,7 @@ def build(cfg: LabStack, secrets: StackSecrets) -> dict[str, object]:
         ready=[cni],
         gpu_nodes=tuple(h.name for h in cfg.hosts if h.is_gpu),
         gpu_node_count=cfg.gpu_node_count,
-        gpu_nodes_ready=[j.ready for j in joins],
+        gpu_nodes_ready=[*(j.ready for j in joins), *racks],
         training_namespace=namespace,
         shared_claim=claim,
         gpu_counts={h.name: h.gpus for h in cfg.hosts if h.is_gpu},

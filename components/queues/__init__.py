@@ -71,8 +71,13 @@ class Queues(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self, depends_on=[ns]),
         )
         after_kueue = pulumi.ResourceOptions(parent=self, depends_on=[self.release])
+        topologies = {f.topology[0]: _custom(f"{name}-topology-{f.topology[0]}", objects.topology(*f.topology),
+                                             after_kueue)
+                      for f in args.flavors if f.topology is not None}
         for f in args.flavors:
-            _custom(f"{name}-flavor-{f.name}", objects.resource_flavor(f), after_kueue)
+            # A flavor naming a Topology that does not exist leaves its ClusterQueues inactive.
+            _custom(f"{name}-flavor-{f.name}", objects.resource_flavor(f), pulumi.ResourceOptions(
+                parent=self, depends_on=[self.release, *([topologies[f.topology[0]]] if f.topology else [])]))
         for body in objects.priority_classes():
             _custom(f"{name}-priority-{body['metadata']['name']}", body, after_kueue)
         self.team_outputs: dict[str, dict[str, str]] = {}

@@ -63,11 +63,16 @@ def quantity(value: Decimal) -> str:
 
 
 def resource_flavor(f: Flavor) -> dict[str, Any]:
-    return {
-        "apiVersion": KUEUE_API, "kind": "ResourceFlavor",
-        "metadata": {"name": f.name},
-        "spec": {"nodeLabels": dict(f.node_labels), "tolerations": gpu_tolerations()},
-    }
+    spec: dict[str, Any] = {"nodeLabels": dict(f.node_labels), "tolerations": gpu_tolerations()}
+    if f.topology is not None:
+        spec["topologyName"] = f.topology[0]  # topology-aware scheduling over these nodes
+    return {"apiVersion": KUEUE_API, "kind": "ResourceFlavor", "metadata": {"name": f.name}, "spec": spec}
+
+
+def topology(name: str, levels: tuple[str, ...]) -> dict[str, Any]:
+    """A Kueue Topology: node-label levels, top first (kubernetes.io/hostname only ever last)."""
+    return {"apiVersion": KUEUE_API, "kind": "Topology", "metadata": {"name": name},
+            "spec": {"levels": [{"nodeLabel": label} for label in levels]}}
 
 
 def _only_namespace(namespace: str) -> dict[str, Any]:

@@ -59,7 +59,7 @@ from components.scheduling_contract import (
 from components.storage_contract import MOUNTS, TRAINING_NAMESPACE, SharedClaim
 from components.training import launch
 from components.training.network_policy import RDZV_PORT, job_peers
-from config.queues import PRIORITY_LABEL, PROGRAM_PRIORITY_CLASS, QUEUE_LABEL
+from config.queues import PRIORITY_LABEL, PROGRAM_PRIORITY_CLASS, QUEUE_LABEL, REQUIRED_TOPOLOGY
 from config.training import Launcher, TrainingConfig
 
 CONTAINER = {Launcher.INDEXED_JOB: "trainer", Launcher.PYTORCHJOB: "pytorch"}
@@ -91,6 +91,9 @@ class TrainingJobArgs:
     rdzv_timeout_seconds: int | None = None
     # queues.enabled: the LocalQueue the job is submitted to (created suspended, admitted by Kueue).
     queue: str | None = None
+    # With a queue: the node label (a Topology level) all the job's pods must share, e.g. the rack
+    # (Kueue's podset-required-topology; jobs over RDMA); None: admitted on quota alone.
+    required_topology: str | None = None
 
     @property
     def nodes(self) -> int:
@@ -190,10 +193,15 @@ def pod_template(job: str, args: TrainingJobArgs) -> dict[str, Any]:
         pod["restartPolicy"] = "Never"
         pod["subdomain"] = service_name(job)
     metadata: dict[str, Any] = {"labels": labels}
+    annotations: dict[str, str] = {}
+    if args.queue and args.required_topology:
+        annotations[REQUIRED_TOPOLOGY] = args.required_topology
     if args.rdma is not None:
-        metadata["annotations"] = {NETWORKS_ANNOTATION: args.rdma.network}
+        annotations[NETWORKS_ANNOTATION] = args.rdma.network
         if args.rdma.exporter_image:
             pod["initContainers"] = [exporter_sidecar(args.rdma.exporter_image)]
+    if annotations:
+        metadata["annotations"] = annotations
     return {"metadata": metadata, "spec": pod}
 
 

@@ -29,6 +29,7 @@ components/scheduling_contract.py: the model is the world that contract is check
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -82,7 +83,7 @@ def _base_labels(name: str) -> dict[str, str]:
 _SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-def lab_nodes(cfg: LabStack, init_stdin: str | None) -> list[Node]:
+def lab_nodes(cfg: LabStack, init_stdin: str | None, node_patches: Sequence[dict[str, Any]] = ()) -> list[Node]:
     from components.lab import kubeadm  # the JoinConfiguration each worker receives
     from stacks.lab import kubeadm_settings  # ... built from the settings the program passes
 
@@ -100,7 +101,7 @@ def lab_nodes(cfg: LabStack, init_stdin: str | None) -> list[Node]:
         else:
             docs = list(yaml.load_all(kubeadm.join_config_template(cluster, h), Loader=_SAFE_LOADER))  # noqa: S506
             labels, taints = _registration_of(docs[0])
-        labels = {**_base_labels(h.name), **labels}
+        labels = {**_base_labels(h.name), **labels, **_patched_labels(h.name, node_patches)}
         if h.role.value == "control-plane":
             labels[CONTROL_PLANE_ROLE] = ""
             labels["node.kubernetes.io/exclude-from-external-load-balancers"] = ""
@@ -200,13 +201,19 @@ def gke_nodes(node_pools: list[dict[str, Any]]) -> list[Node]:
     return nodes
 
 
+def _patched_labels(name: str, node_patches: Sequence[dict[str, Any]]) -> dict[str, str]:
+    """The labels the plan's NodePatches give node `name` (dev's GPU labels, lab's racks)."""
+    labels: dict[str, str] = {}
+    for patch in node_patches:
+        if (patch.get("metadata") or {}).get("name") == name:
+            labels.update((patch.get("metadata") or {}).get("labels") or {})
+    return labels
+
+
 def dev_nodes(cfg: DevStack, node_patches: list[dict[str, Any]]) -> list[Node]:
     nodes = []
     for name in cfg.gpu_nodes:
-        labels = _base_labels(name)
-        for patch in node_patches:
-            if (patch.get("metadata") or {}).get("name") == name:
-                labels.update((patch.get("metadata") or {}).get("labels") or {})
+        labels = {**_base_labels(name), **_patched_labels(name, node_patches)}
         nodes.append(Node(name, "listed", labels, [], gpus=1, gpus_known=False))
     if not nodes:  # the existing cluster has nodes, only none was named: one plain node stands for them
         nodes.append(Node("existing-node", "unlisted", _base_labels("existing-node"), []))
@@ -218,7 +225,7 @@ def model(cfg: StackConfig, plan_inputs: dict[str, list[dict[str, Any]]], node_p
     if isinstance(cfg, LabStack):
         init = next((i.get("stdin") for i in plan_inputs.get("command:remote:Command", [])
                      if "InitConfiguration" in str(i.get("stdin", ""))), None)
-        return lab_nodes(cfg, init)
+        return lab_nodes(cfg, init, node_patches)
     if isinstance(cfg, DevStack):
         return dev_nodes(cfg, node_patches)
     return gke_nodes(plan_inputs.get("gcp:container/nodePool:NodePool", []))

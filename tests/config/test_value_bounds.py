@@ -21,6 +21,8 @@ from tests.conftest import ED25519, SEED_002_ROCE
 WANDB = {"enabled": True, "entity": "team", "queue": "gpu-queue", "project": "demo"}
 ROCE = {"linkGbps": 25, "rdma": True, "roce": SEED_002_ROCE}
 NFS = {"server": "192.0.2.50", "path": "/srv/nfs/shared"}
+QUEUES = {"enabled": True, "teams": [{"name": "vision", "namespace": "team-vision", "group": "gpu-vision", "gpus": 0,
+                                      "borrowingLimitGpus": 1, "cpu": "4", "memory": "16Gi", "priority": "training"}]}
 
 
 def _bases() -> dict[str, list[bounds.Base]]:
@@ -30,16 +32,16 @@ def _bases() -> dict[str, list[bounds.Base]]:
             bounds.base("lab", "RoCE, W&B, bastion", ("wandbApiKey",), network=ROCE, wandb=WANDB,
                         bastion={"host": "198.51.100.7", "hostKey": ED25519},
                         monitoring={"storageClass": "fast"}, nvidiaDriver={"branch": "570", "version": "570.172.08-0ubuntu1"}),
-            bounds.base("lab", "NFS server, sockets", storage={"nfs": NFS, "provision": False, "size": "100Gi"},
+            bounds.base("lab", "NFS server, sockets, queues", storage={"nfs": NFS, "provision": False, "size": "100Gi"},
                         training={"nccl": {"debug": "WARN", "socketIfname": "eth0"}},
-                        controlPlaneEndpoint="192.0.2.10:6443"),
+                        controlPlaneEndpoint="192.0.2.10:6443", queues=QUEUES),
         ],
         "dev": [
             bounds.base("dev", "RoCE, W&B", ("wandbApiKey",), network=ROCE, wandb=WANDB),
-            bounds.base("dev", "NFS", storage={"hostPath": "", "nfs": NFS, "size": "50Gi"}),
+            bounds.base("dev", "NFS, queues", storage={"hostPath": "", "nfs": NFS, "size": "50Gi"}, queues=QUEUES),
         ],
         "gke": [
-            bounds.base("gke", "W&B, private nodes", ("wandbApiKey",), wandb=WANDB,
+            bounds.base("gke", "W&B, private nodes, queues", ("wandbApiKey",), wandb=WANDB, queues=QUEUES,
                         gke={"privateNodes": {"enabled": True, "masterCidr": "172.16.0.32/28"}, "subnetwork": "gpu-subnet"}),
             bounds.base("gke", "RoCE (refused on gke: the keys under it still name themselves)", network=ROCE),
         ],
