@@ -3,23 +3,17 @@ registered; the alert's interval is the schedule's longest gap, as cronsim walks
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-import sys
 from datetime import UTC, datetime
 
 import pytest
-import yaml
 from cronsim import CronSim
 
 import config
 from components import versions
 from config.etcd_backup import EtcdBackupConfig
 from tests.config.refusals import accepted, reported
-from tests.conftest import PROJECT_DIR, host, lab_raw
-
-PLAINTEXT_KEY = "-----BEGIN OPENSSH PRIVATE KEY-----\nx\n-----END OPENSSH PRIVATE KEY-----\n"
+from tests.conftest import lab_raw
+from tests.render_cli import render_cli
 
 
 def test_defaults_are_on_and_accepted() -> None:
@@ -72,22 +66,7 @@ def test_every_supported_minor_has_kubeadms_etcd() -> None:
 
 
 def test_render_exits_2_naming_the_key(tmp_path) -> None:
-    project = tmp_path / "project"
-    project.mkdir()
-    shutil.copy(PROJECT_DIR / "Pulumi.yaml", project / "Pulumi.yaml")
-    shutil.copy(PROJECT_DIR / "__main__.py", project / "__main__.py")
-    for name in ("config", "components", "stacks", "render"):
-        (project / name).symlink_to(PROJECT_DIR / name, target_is_directory=True)
-    (project / "Pulumi.bad.yaml").write_text(yaml.safe_dump({"config": {
-        "gpu-cluster:platform": "lab",
-        "gpu-cluster:sshPrivateKey": PLAINTEXT_KEY,
-        "gpu-cluster:hosts": [host("cp-1", "192.0.2.10", "control-plane")],
-        "gpu-cluster:etcdBackup": {"schedule": "0 3 * * 7"},
-    }}))
-    env = {**os.environ, "PYTHONPATH": str(project)}
-    env.pop("PULUMI_CONFIG", None)
-    result = subprocess.run([sys.executable, "-m", "render", "bad", "--out", str(tmp_path / "out"), "--no-check"],
-                            cwd=project, env=env, capture_output=True, text=True, timeout=300, check=False)
+    result = render_cli(tmp_path, "lab", {"etcdBackup": {"schedule": "0 3 * * 7"}})
     assert result.returncode == 2, result.stderr
     assert "gpu-cluster:etcdBackup.schedule" in result.stderr and "0-6" in result.stderr
     assert not (tmp_path / "out" / "plan.json").exists()

@@ -3,17 +3,13 @@ bad values refused naming the key (exit 2 through the real program, before anyth
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-import sys
 from typing import Any
 
 import pytest
-import yaml
 
 from tests.config.refusals import accepted, reported
-from tests.conftest import PROJECT_DIR, lab_raw
+from tests.conftest import lab_raw
+from tests.render_cli import render_cli
 
 NS = "gpu-cluster"
 
@@ -55,20 +51,8 @@ def test_bad_values_are_refused_naming_the_key(hardening: dict[str, Any], key: s
 
 
 def test_the_program_exits_2_naming_the_key(tmp_path) -> None:
-    project = tmp_path / "project"
-    project.mkdir()
-    for name in ("Pulumi.yaml", "__main__.py", "Pulumi.lab.yaml"):
-        shutil.copy(PROJECT_DIR / name, project / name)
-    for name in ("config", "components", "stacks", "render"):
-        (project / name).symlink_to(PROJECT_DIR / name, target_is_directory=True)
-    stack = yaml.safe_load((project / "Pulumi.lab.yaml").read_text())
-    stack["config"][f"{NS}:hardening"] = {"secretsEncryption": {"keys": ["key-1", "key-1"]}}
-    (project / "Pulumi.bad.yaml").write_text(yaml.safe_dump(stack))
     out = tmp_path / "out"
-    env = {**os.environ, "PYTHONPATH": str(project)}
-    env.pop("PULUMI_CONFIG", None)
-    result = subprocess.run([sys.executable, "-m", "render", "bad", "--out", str(out)], cwd=project, env=env,
-                            capture_output=True, text=True, timeout=300, check=False)
+    result = render_cli(tmp_path, "lab", {"hardening": {"secretsEncryption": {"keys": ["key-1", "key-1"]}}})
     assert result.returncode == 2, result.stderr
     assert f"{NS}:hardening.secretsEncryption.keys:" in result.stderr and "twice" in result.stderr
     assert "Traceback" not in result.stderr

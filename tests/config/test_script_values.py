@@ -5,40 +5,19 @@ wandb.baseUrl with port 99999)."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 import config
 from components.lab.scripts import HEREDOC_END
 from components.training import wandb_launch
 from render import program
-from tests.conftest import PROJECT_DIR, SEED_002_ROCE, lab_raw, stack_config_with
+from tests.conftest import SEED_002_ROCE, lab_raw, stack_config_with
+from tests.render_cli import render_cli
 
 WANDB = {"enabled": True, "entity": "team", "queue": "gpu-queue"}
-
-
-def _render_cli(tmp_path: Path, stack: str, overrides: dict[str, Any], secrets: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
-    """`python -m render <stack> --no-check` in a project that links this one's files in and holds a
-    stack file with `overrides` (render reads the stack files of the project it is run from)."""
-    project = tmp_path / "project"
-    project.mkdir()
-    for entry in PROJECT_DIR.iterdir():
-        if not entry.name.startswith(("Pulumi.", ".")) or entry.name == "Pulumi.yaml":
-            os.symlink(entry, project / entry.name)
-    stack_file = yaml.safe_load((PROJECT_DIR / f"Pulumi.{stack}.yaml").read_text())
-    for key, value in overrides.items():
-        stack_file["config"][f"gpu-cluster:{key}"] = value
-    for key in secrets:
-        stack_file["config"][f"gpu-cluster:{key}"] = {"secure": "v1:EXAMPLE"}
-    (project / f"Pulumi.{stack}.yaml").write_text(yaml.safe_dump(stack_file))
-    return subprocess.run([sys.executable, "-m", "render", stack, "--no-check", "--out", str(tmp_path / "out")],
-                          cwd=project, capture_output=True, text=True, timeout=300, check=False)
 
 
 @pytest.mark.parametrize(("overrides", "secrets", "key"), [
@@ -48,7 +27,7 @@ def _render_cli(tmp_path: Path, stack: str, overrides: dict[str, Any], secrets: 
 ], ids=["hca-terminator", "baseUrl-port-99999"])
 def test_render_refuses_with_exit_2_naming_the_key(tmp_path: Path, overrides: dict[str, Any],
                                                    secrets: tuple[str, ...], key: str) -> None:
-    result = _render_cli(tmp_path, "lab", overrides, secrets)
+    result = render_cli(tmp_path, "lab", overrides, secrets)
     assert result.returncode == 2, result.stderr[-2000:]
     assert f"gpu-cluster:{key}: " in result.stderr
     assert "Traceback" not in result.stderr

@@ -11,21 +11,18 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from components.scheduling_contract import RACK_LABEL
 from config.queues import RACK_TOPOLOGY, REQUIRED_TOPOLOGY
 from render import cluster, program
 from render.__main__ import kubernetes_objects
 from tests.config.refusals import problems
-from tests.conftest import PROJECT_DIR, SEED_002_ROCE, stack_config_with
+from tests.conftest import SEED_002_ROCE, stack_config_with
+from tests.render_cli import render_cli
 
 ROCE = {"rdma": True, "linkGbps": 25, "roce": SEED_002_ROCE}
 
@@ -101,16 +98,6 @@ def test_without_racks_no_topology() -> None:
 
 @pytest.mark.would_not_come_up
 def test_two_node_rdma_jobs_across_two_racks_never_come_up(tmp_path: Path, upstream_dir: Path) -> None:
-    stack = yaml.safe_load((PROJECT_DIR / "Pulumi.lab-ha.yaml").read_text())
-    stack["config"]["gpu-cluster:hosts"] = _hosts("r1", "r2")
-    stack["config"]["gpu-cluster:network"] = ROCE
-    project = tmp_path / "project"
-    project.mkdir()
-    for part in ("Pulumi.yaml", "__main__.py", "components", "config", "render", "stacks", "workloads"):
-        (project / part).symlink_to(PROJECT_DIR / part)
-    (project / "Pulumi.lab-ha.yaml").write_text(yaml.safe_dump(stack))
-    result = subprocess.run([sys.executable, "-m", "render", "lab-ha", "--out", str(tmp_path / "out")], cwd=project,
-                            env={**os.environ, "GPU_CLUSTER_UPSTREAM": str(upstream_dir)},
-                            capture_output=True, text=True, timeout=300, check=False)
+    result = render_cli(tmp_path, "lab-ha", {"hosts": _hosts("r1", "r2"), "network": ROCE}, upstream=upstream_dir)
     assert result.returncode == 3, result.stdout + result.stderr
     assert "nccl-acceptance" in result.stderr and "rack" in result.stderr.lower(), result.stderr
