@@ -41,18 +41,9 @@ class Host(Model):
                              "as a node label; with queues, jobs over RDMA are admitted into one rack. Every GPU "
                              "host names one, or none.")
 
-    @field_validator("name")
+    @field_validator("name", "rack")
     @classmethod
-    def _name(cls, v: str) -> str:
-        if not DNS_LABEL.fullmatch(v):
-            raise ValueError(
-                "must be a lowercase RFC 1123 label (a-z, 0-9, '-', at most 63 characters)"
-            )
-        return v
-
-    @field_validator("rack")
-    @classmethod
-    def _rack(cls, v: str | None) -> str | None:
+    def _label(cls, v: str | None) -> str | None:
         if v is not None and not DNS_LABEL.fullmatch(v):
             raise ValueError("must be a lowercase RFC 1123 label (a-z, 0-9, '-', at most 63 characters)")
         return v
