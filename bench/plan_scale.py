@@ -70,6 +70,7 @@ DEFAULT_PLAN_POINTS = (2, 32, 128, 256)
 # What a project dir needs for `python -m render` (symlinked into a temporary one per run).
 _PROJECT_PARTS = ("__main__.py", "Pulumi.yaml", "components", "config", "render", "stacks", "workloads")
 FLOOR_DIR = _configs.PROJECT_ROOT / "bench" / "floor"
+REPLAY_FLOOR_DIR = _configs.PROJECT_ROOT / "bench" / "floor_replay"
 
 
 # --- one run, in a child process -------------------------------------------------------------------
@@ -118,6 +119,11 @@ def child(args: argparse.Namespace) -> None:
         start = time.perf_counter()
         plan = program.run(args.platform, config=config)
         wall = time.perf_counter() - start
+    elif args.child == "replay":
+        values = {_configs.PREFIX + "floorPlan": args.floor_plan, _configs.SECRET_KEY: "x"}
+        start = time.perf_counter()
+        plan = program.run("floor", project_dir=REPLAY_FLOOR_DIR, config=(values, [_configs.SECRET_KEY]))
+        wall = time.perf_counter() - start
     else:
         values = {
             _configs.PREFIX + "floorComponents": str(args.floor_components),
@@ -148,11 +154,12 @@ def _stack_file(config: _configs.Config) -> str:
     return yaml.safe_dump({"config": out}, sort_keys=False)
 
 
-def measure_plan_once(n: int, memo_dir: str) -> dict:
+def measure_plan_once(n: int, memo_dir: str, keep_plan: Path | None = None) -> dict:
     """`python -m render lab --out DIR` (what ./plan runs) for the lab with n GPU workers and
     Pulumi.lab.yaml's layers, from a project dir whose Pulumi.lab.yaml is the generated config:
     the whole process timed (interpreter start, imports, evaluation, the whole-cluster check,
-    every file written). Returns its wall and CPU seconds and the plan's counts for the floor."""
+    every file written). Returns its wall and CPU seconds and the plan's counts for the floor;
+    with `keep_plan`, its plan.json is copied there (the replay floor reads it)."""
     from render import cluster
     from render.cluster import memo
 
@@ -173,7 +180,10 @@ def measure_plan_once(n: int, memo_dir: str) -> dict:
         if proc.returncode != 0:
             sys.stderr.write(proc.stdout + proc.stderr)
             raise SystemExit(f"plan_scale: render of the lab with {n} GPU workers exited {proc.returncode}")
-        resources = json.loads((out / "plan.json").read_text())["resources"]
+        plan_text = (out / "plan.json").read_text()
+        if keep_plan is not None:
+            keep_plan.write_text(plan_text)
+        resources = json.loads(plan_text)["resources"]
         files = sum(1 for p in out.rglob("*") if p.is_file())
     custom = [r for r in resources if r["custom"]]
     return {
@@ -192,12 +202,16 @@ def measure_plan(n: int, repeats: int) -> dict:
     plans: list[dict] = []
     floors: list[dict] = []
     colds: list[dict] = []
+    replays: list[dict] = []
     for _ in range(repeats):
         # Cold: the whole-cluster check's memo (render/cluster/memo.py) empty, as on a first ./plan;
         # warm: the same memo again, as on every ./plan after it (the timed ./plan of the table).
-        with tempfile.TemporaryDirectory(prefix="plan-scale-memo-") as memo_dir:
+        with tempfile.TemporaryDirectory(prefix="plan-scale-memo-") as memo_dir, \
+                tempfile.TemporaryDirectory(prefix="plan-scale-replay-") as replay_dir:
             colds.append(measure_plan_once(n, memo_dir))
-            plan = measure_plan_once(n, memo_dir)
+            plan_json = Path(replay_dir) / "plan.json"
+            plan = measure_plan_once(n, memo_dir, keep_plan=plan_json)
+            replays.append(_spawn("--child", "replay", "--floor-plan", str(plan_json)))
         plans.append(plan)
         floors.append(_spawn("--child", "floor", "--platform", "lab",
                              "--floor-components", str(plan["components"]),
@@ -209,12 +223,15 @@ def measure_plan(n: int, repeats: int) -> dict:
         "pmin": min(pw), "pmed": statistics.median(pw), "fmin": min(fw), "fmed": statistics.median(fw),
         "pcpu": min(r["cpu"] for r in plans),
         "cmed": statistics.median(r["wall"] for r in colds),
+        "rmed": statistics.median(r["wall"] for r in replays),
     }
+    row["ratio_replay"] = row["pmed"] / row["rmed"]
     row["ratio_cold"] = row["cmed"] / row["fmed"]
     row["ratio"] = row["pmed"] / row["fmed"]
     row["ratio_min"] = row["pmin"] / row["fmin"]
     print(f"  ./plan N={n}: {row['resources']} resources, {row['files']} files, median {_fmt(row['pmed'])} s, "
-          f"cold median {_fmt(row['cmed'])} s, floor median {_fmt(row['fmed'])} s", file=sys.stderr, flush=True)
+          f"cold median {_fmt(row['cmed'])} s, floor median {_fmt(row['fmed'])} s, "
+          f"replay floor median {_fmt(row['rmed'])} s", file=sys.stderr, flush=True)
     return row
 
 
@@ -222,14 +239,18 @@ def print_plan_table(rows: list[dict], repeats: int) -> None:
     print("./plan: `python -m render lab --out DIR` for 1 control plane + N GPU workers (8 GPUs each) with "
           f"Pulumi.lab.yaml's layers, the whole process timed (start, imports, evaluation, whole-cluster check, "
           f"files) with the check's memo warm (a second ./plan); cold: the first ./plan, memo empty; floor as "
-          f"above for the same counts; {repeats} repeats, interleaved.")
+          f"above for the same counts; replay floor: the SDK registering this very plan.json again "
+          f"(bench/floor_replay: its nested inputs as plain values, no project logic); {repeats} repeats, "
+          f"interleaved.")
     print("| GPU workers | resources | files | ./plan s min | ./plan s median | ./plan CPU s min | floor s min "
-          "| floor s median | ratio (medians) | ratio (mins) | cold ./plan s median | cold ratio (medians) |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "| floor s median | ratio (medians) | ratio (mins) | cold ./plan s median | cold ratio (medians) "
+          "| replay floor s median | ratio to replay (medians) |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         print(f"| {r['n']} | {r['resources']} | {r['files']} | {_fmt(r['pmin'])} | {_fmt(r['pmed'])} "
               f"| {_fmt(r['pcpu'])} | {_fmt(r['fmin'])} | {_fmt(r['fmed'])} | {_fmt(r['ratio'], 2)} "
-              f"| {_fmt(r['ratio_min'], 2)} | {_fmt(r['cmed'])} | {_fmt(r['ratio_cold'], 2)} |")
+              f"| {_fmt(r['ratio_min'], 2)} | {_fmt(r['cmed'])} | {_fmt(r['ratio_cold'], 2)} "
+              f"| {_fmt(r['rmed'])} | {_fmt(r['ratio_replay'], 2)} |")
     print(flush=True)
 
 
@@ -368,7 +389,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--smallest", action="store_true",
                         help="the smallest run (CI's smoke run): --plan-points 2 --points 2 --gke-points 1 --repeats 1")
     # Internal: one measured run (the driver spawns these).
-    parser.add_argument("--child", choices=("program", "floor"), help=argparse.SUPPRESS)
+    parser.add_argument("--child", choices=("program", "floor", "replay"), help=argparse.SUPPRESS)
+    parser.add_argument("--floor-plan", help=argparse.SUPPRESS)
     parser.add_argument("--platform", choices=tuple(STACKS), default="lab", help=argparse.SUPPRESS)
     parser.add_argument("--workers", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--floor-components", type=int, help=argparse.SUPPRESS)

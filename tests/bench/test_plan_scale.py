@@ -43,3 +43,31 @@ def test_one_plan_row_at_two_workers() -> None:
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert int(cells[1]) > 50 and int(cells[2]) > 50  # resources, files written
     assert float(cells[8]) > 1  # ./plan does more than the SDK floor
+    assert float(cells[13]) > 1  # and more than the SDK registering its own plan.json again
+
+
+def test_the_replay_floor_registers_the_plan_it_reads(tmp_path) -> None:
+    """bench/floor_replay registers every recorded resource again: same type, name, parent and
+    inputs (so it costs the SDK what this very plan costs it), and nothing else."""
+    plan = program.run("lab", config=_configs.lab_config(2, **_configs.lab_layers()))
+    recorded = [r.entry() for r in plan.resources]
+    plan_json = tmp_path / "plan.json"
+    plan_json.write_text(json.dumps({"resources": recorded}))
+    values = {_configs.PREFIX + "floorPlan": str(plan_json), _configs.SECRET_KEY: "x"}
+    replayed = program.run("floor", project_dir=plan_scale.REPLAY_FLOOR_DIR,
+                           config=(values, [_configs.SECRET_KEY]))
+
+    def key(urn: str) -> str:  # the project and stack differ (gpu-cluster/lab vs the floor)
+        return urn.split("::", 2)[2]
+
+    original = {key(r["urn"]): r for r in recorded}
+    again = {key(r.urn): r for r in replayed.resources}
+    assert set(again) == set(original)
+    for urn, entry in again.items():
+        source = original[urn]
+        assert entry.custom == source["custom"], urn
+        stack_parent = source["parent"].split("::")[-2] == "pulumi:pulumi:Stack"
+        assert (entry.parent.split("::")[-2] == "pulumi:pulumi:Stack") if stack_parent \
+            else key(entry.parent) == key(source["parent"]), urn
+        if entry.custom and not entry.type.startswith("pulumi:providers:"):
+            assert entry.inputs == source["inputs"], urn
