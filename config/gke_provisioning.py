@@ -28,15 +28,15 @@ import enum
 import re
 from typing import TYPE_CHECKING, Any
 
-from components.scheduling_contract import GKE_ACCELERATOR_LABEL, GKE_POOL_LABEL
+from components.scheduling_contract import GKE_ACCELERATOR_LABEL, GKE_POOL_LABEL, GKE_QUEUED_TAINT
 from config.errors import Problems
 
 if TYPE_CHECKING:
     from config.gke_pools import GpuPool
     from config.queues import Flavor
 
-# What GKE sets on queued-provisioning nodes: this label, and a NoSchedule taint of the same key.
-GKE_QUEUED_LABEL = "cloud.google.com/gke-queued"
+# What GKE sets on queued-provisioning nodes: this label (true), and a NoSchedule taint of the same key.
+GKE_QUEUED_LABEL = GKE_QUEUED_TAINT.key
 # The reservation label GKE's API takes for a specific reservation.
 RESERVATION_KEY = "compute.googleapis.com/reservation-name"
 # A flex-start pool's ResourceFlavor: the pool's name and this suffix (accelerator flavors are

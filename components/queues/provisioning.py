@@ -26,13 +26,13 @@ import copy
 from typing import Any
 
 from components.queues.objects import KUEUE_API
-from config.gke_provisioning import GKE_QUEUED_LABEL, is_queued_flavor
+from components.scheduling_contract import GKE_QUEUED_TAINT
+from config.gke_provisioning import is_queued_flavor
 from config.queues import Flavor
 
 CHECK_NAME = "gke-queued-provisioning"
 PROVISIONING_CLASS = "queued-provisioning.gke.io"
 CONTROLLER = "kueue.x-k8s.io/provisioning-request"
-QUEUED_TOLERATION = {"key": GKE_QUEUED_LABEL, "operator": "Equal", "value": "true", "effect": "NoSchedule"}
 
 
 def queued_flavors(flavors: tuple[Flavor, ...]) -> list[str]:
@@ -69,5 +69,5 @@ def tolerating_queued_nodes(resource_flavor: dict[str, Any]) -> dict[str, Any]:
     if not is_queued_flavor(resource_flavor["spec"].get("nodeLabels") or {}):
         return resource_flavor
     out = copy.deepcopy(resource_flavor)
-    out["spec"]["tolerations"] = [*out["spec"].get("tolerations", []), dict(QUEUED_TOLERATION)]
+    out["spec"]["tolerations"] = [*out["spec"].get("tolerations", []), GKE_QUEUED_TAINT.toleration()]
     return out
