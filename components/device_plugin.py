@@ -26,7 +26,7 @@ import pulumi_kubernetes as k8s
 import yaml
 
 from components import versions
-from components.scheduling_contract import GPU_NODE_SELECTOR_TERMS, GPU_RESOURCE, gpu_agent_tolerations
+from components.scheduling_contract import GPU_NODE_SELECTOR_TERMS, GPU_RESOURCE, gpu_tolerations
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,7 @@ def daemonset_manifest(name: str, args: NvidiaDevicePluginArgs) -> dict:
                             }
                         }
                     },
-                    "tolerations": [*gpu_agent_tolerations(), {"key": "CriticalAddonsOnly", "operator": "Exists"}],
+                    "tolerations": [*gpu_tolerations(), {"key": "CriticalAddonsOnly", "operator": "Exists"}],
                     "containers": [
                         {
                             "name": "nvidia-device-plugin-ctr",

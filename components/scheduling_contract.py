@@ -166,10 +166,10 @@ def gpu_tolerations() -> list[dict[str, str]]:
     return [dict(GPU_TOLERATION), dict(CONTROL_PLANE_TOLERATION)]
 
 
-def gpu_agent_tolerations() -> list[dict[str, str]]:
-    """Tolerations of a GPU node agent (a DaemonSet on every GPU node): gpu_tolerations() and GKE's
-    queued-provisioning taint, so a flex-start pool's nodes get the agents too."""
-    return [*gpu_tolerations(), GKE_QUEUED_TAINT.toleration()]
+def gpu_agent_tolerations(gke: bool) -> list[dict[str, str]]:
+    """Tolerations of a GPU node agent (a DaemonSet on every GPU node): gpu_tolerations(), and on gke
+    GKE's queued-provisioning taint, so a flex-start pool's nodes get the agents too."""
+    return [*gpu_tolerations(), *([GKE_QUEUED_TAINT.toleration()] if gke else [])]
 
 
 def prefer_workers() -> list[dict[str, Any]]:

@@ -80,3 +80,20 @@ def test_an_on_demand_pool_registers_no_provisioning_fields(mocks):
         assert i["management"] == {"autoRepair": True, "autoUpgrade": True}
 
     return gpu_pool.node_pool.name.apply(check)
+
+
+def test_gpu_node_agents_tolerate_gkes_queued_taint_on_gke_only():
+    """GKE taints a queued-provisioning node cloud.google.com/gke-queued: the GPU agents (GFD and NFD's
+    worker, the DCGM exporter, the operator's operands) run there too; lab and dev keep theirs as they were."""
+    from components import gpu_stack
+    from components.scheduling_contract import gpu_tolerations
+    from config.gpu import GpuConfig
+
+    queued = {"key": "cloud.google.com/gke-queued", "operator": "Exists", "effect": "NoSchedule"}
+    gfd, dcgm = gpu_stack.gfd_values(gke=True), gpu_stack.dcgm_exporter_values(gke=True)
+    assert queued in gfd["tolerations"] and queued in gfd["nfd"]["worker"]["tolerations"]
+    assert queued in dcgm["tolerations"]
+    operator = gpu_stack.operator_values(GpuConfig(stack="operator"), driver_on_host=False, gke=True)
+    assert queued in operator["daemonsets"]["tolerations"]
+    assert gpu_stack.dcgm_exporter_values(gke=False)["tolerations"] == gpu_tolerations()
+    assert queued not in gpu_stack.gfd_values(gke=False)["nfd"]["worker"]["tolerations"]
