@@ -59,7 +59,7 @@ from components.scheduling_contract import (
     MIG_CONFIG_LABEL,
     addon_affinity,
     addon_tolerations,
-    gpu_tolerations,
+    gpu_agent_tolerations,
 )
 from config.gpu import GpuConfig, GpuStack, SharingMode
 
@@ -140,11 +140,11 @@ def gfd_values(gke: bool = False, mig_strategy: str = "none") -> dict[str, Any]:
         "gfd": {"enabled": True},
         # GFD (the chart's top-level tolerations) is a node agent: every GPU node, a GPU control
         # plane included (components/scheduling_contract.py); the chart's CriticalAddonsOnly kept.
-        "tolerations": [*gpu_tolerations(), {"key": "CriticalAddonsOnly", "operator": "Exists"}],
+        "tolerations": [*gpu_agent_tolerations(gke), {"key": "CriticalAddonsOnly", "operator": "Exists"}],
         "nfd": {
             # NFD's worker publishes the features file GFD writes on its node: it must run wherever
             # GFD does (the chart's default tolerates the long-gone node-role.kubernetes.io/master).
-            "worker": {"tolerations": gpu_tolerations()},
+            "worker": {"tolerations": gpu_agent_tolerations(gke)},
             # A cluster add-on with no tolerations by default: Pending on a lab, where every node is
             # tainted, and the release times out.
             "gc": {"tolerations": addon_tolerations(), "affinity": addon_affinity()},
@@ -167,7 +167,7 @@ def dcgm_exporter_values(service_monitor: bool = False, gke: bool = False) -> di
         # crash-loops, which fails the release's wait (and GKE's system pool is never a GPU node).
         "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
             "nodeSelectorTerms": GPU_NODE_SELECTOR_TERMS}}},
-        "tolerations": gpu_tolerations(),  # a node agent: a GPU control plane too
+        "tolerations": gpu_agent_tolerations(gke),  # a node agent: a GPU control plane too
         # The default fields plus the GPU health signals (ECC, NVLink errors, throttle time).
         "customMetrics": dcgm_metrics.metrics_csv(),
     }
@@ -226,7 +226,7 @@ def operator_values(
         "migManager": {"enabled": mig, "config": {"default": MIG_UNLABELLED_LAYOUT}},
         # The operands (driver, toolkit, device plugin, DCGM exporter, GFD, MIG manager) are node
         # agents: every GPU node, a GPU control plane included (components/scheduling_contract.py).
-        "daemonsets": {"tolerations": gpu_tolerations()},
+        "daemonsets": {"tolerations": gpu_agent_tolerations(gke)},
         # NFD's garbage collector is a cluster add-on with no tolerations by default: Pending on a
         # lab, where every node is tainted. (NFD master and worker already tolerate the control plane.)
         "node-feature-discovery": {"gc": {"tolerations": addon_tolerations(), "affinity": addon_affinity()}},

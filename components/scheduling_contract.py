@@ -126,6 +126,11 @@ CONTROL_PLANE_TAINT = Taint(CONTROL_PLANE_KEY, "", "NoSchedule")
 # GKE's own taint on GPU pools, keyed by the resource name; lab's gpuTaint copies it.
 GPU_TAINT = Taint(GPU_RESOURCE, "present", "NoSchedule")
 
+# GKE's taint (and label, value true) on the nodes of a queued-provisioning (flex-start) pool: only
+# the pods Kueue admits there tolerate it (their flavor's, components/queues/provisioning.py), and
+# the GPU node agents, which run on every GPU node.
+GKE_QUEUED_TAINT = Taint("cloud.google.com/gke-queued", "true", "NoSchedule")
+
 CONTROL_PLANE_TOLERATION = CONTROL_PLANE_TAINT.toleration()
 GPU_TOLERATION = GPU_TAINT.toleration()
 
@@ -159,6 +164,12 @@ def addon_affinity() -> dict[str, Any]:
 def gpu_tolerations() -> list[dict[str, str]]:
     """Tolerations of a GPU node agent or GPU pod: GPU nodes, a control plane with a GPU included."""
     return [dict(GPU_TOLERATION), dict(CONTROL_PLANE_TOLERATION)]
+
+
+def gpu_agent_tolerations(gke: bool) -> list[dict[str, str]]:
+    """Tolerations of a GPU node agent (a DaemonSet on every GPU node): gpu_tolerations(), and on gke
+    GKE's queued-provisioning taint, so a flex-start pool's nodes get the agents too."""
+    return [*gpu_tolerations(), *([GKE_QUEUED_TAINT.toleration()] if gke else [])]
 
 
 def prefer_workers() -> list[dict[str, Any]]:

@@ -2,7 +2,8 @@
 (addons.Addons), the `gke` section (cluster, system pool, GPU node pools, Filestore) and the Google
 Cloud provider's own `gcp:project` and `gcp:region`, read from the `gcp:` namespace and shown as
 they are in every message. GPU pools are checked against the accelerator table, drivers against
-gpu.stack, every zone against gcp:region.
+gpu.stack, every zone against gcp:region. The pool model itself is config/gke_pools.py; how a pool
+gets its GPUs (onDemand, flexStart, reservation) is checked by config/gke_provisioning.py.
 
 The GCP tables (config/gcp/: locations, machine types, accelerators) import nothing else of the
 project; the labels a pool may not set are the scheduling contract's (components/scheduling_contract.py).
@@ -21,11 +22,26 @@ from components.scheduling_contract import GKE_POOL_OWN_LABELS, NO_GKE_DEVICE_PL
 from config import mig_profiles
 from config.addons import Addons, Platform
 from config.errors import Problems
-from config.fields import Model, check_display_name, empty_to_none, label_problems
+from config.fields import Model, check_display_name, empty_to_none
 from config.gcp import accelerators, locations, machine_types
+from config.gke_pools import (  # the pool model, re-exported: components and tests import it from here
+    GkeAccelerator,
+    GkeAutoscaling,
+    GkeDriver,
+    GkeGpuSharing,
+    GkeSharingStrategy,
+    GpuPool,
+    _check_gce_name,
+    _check_zone,
+    gke_gpus_per_node,
+)
+from config.gke_provisioning import provisioning_problems
 from config.gpu import GpuStack, SharingMode
 from config.inert_keys import inert_gke_problems
 from config.network_policy_enforcement import GKE_DATAPLANE_DESCRIPTION, GkeDataplane
+
+__all__ = ["GkeAccelerator", "GkeAutoscaling", "GkeConfig", "GkeDriver", "GkeGpuSharing", "GkeSharingStrategy",
+           "GkeStack", "GpuPool", "gke_gpus_per_node"]
 
 
 class GkeLocation(enum.StrEnum):
@@ -40,64 +56,10 @@ class ReleaseChannel(enum.StrEnum):
     EXTENDED = "EXTENDED"
 
 
-class GkeDriver(enum.StrEnum):
-    GKE_DEFAULT = "gke-default"  # GKE installs its default driver for the node version
-    GKE_LATEST = "gke-latest"  # GKE installs the latest driver for the node version
-    INSTALLER_COS = "installer-cos"  # the driver-installer DaemonSet of seed 001, COS nodes
-    INSTALLER_UBUNTU = "installer-ubuntu"  # the same on Ubuntu nodes
-    NONE = "none"  # the GPU Operator installs it (Ubuntu nodes)
-
-    @property
-    def installer(self) -> bool:
-        return self in (GkeDriver.INSTALLER_COS, GkeDriver.INSTALLER_UBUNTU)
-
-    @property
-    def gke_managed(self) -> bool:
-        return self in (GkeDriver.GKE_DEFAULT, GkeDriver.GKE_LATEST)
-
-
-class GkeSharingStrategy(enum.StrEnum):
-    NONE = "none"
-    TIME_SHARING = "time-sharing"
-    MPS = "mps"
-
-
-class GkeGpuSharing(Model):
-    """GKE's GPU sharing on one pool (its own device plugin enforces it)."""
-
-    strategy: GkeSharingStrategy = Field(default=GkeSharingStrategy.NONE, description="none, time-sharing or mps.")
-    max_clients: int = Field(default=1, ge=1, le=48, description="Containers sharing each GPU (2-48 when shared).")
-
-
-class GkeAccelerator(Model):
-    type: str = Field(description="Compute Engine accelerator type, e.g. nvidia-l4.")
-    count: int = Field(ge=1, le=16, description="GPUs per node.")
-
-
-class GkeAutoscaling(Model):
-    min_nodes: int = Field(default=0, ge=0, le=1000, description="Per zone; 0 lets the pool scale to zero.")
-    max_nodes: int = Field(default=1, ge=1, le=1000, description="Per zone.")
-
-
-# GKE cluster and node pool names: at most 40 characters; VPC networks and subnetworks: 63.
-_GCE_NAME = re.compile(r"[a-z]([-a-z0-9]{0,38}[a-z0-9])?")
+# VPC networks and subnetworks: at most 63 characters.
 _GCE_NETWORK_NAME = r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?"
 _GCE_PROJECT = r"[a-z][-a-z0-9]{4,28}[a-z0-9]"
 _PROJECT_ID = re.compile(r"[a-z][a-z0-9-]{4,28}[a-z0-9]")
-
-
-def _check_zone(v: str) -> str:
-    problem = locations.check_zone(v)
-    if problem:
-        raise ValueError(problem)
-    return v
-
-
-def _check_gce_name(v: str) -> str:
-    if not _GCE_NAME.fullmatch(v):
-        raise ValueError("must start with a letter, use a-z, 0-9 and '-', end with a letter or digit, "
-                         "at most 40 characters")
-    return v
 
 
 def _check_gce_network(v: str, kind: str) -> str:
@@ -109,63 +71,6 @@ def _check_gce_network(v: str, kind: str) -> str:
         raise ValueError(f"must be a {kind} name (a letter, then a-z, 0-9 and '-', ending alphanumeric, at most "
                          f"63 characters) or its path '{example}'")
     return v
-
-
-class GpuPool(Model):
-    """One GPU node pool of the gke stack."""
-
-    name: str = Field(description="Node pool name (a-z, 0-9, '-').")
-    machine_type: str = Field(description="A GPU machine type: a2-*, a3-*, g2-standard-* or n1-* (e.g. g2-standard-8).")
-    accelerator: GkeAccelerator = Field(description="a2/a3/g2 come with fixed GPUs; n1 takes T4, P4, P100 or V100.")
-    zones: tuple[str, ...] = Field(description="Zones of the pool's nodes (where the accelerator is offered).")
-    autoscaling: GkeAutoscaling = Field(default_factory=GkeAutoscaling, description="Nodes per zone.")
-    spot: bool = Field(default=False, description="Spot VMs (preemptible, cheaper).")
-    disk_size_gb: int = Field(default=200, ge=50, le=65536, description="Boot disk size in GB.")
-    disk_type: Literal["pd-balanced", "pd-ssd", "pd-standard", "hyperdisk-balanced"] = Field(default="pd-balanced", description="Boot disk type.")
-    labels: dict[str, str] = Field(default_factory=dict, description="Extra Kubernetes node labels.")
-    driver: GkeDriver = Field(
-        default=GkeDriver.GKE_DEFAULT,
-        description="Who installs the NVIDIA driver: GKE (gke-default, gke-latest), NVIDIA's installer DaemonSet "
-                    "(installer-cos, installer-ubuntu) or nobody (none: the GPU Operator does).",
-    )
-    sharing: GkeGpuSharing = Field(default_factory=GkeGpuSharing, description="GPU sharing by GKE's device plugin.")
-    mig_partition_size: str | None = Field(default=None, description="GKE MIG partition, e.g. 1g.5gb (A100/H100).")
-
-    _name = field_validator("name")(classmethod(lambda cls, v: _check_gce_name(v)))
-    _optional = field_validator("mig_partition_size", mode="before")(classmethod(lambda cls, v: empty_to_none(v)))
-
-    @field_validator("mig_partition_size")
-    @classmethod
-    def _mig_partition_form(cls, v: str | None) -> str | None:
-        # The form GKE's gpu_partition_size takes (<compute slices>g.<memory>gb); which sizes the pool's
-        # GPU offers is checked against the accelerator below. The slice count feeds the capacity sum.
-        if v is not None and not re.fullmatch(r"[1-7]g\.[1-9][0-9]{0,2}gb", v):
-            raise ValueError(f"{v[:40]!r} is not a MIG partition size of the form <1-7>g.<memory>gb, e.g. 1g.10gb")
-        return v
-
-    @field_validator("labels")
-    @classmethod
-    def _labels(cls, v: dict[str, str]) -> dict[str, str]:
-        problems = label_problems(v)
-        # GKE's API: "the kubernetes.io/ and k8s.io/ prefixes are reserved by Kubernetes Core components".
-        problems += [f"label key {k!r}: the kubernetes.io/ and k8s.io/ prefixes are reserved" for k in v
-                     if re.fullmatch(r"([^/]*\.)?(kubernetes\.io|k8s\.io)/.*", k)]
-        if problems:
-            raise ValueError("; ".join(problems))
-        return v
-
-    @field_validator("zones")
-    @classmethod
-    def _zones(cls, v: tuple[str, ...]) -> tuple[str, ...]:
-        return tuple(_check_zone(z) for z in v)
-
-
-def gke_gpus_per_node(pool: GpuPool) -> int:
-    """nvidia.com/gpu a node of the pool offers: GPUs x shared clients, or x MIG slices per GPU."""
-    per_gpu = pool.sharing.max_clients
-    if pool.mig_partition_size:
-        per_gpu *= 7 // int(pool.mig_partition_size.split("g", 1)[0])  # 7 compute slices per A100/H100
-    return pool.accelerator.count * per_gpu
 
 
 class GkeSystemPool(Model):
@@ -372,6 +277,7 @@ class GkeStack(Addons):
                 problems.append((f"{key}.name", f"duplicates gke.gpuPools[{seen[pool.name]}].name {pool.name!r}"))
             seen.setdefault(pool.name, i)
             problems += _pool_problems(key, pool, operator)
+            problems += provisioning_problems(key, pool, self.queues.enabled)
         if operator and self.gpu.sharing.mode is SharingMode.MIG:
             problems += mig_profiles.gke_pool_problems(self.gpu.sharing.mig_profile,
                                                        [p.accelerator.type for p in gke.gpu_pools])

@@ -134,13 +134,16 @@ def flavors(stack: Any) -> tuple[Flavor, ...]:
     replicas = stack.gpu.sharing.replicas  # time-slicing: each GPU is offered this many times
     if platform == "gke":
         from config.gke import gke_gpus_per_node  # gke imports this module through addons
+        from config.gke_provisioning import GkeProvisioning, flex_start_flavors
 
         by_type: dict[str, int] = {}
         for pool in stack.gke.gpu_pools:
+            if pool.provisioning is GkeProvisioning.FLEX_START:
+                continue  # its own flavor, behind Kueue's ProvisioningRequest admission check
             nodes = pool.autoscaling.max_nodes * len(pool.zones)
             by_type[pool.accelerator.type] = by_type.get(pool.accelerator.type, 0) + nodes * gke_gpus_per_node(pool)
         return tuple(Flavor(kind, {GKE_ACCELERATOR_LABEL: kind}, gpus, "gke.gpuPools")
-                     for kind, gpus in sorted(by_type.items()))
+                     for kind, gpus in sorted(by_type.items())) + flex_start_flavors(stack.gke.gpu_pools)
     label = {GPU_NODE_LABEL[0]: GPU_NODE_LABEL[1]}
     if platform == "lab":
         gpu_hosts = [h for h in stack.hosts if h.gpus]

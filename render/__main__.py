@@ -39,7 +39,8 @@ delete, and a change of CNI, GPU stack or shared storage backend (render/update_
 endpoint or first control plane change without allowRebuild: LabStack.change_problems, the rule
 `up` runs). summary.md gets it under "Update from".
 Warnings (`warning:` on stderr, "Warnings" in summary.md) change no exit status: a stack whose pod
-network does not enforce the NetworkPolicies the program writes (config/network_policy_enforcement.py).
+network does not enforce the NetworkPolicies the program writes (config/network_policy_enforcement.py);
+a gke pool consuming a reservation whose size no offline check can know (config/gke_provisioning.py).
 Exit status: 0 the plan would come up; 2 a bad stack config (the config error, of either side;
 nothing is written), an `--out` render may not clear (nothing is changed), or with --against an
 update `pulumi up` would refuse (REFUSED lines; the files are written); 3 something would not come
@@ -62,6 +63,7 @@ from typing import TYPE_CHECKING, Any
 
 from components.lab import etcd_backup
 from config import ConfigError
+from config.gke_provisioning import reservation_warnings
 from config.network_policy_enforcement import unenforced_warning
 from render import out_dir, program, summary, update, update_risks, yaml_text
 
@@ -243,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: the whole-cluster check cannot run: {err}", file=sys.stderr)
             return 1
     # Warnings do not change the exit status: the stack comes up, only not as the program means it.
-    warnings = [w for w in [unenforced_warning(plan.config)] if w]
+    warnings = [w for w in [unenforced_warning(plan.config), *reservation_warnings(plan.config)] if w]
     try:
         write(plan, out, report, changes.markdown() if changes else "", warnings)
     except out_dir.OutDirError as err:

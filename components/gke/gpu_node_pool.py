@@ -12,9 +12,12 @@ pool's node labels carry nvidia.com/mig.config=<gpu.sharing.migProfile>, the lay
 MIG manager applies (a label every node the autoscaler adds is born with; on GPUs without MIG no
 MIG manager runs and it is inert).
 
+How the pool gets its GPUs (gke.gpuPools[].provisioning: onDemand, flexStart with queued
+provisioning, or a specific reservation) is components/gke/provisioning.py.
+
 `initial_node_count` is ignored after creation: the autoscaler owns the node count.
 
-Does not manage: reservations, compact placement, GPUDirect networking (a3 multi-NIC), quota.
+Does not manage: creating reservations, compact placement, GPUDirect networking (a3 multi-NIC), quota.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import pulumi_gcp as gcp
 
 from components.gke.cluster import CLOUD_PLATFORM_SCOPE, GkeCluster
 from components.gke.node_identity import account_id, node_service_account
+from components.gke.provisioning import pool_provisioning
 from components.scheduling_contract import (
     GKE_DRIVER_LABEL,
     GKE_POOL_LABEL,
@@ -93,6 +97,7 @@ class GpuNodePool(pulumi.ComponentResource):
     def __init__(self, name: str, args: GpuNodePoolArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gpucluster:gke:GpuNodePool", name, None, opts)
         pool, cluster = args.pool, args.cluster
+        how = pool_provisioning(pool)
         sa, roles = node_service_account(
             name, cluster.project, account_id(cluster.cluster_name, pool.name),
             f"{cluster.cluster_name} GPU node pool {pool.name}", self,
@@ -108,16 +113,18 @@ class GpuNodePool(pulumi.ComponentResource):
             autoscaling=gcp.container.NodePoolAutoscalingArgs(
                 min_node_count=pool.autoscaling.min_nodes,
                 max_node_count=pool.autoscaling.max_nodes,
-                # Spot capacity comes and goes per zone: take it wherever it is.
-                location_policy="ANY" if pool.spot else "BALANCED",
+                location_policy=how.location_policy,
             ),
-            management=gcp.container.NodePoolManagementArgs(auto_repair=True, auto_upgrade=True),
+            management=gcp.container.NodePoolManagementArgs(auto_repair=how.auto_repair, auto_upgrade=True),
+            queued_provisioning=how.queued_provisioning,
             node_config=gcp.container.NodePoolNodeConfigArgs(
                 machine_type=pool.machine_type,
                 disk_size_gb=pool.disk_size_gb,
                 disk_type=pool.disk_type,
                 image_type=image_type(pool.driver),
                 spot=pool.spot,
+                flex_start=how.flex_start,
+                reservation_affinity=how.reservation_affinity,
                 guest_accelerators=[guest_accelerator(pool)],
                 service_account=sa.email,
                 oauth_scopes=[CLOUD_PLATFORM_SCOPE],  # access is what the account's roles allow

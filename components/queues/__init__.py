@@ -7,7 +7,7 @@ objects wait for its Namespace. Whoever submits a queued job makes it depend on 
 release and the queue): Kueue's webhook then admits the Job and its queue exists.
 
 Does not manage: the teams' groups (the cluster's identity provider), a team's shared storage,
-topology-aware scheduling, GKE's queued provisioning.
+topology-aware scheduling. GKE's queued provisioning (a flexStart pool): components/queues/provisioning.py.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from pulumi_kubernetes import _utilities as k8s_utilities
 from components import versions
 from components.manifest_resource import manifest_resource
 from components.namespaces import pod_security_namespace
-from components.queues import kueue, objects
+from components.queues import kueue, objects, provisioning
 from components.storage_contract import TRAINING_NAMESPACE
 from config.queues import PROGRAM_QUEUE, Flavor, QueuesConfig, Team
 
@@ -76,17 +76,19 @@ class Queues(pulumi.ComponentResource):
                       for f in args.flavors if f.topology is not None}
         for f in args.flavors:
             # A flavor naming a Topology that does not exist leaves its ClusterQueues inactive.
-            _custom(f"{name}-flavor-{f.name}", objects.resource_flavor(f), pulumi.ResourceOptions(
+            _custom(f"{name}-flavor-{f.name}", provisioning.tolerating_queued_nodes(objects.resource_flavor(f)), pulumi.ResourceOptions(
                 parent=self, depends_on=[self.release, *([topologies[f.topology[0]]] if f.topology else [])]))
         for body in objects.priority_classes():
             _custom(f"{name}-priority-{body['metadata']['name']}", body, after_kueue)
+        for body in provisioning.provisioning_objects(args.flavors, args.gpu_resource):
+            _custom(f"{name}-{body['kind'].lower()}-{body['metadata']['name']}", body, after_kueue)
         self.team_outputs: dict[str, dict[str, str]] = {}
         for t in q.teams:
             self._team(name, q, t, args)
         self.ready: list[pulumi.Resource] = [self.release]
         if args.training_namespace is not None:
-            cq = _custom(f"{name}-cq-{PROGRAM_QUEUE}", objects.program_cluster_queue(
-                q, TRAINING_NAMESPACE, args.gpu_resource, args.flavors, args.program_need), after_kueue)
+            cq = _custom(f"{name}-cq-{PROGRAM_QUEUE}", provisioning.with_admission_check(objects.program_cluster_queue(
+                q, TRAINING_NAMESPACE, args.gpu_resource, args.flavors, args.program_need), args.flavors), after_kueue)
             lq = _custom(f"{name}-lq-{PROGRAM_QUEUE}", objects.local_queue(PROGRAM_QUEUE, TRAINING_NAMESPACE),
                          pulumi.ResourceOptions(parent=self, depends_on=[self.release, cq, args.training_namespace]))
             self.ready += [cq, lq]
@@ -104,7 +106,8 @@ class Queues(pulumi.ComponentResource):
         k8s.rbac.v1.Role(f"{prefix}-role", metadata=role["metadata"], rules=role["rules"], opts=in_ns)
         k8s.rbac.v1.RoleBinding(f"{prefix}-binding", metadata=binding["metadata"], role_ref=binding["roleRef"],
                                 subjects=binding["subjects"], opts=in_ns)
-        cq = _custom(f"{prefix}-cq", objects.team_cluster_queue(q, t, args.gpu_resource, args.flavors),
+        cq = _custom(f"{prefix}-cq", provisioning.with_admission_check(
+                         objects.team_cluster_queue(q, t, args.gpu_resource, args.flavors), args.flavors),
                      pulumi.ResourceOptions(parent=self, depends_on=[self.release]))
         _custom(f"{prefix}-lq", objects.local_queue(t.name, t.namespace),
                 pulumi.ResourceOptions(parent=self, depends_on=[self.release, ns, cq]))

@@ -34,8 +34,9 @@ What it follows (kueue v0.19.2 sources; docs "Cluster Queue" and "Topology Aware
   (kueue#9616 is the same trap with pods pinned to a tainted node).
 
 Not modelled: preemption (a workload that would fit after preempting lower priorities is counted
-as waiting), fair sharing, hierarchical Cohort objects, admission checks (ProvisioningRequest:
-counted as passing), partial admission, and the timing of waitForPodsReady and requeueing.
+as waiting), fair sharing, hierarchical Cohort objects, admission checks (GKE's queued
+provisioning: kueue_provisioning.py, applied by kueue_check.py; others counted as passing), partial
+admission, and the timing of waitForPodsReady and requeueing.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from render.cluster import kueue_admission, kueue_objects
+from render.cluster import kueue_admission, kueue_objects, kueue_provisioning
 from render.cluster.nodes import Node
 from render.cluster.objects import Obj
 from render.cluster.scheduling import Placement
@@ -36,8 +36,10 @@ def judge(report: Report, objects: list[Obj], nodes: list[Node], placements: lis
     if not world.workloads:
         return
     capacity = kueue_admission.capacity_after(nodes, placements)
+    provisioning = kueue_provisioning.read(objects)
     for v in kueue_admission.each_alone(world, capacity):
-        text = line(v)
+        v = kueue_provisioning.refine(v, world, provisioning, capacity)
+        text = line(v) + kueue_provisioning.provisioned_by(v, world, provisioning)
         if v.state == kueue_admission.NEVER:
             report.problems += [f"{v.workload.ref} (LocalQueue {v.queue}"
                                 + (f" → ClusterQueue {v.cluster_queue}" if v.cluster_queue else "")
@@ -45,4 +47,5 @@ def judge(report: Report, objects: list[Obj], nodes: list[Node], placements: lis
             text = f"✗ {text}"
         report.queued.append(text)
     report.notes.append("Kueue: each queued job is judged alone against an idle cluster (quota, flavors, cohort "
-                        "borrowing, topology); preemption, fair sharing and admission checks are not modelled")
+                        "borrowing, topology, a flex-start pool at its maximum behind its ProvisioningRequest check); "
+                        "preemption, fair sharing and other admission checks are not modelled")

@@ -12,7 +12,8 @@ them: labels, taints and allocatable resources.
 - gke: one node shape per node pool in the plan (gcp NodePool inputs: labels, taints, machine type,
   accelerators, autoscaling), with what GKE adds itself: cloud.google.com/gke-nodepool,
   cloud.google.com/gke-accelerator, cloud.google.com/gke-spot, and the nvidia.com/gpu=present
-  taint on GPU pools; allocatable CPU and memory from the machine type minus GKE's reservations.
+  taint on GPU pools, cloud.google.com/gke-queued (label and NoSchedule taint) on queued-provisioning
+  pools; allocatable CPU and memory from the machine type minus GKE's reservations.
 - dev: the listed GPU nodes, with the labels the plan's NodePatch gives them. Their GPU count and
   size are not declared: at least one GPU each is assumed, CPU and memory are not checked.
 
@@ -186,6 +187,10 @@ def gke_nodes(node_pools: list[dict[str, Any]]) -> list[Node]:
             taints.append({"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"})
         if nc.get("spot"):
             labels["cloud.google.com/gke-spot"] = "true"
+        if (pool.get("queuedProvisioning") or {}).get("enabled"):
+            # Queued provisioning: GKE labels and taints the nodes it creates for a ProvisioningRequest.
+            labels["cloud.google.com/gke-queued"] = "true"
+            taints.append({"key": "cloud.google.com/gke-queued", "value": "true", "effect": "NoSchedule"})
         zones = len(pool.get("nodeLocations") or [pool.get("location")])
         auto = pool.get("autoscaling") or {}
         if auto:
