@@ -33,7 +33,6 @@ from components.scheduling_contract import GKE_ACCELERATOR_LABEL, GPU_NODE_LABEL
 from config.errors import Problems
 from config.fields import DNS_LABEL, Model, check_quantity
 from config.queue_flavors import (
-    TOPOLOGY_NAME,
     TopologyLevel,
     lab_flavors,
     level_problems,
@@ -137,7 +136,6 @@ class QueuesConfig(Model):
 # Pod template annotation (Kueue docs, "Topology Aware Scheduling"): every pod of the pod set in one
 # domain of that level.
 REQUIRED_TOPOLOGY = "kueue.x-k8s.io/podset-required-topology"
-RACK_TOPOLOGY = TOPOLOGY_NAME  # lab's Topology (the name it had with racks only)
 
 
 @dataclass(frozen=True)

@@ -77,9 +77,10 @@ def test_rdma_jobs_requiring_one_block_across_two_blocks_never_come_up(tmp_path:
 
 
 def _four_gpu_hosts() -> list[dict[str, Any]]:
-    """lab-ha's hosts as H100 hosts, then two A100 hosts of 2 GPUs each."""
-    hosts = _lab_ha_hosts(gpuModel=[H100, H100])
-    return hosts + [host(f"a100-{i}", f"192.0.2.4{i}", gpus=2, gpuModel=A100, hostKey=ED25519) for i in (1, 2)]
+    """lab-ha's hosts as H100 hosts in rack r1, then two A100 hosts of 2 GPUs each in rack r2."""
+    hosts = _lab_ha_hosts(gpuModel=[H100, H100], rack=["r1", "r1"])
+    return hosts + [host(f"a100-{i}", f"192.0.2.4{i}", gpus=2, gpuModel=A100, rack="r2", hostKey=ED25519)
+                    for i in (1, 2)]
 
 
 def test_one_flavor_per_gpu_model_and_quotas_per_model(upstream_dir: Path) -> None:
@@ -91,6 +92,9 @@ def test_one_flavor_per_gpu_model_and_quotas_per_model(upstream_dir: Path) -> No
     objects = kubernetes_objects(plan)
     rf = {o["metadata"]["name"]: o["spec"]["nodeLabels"] for o in objects if o["kind"] == "ResourceFlavor"}
     assert rf == {"nvidia-h100-80gb-hbm3": {GPU_MODEL_LABEL: H100}, "nvidia-a100-sxm4-80gb": {GPU_MODEL_LABEL: A100}}
+    # Both flavors name the one Topology of the racks, created once.
+    assert [o["metadata"]["name"] for o in objects if o["kind"] == "Topology"] == [TOPOLOGY_NAME]
+    assert {o["spec"]["topologyName"] for o in objects if o["kind"] == "ResourceFlavor"} == {TOPOLOGY_NAME}
     gpu_quota = {o["metadata"]["name"]: {f["name"]: f["resources"][0]["nominalQuota"]
                                          for f in o["spec"]["resourceGroups"][0]["flavors"]}
                  for o in objects if o["kind"] == "ClusterQueue"}
@@ -98,9 +102,10 @@ def test_one_flavor_per_gpu_model_and_quotas_per_model(upstream_dir: Path) -> No
     assert gpu_quota["language"] == {"nvidia-h100-80gb-hbm3": "0", "nvidia-a100-sxm4-80gb": "2"}
     # The program's queue holds what the teams leave of each model: 2 - 1 H100s, 4 - 2 A100s.
     assert gpu_quota["gpu-cluster"] == {"nvidia-h100-80gb-hbm3": "1", "nvidia-a100-sxm4-80gb": "2"}
-    patches = {r.inputs["metadata"]["name"]: r.inputs["metadata"]["labels"][GPU_MODEL_LABEL]
+    patches = {r.inputs["metadata"]["name"]: r.inputs["metadata"]["labels"]
                for r in plan.of_type("kubernetes:core/v1:NodePatch") if r.name.endswith("-rack")}
-    assert patches == {"gpu-1": H100, "gpu-2": H100, "a100-1": A100, "a100-2": A100}
+    assert patches == {"gpu-1": {RACK_LABEL: "r1", GPU_MODEL_LABEL: H100}, "gpu-2": {RACK_LABEL: "r1", GPU_MODEL_LABEL: H100},
+                       "a100-1": {RACK_LABEL: "r2", GPU_MODEL_LABEL: A100}, "a100-2": {RACK_LABEL: "r2", GPU_MODEL_LABEL: A100}}
     report = cluster.check(plan, plan.config, upstream_dir)
     assert report.ok, report.problems
     # Two pods of one GPU: the H100 flavor comes first and fits (borrowing its second GPU).
