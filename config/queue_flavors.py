@@ -16,10 +16,12 @@ are found by its nodeLabels and the levels). So:
 - lab: block -> rack -> hostname, only the levels every GPU host names (config/lab_hosts.py);
 - gke: Google's own labels, cloud.google.com/gce-topology-block -> -subblock -> -host ->
   kubernetes.io/hostname (Google, "Schedule GKE workloads with Topology Aware Scheduling",
-  cloud.google.com/ai-hypercomputer/docs/workloads/schedule-gke-workloads-tas; Kueue's site uses
-  the same levels for GKE). GKE writes them only on some capacity (docs/queues.md), so the GPU
-  flavors name the Topology only when `queues.rdmaTopologyLevel` is set: on other nodes it would
-  admit nothing;
+  cloud.google.com/ai-hypercomputer/docs/workloads/schedule-gke-workloads-tas, "Topology of GKE
+  nodes on A4 and A3 Ultra VMs": the four labels it lists for a node's physical place). GKE writes
+  them only on some capacity (docs/queues.md), and Kueue's Topology page
+  (kueue.sigs.k8s.io/docs/concepts/topology) says each level is "a node label that nodes in your
+  cluster must have", so the GPU flavors name the Topology only when `queues.rdmaTopologyLevel`
+  is set: on nodes without the labels it would admit nothing;
 - dev: none.
 `rdmaTopologyLevel` (block | rack | host; on gke rack is Google's sub-block, host its physical host):
 the level whose one domain must hold every pod of a job over RDMA (lab) or of a multi-node job
