@@ -23,6 +23,7 @@ from pydantic import Field, field_validator
 from config.errors import Problems
 from config.fields import DNS_LABEL, Model, check_host_key, check_posix_user, unusable_address
 from config.gpu_inventory import check_gpu_count
+from config.queue_flavors import flavor_name
 
 # A label value (Kubernetes: at most 63 characters, alphanumerics at both ends, '-', '_', '.' between).
 _LABEL_VALUE = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
@@ -121,6 +122,13 @@ def host_list_problems(hosts: tuple[Host, ...] | list[Host]) -> Problems:
                          for i, h in gpu_hosts if not getattr(h, field)]
     problems += [(f"hosts[{i}].gpuModel", "is set on a host without GPUs (gpus 0)")
                  for i, h in enumerate(hosts) if h.gpu_model and not h.is_gpu]
+    flavor_of: dict[str, tuple[str, int]] = {}
+    for i, h in gpu_hosts:
+        if h.gpu_model:
+            model, first = flavor_of.setdefault(flavor_name(h.gpu_model), (h.gpu_model, i))
+            if model != h.gpu_model:
+                problems.append((f"hosts[{i}].gpuModel", f"{h.gpu_model!r} and hosts[{first}].gpuModel {model!r} "
+                                                         "differ only in case or punctuation: name one model once"))
     block_of: dict[str, tuple[str, int]] = {}
     for i, h in gpu_hosts:
         if h.rack and h.block:

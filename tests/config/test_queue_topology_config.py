@@ -114,6 +114,11 @@ def test_a_gpu_model_must_be_gfds_unshared_name() -> None:
     reported(two_models(gpuModel=[f"{A100}-MIG-1g.10gb", H100, A100, A100]), "hosts[1].gpuModel", "MIG")
 
 
+def test_two_spellings_of_one_model_are_refused() -> None:
+    # Both would be the ResourceFlavor nvidia-h100-80gb-hbm3.
+    reported(two_models(gpuModel=[H100, "nvidia-h100-80gb-hbm3", A100, A100]), "hosts[2].gpuModel", "only in case")
+
+
 def test_a_gpu_model_on_some_gpu_hosts_only_or_on_a_cpu_host_is_refused() -> None:
     raw = two_models()
     del raw["hosts"][4]["gpuModel"]
