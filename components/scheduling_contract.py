@@ -178,11 +178,27 @@ def prefer_workers() -> list[dict[str, Any]]:
 
 
 # ------------------------------------------------------------------------------------------------
+# Where the nodes stand and which GPU they carry: Kueue's topology levels and GPU flavors
+
+# hosts[].rack as a node label (lab): the level of Kueue's Topology that jobs over RDMA require.
+RACK_LABEL = "gpu-cluster.io/rack"
+# hosts[].block (lab): the Topology's level above the rack.
+BLOCK_LABEL = "gpu-cluster.io/block"
+# hosts[].gpuModel (lab): what a GPU model's ResourceFlavor selects (config/queue_flavors.py).
+GPU_MODEL_LABEL = "gpu-cluster.io/gpu-model"
+# GKE's own topology labels, top first (Google, "Schedule GKE workloads with Topology Aware
+# Scheduling", cloud.google.com/ai-hypercomputer/docs/workloads/schedule-gke-workloads-tas): the
+# reserved block, its sub-block, the physical host. GKE writes them itself, on some capacity only
+# (docs/queues.md, "Topology").
+GKE_BLOCK_LABEL = "cloud.google.com/gce-topology-block"
+GKE_SUBBLOCK_LABEL = "cloud.google.com/gce-topology-subblock"
+GKE_HOST_LABEL = "cloud.google.com/gce-topology-host"
+
+
+# ------------------------------------------------------------------------------------------------
 # Training pods, and their names on metrics
 
 # Both launchers (indexed-job, pytorchjob) put it on every pod of a job, the job's name as value.
-# hosts[].rack as a node label (lab): the level of Kueue's Topology that jobs over RDMA require.
-RACK_LABEL = "gpu-cluster.io/rack"
 JOB_LABEL = "gpu-cluster.io/training-job"
 
 

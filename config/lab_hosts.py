@@ -4,18 +4,29 @@
 label RACK_LABEL (components/scheduling_contract.py), Kueue's Topology uses it as a level, and jobs
 over RDMA ask Kueue for all their pods in one rack (docs/queues.md). Either every GPU host names its
 rack or none does: Kueue's topology-aware scheduling leaves a node without the level's label out.
+`block` (optional, the same rule) is the level above: a block holds racks, each rack in one block.
+
+`gpuModel` (optional, every GPU host or none) is the GPU as GPU Feature Discovery names it in
+nvidia.com/gpu.product (NVML's name, spaces as '-': NVIDIA-H100-80GB-HBM3). The same NodePatch
+writes it as GPU_MODEL_LABEL, and with queues each model is one Kueue ResourceFlavor
+(config/queue_flavors.py says why a label of our own and not GFD's).
 """
 
 from __future__ import annotations
 
 import enum
 import ipaddress
+import re
 
 from pydantic import Field, field_validator
 
 from config.errors import Problems
 from config.fields import DNS_LABEL, Model, check_host_key, check_posix_user, unusable_address
 from config.gpu_inventory import check_gpu_count
+from config.queue_flavors import flavor_name
+
+# A label value (Kubernetes: at most 63 characters, alphanumerics at both ends, '-', '_', '.' between).
+_LABEL_VALUE = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
 
 
 class Role(enum.StrEnum):
@@ -40,12 +51,32 @@ class Host(Model):
     rack: str | None = Field(default=None, description="The rack the host stands in (an RFC 1123 label), written "
                              "as a node label; with queues, jobs over RDMA are admitted into one rack. Every GPU "
                              "host names one, or none.")
+    block: str | None = Field(default=None, description="The block (a group of racks on one network fabric) the "
+                              "host stands in (an RFC 1123 label), written as a node label and a Kueue topology "
+                              "level above the rack. Every GPU host names one, or none; a rack is in one block.")
+    gpu_model: str | None = Field(default=None, description="The host's GPU model as GPU Feature Discovery writes "
+                                  "it in nvidia.com/gpu.product for an unshared GPU (e.g. NVIDIA-H100-80GB-HBM3); "
+                                  "with queues, one ResourceFlavor per model. Every GPU host names one, or none.")
 
-    @field_validator("name", "rack")
+    @field_validator("name", "rack", "block")
     @classmethod
     def _label(cls, v: str | None) -> str | None:
         if v is not None and not DNS_LABEL.fullmatch(v):
             raise ValueError("must be a lowercase RFC 1123 label (a-z, 0-9, '-', at most 63 characters)")
+        return v
+
+    @field_validator("gpu_model")
+    @classmethod
+    def _gpu_model(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        if not _LABEL_VALUE.fullmatch(v):
+            raise ValueError("must be the GPU's name as nvidia.com/gpu.product spells it: a label value (letters, "
+                             "digits, '-', '_', '.', at most 63 characters; NVML's spaces as '-'), e.g. "
+                             "NVIDIA-H100-80GB-HBM3")
+        if v.endswith("-SHARED") or "-MIG-" in v:
+            raise ValueError("names a shared or MIG device (GFD adds -SHARED or -MIG-<profile> under "
+                             "gpu.sharing): give the GPU's own name, e.g. NVIDIA-A100-SXM4-80GB")
         return v
 
     _gpus = field_validator("gpus")(classmethod(lambda cls, v: check_gpu_count(v)))
@@ -67,7 +98,8 @@ class Host(Model):
 
 
 def host_list_problems(hosts: tuple[Host, ...] | list[Host]) -> Problems:
-    """Names and addresses unique; racks named on every GPU host or on none."""
+    """Names and addresses unique; racks, blocks and GPU models named on every GPU host or on none;
+    each rack in one block; a GPU model only on a GPU host."""
     problems: Problems = []
     seen_names: dict[str, int] = {}
     seen_addrs: dict[str, int] = {}
@@ -80,9 +112,28 @@ def host_list_problems(hosts: tuple[Host, ...] | list[Host]) -> Problems:
             problems.append((f"hosts[{i}].address", f"duplicates hosts[{seen_addrs[addr]}].address {addr}"))
         seen_addrs.setdefault(addr, i)
     gpu_hosts = [(i, h) for i, h in enumerate(hosts) if h.is_gpu]
-    with_rack = [i for i, h in gpu_hosts if h.rack]
-    if with_rack and len(with_rack) < len(gpu_hosts):
-        missing = [i for i, h in gpu_hosts if not h.rack]
-        problems += [(f"hosts[{i}].rack", f"hosts[{with_rack[0]}] names its rack: every GPU host must name one "
-                                          "(Kueue's topology leaves a node without the label out)") for i in missing]
+    for field, key in (("rack", "rack"), ("block", "block"), ("gpu_model", "gpuModel")):
+        named = [i for i, h in gpu_hosts if getattr(h, field)]
+        if named and len(named) < len(gpu_hosts):
+            why = ("every GPU host must name one (Kueue's topology leaves a node without the label out)"
+                   if field != "gpu_model" else "every GPU host must name one (a host without one would be in no "
+                                                "GPU flavor)")
+            problems += [(f"hosts[{i}].{key}", f"hosts[{named[0]}] names its {key}: {why}")
+                         for i, h in gpu_hosts if not getattr(h, field)]
+    problems += [(f"hosts[{i}].gpuModel", "is set on a host without GPUs (gpus 0)")
+                 for i, h in enumerate(hosts) if h.gpu_model and not h.is_gpu]
+    flavor_of: dict[str, tuple[str, int]] = {}
+    for i, h in gpu_hosts:
+        if h.gpu_model:
+            model, first = flavor_of.setdefault(flavor_name(h.gpu_model), (h.gpu_model, i))
+            if model != h.gpu_model:
+                problems.append((f"hosts[{i}].gpuModel", f"{h.gpu_model!r} and hosts[{first}].gpuModel {model!r} "
+                                                         "differ only in case or punctuation: name one model once"))
+    block_of: dict[str, tuple[str, int]] = {}
+    for i, h in gpu_hosts:
+        if h.rack and h.block:
+            block, first = block_of.setdefault(h.rack, (h.block, i))
+            if block != h.block:
+                problems.append((f"hosts[{i}].block", f"rack {h.rack!r} is in block {block!r} (hosts[{first}]): "
+                                                      "every rack is in exactly one block"))
     return problems

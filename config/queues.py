@@ -4,10 +4,12 @@ With `enabled`, Kueue is installed and every job the program runs goes through i
 `gpu-cluster` (components/queues/). Each team gets a namespace, a LocalQueue there and a
 ClusterQueue in one cohort with a nominal GPU/CPU/memory quota and a borrowing limit.
 
-Flavors (one ResourceFlavor per GPU kind) are derived, never configured: lab and dev one, `gpu`,
-on the nodes labelled nvidia.com/gpu.present=true (lab hosts declare no GPU model); gke one per
-accelerator type of gke.gpuPools, on GKE's cloud.google.com/gke-accelerator label. A team's `gpus`
-is its nominal quota in every GPU flavor, capped at what that flavor has.
+Flavors (one ResourceFlavor per GPU kind) are derived, never configured: lab one per
+hosts[].gpuModel (one `gpu` without models), dev one, `gpu`, on the nodes labelled
+nvidia.com/gpu.present=true; gke one per accelerator type of gke.gpuPools, on GKE's
+cloud.google.com/gke-accelerator label. A team's `gpus` is its nominal quota in every GPU flavor
+(capped at what that flavor has), or a mapping GPU model (gke: accelerator type) -> count.
+Topology levels and the level RDMA jobs require: config/queue_flavors.py.
 
 Refused, naming the key: a team's GPUs beyond what the cluster has (lab: the sum of hosts[].gpus;
 gke: each pool's maxNodes x zones x GPUs per node; dev: gpuNodeGpus, when every node's count is
@@ -27,9 +29,16 @@ from typing import Any
 
 from pydantic import Field, field_validator
 
-from components.scheduling_contract import GKE_ACCELERATOR_LABEL, GPU_NODE_LABEL, RACK_LABEL
+from components.scheduling_contract import GKE_ACCELERATOR_LABEL, GPU_NODE_LABEL
 from config.errors import Problems
 from config.fields import DNS_LABEL, Model, check_quantity
+from config.queue_flavors import (
+    TopologyLevel,
+    lab_flavors,
+    level_problems,
+    quota_problems,
+    topology,
+)
 
 # The program's own queue (LocalQueue in the training namespace, ClusterQueue of the same name).
 PROGRAM_QUEUE = "gpu-cluster"
@@ -62,7 +71,10 @@ class Team(Model):
     namespace: str = Field(description="The team's namespace, created with the queue (RFC 1123 label).")
     group: str | None = Field(default=None, description="The identity provider's group whose members submit the "
                                                         "team's jobs (bound to a Role in the namespace only).")
-    gpus: int = Field(default=0, ge=0, description="Nominal GPUs in every GPU flavor (the team's guarantee).")
+    gpus: int | dict[str, int] = Field(
+        default=0, description="Nominal GPUs (the team's guarantee): a number, in every GPU flavor; or a mapping "
+                               "GPU model -> count (lab: hosts[].gpuModel; gke: the accelerator type), the "
+                               "flavors it names only.")
     cpu: str = Field(description="Nominal CPU quota, a Kubernetes quantity above zero (e.g. '64').")
     memory: str = Field(description="Nominal memory quota, a Kubernetes quantity above zero (e.g. '512Gi').")
     borrowing_limit_gpus: int = Field(
@@ -73,6 +85,13 @@ class Team(Model):
         description="The WorkloadPriorityClass the team's jobs carry by default in the examples and outputs: "
                     "training (above batch) or batch.",
     )
+
+    @field_validator("gpus")
+    @classmethod
+    def _gpus(cls, v: int | dict[str, int]) -> int | dict[str, int]:
+        if any(n < 0 for n in (v.values() if isinstance(v, dict) else [v])):
+            raise ValueError("must be 0 or more (a mapping: each count)")
+        return v
 
     _quantities = field_validator("cpu", "memory", mode="before")(classmethod(lambda cls, v: check_quantity(v)))
 
@@ -99,6 +118,12 @@ class QueuesConfig(Model):
                     "admitted none of them (KueueWorkloadPendingTooLong; also how long Kueue may hold an "
                     "inadmissible workload before KueueWorkloadInadmissible).",
     )
+    rdma_topology_level: TopologyLevel | None = Field(
+        default=None,
+        description="The topology level (block, rack or host; gke: Google's block, sub-block or host) whose one "
+                    "domain must hold every pod of a job over RDMA (lab) or across nodes (gke). Default: rack "
+                    "where hosts name racks, else block; none on gke and dev.",
+    )
 
     @field_validator("cohort")
     @classmethod
@@ -111,8 +136,6 @@ class QueuesConfig(Model):
 # Pod template annotation (Kueue docs, "Topology Aware Scheduling"): every pod of the pod set in one
 # domain of that level.
 REQUIRED_TOPOLOGY = "kueue.x-k8s.io/podset-required-topology"
-RACK_TOPOLOGY = "gpu-cluster-racks"  # lab's Topology when every GPU host names its rack
-HOSTNAME_LABEL = "kubernetes.io/hostname"  # Kueue: only ever the lowest level
 
 
 @dataclass(frozen=True)
@@ -126,6 +149,7 @@ class Flavor:
     # Kueue's Topology for this flavor's nodes (topology-aware scheduling): its name and node-label
     # levels, top first; None: no topology (jobs are admitted on quota alone).
     topology: tuple[str, tuple[str, ...]] | None = None
+    model: str | None = None  # the GPU model (lab) or accelerator type (gke) a team's quota mapping names
 
 
 def flavors(stack: Any) -> tuple[Flavor, ...]:
@@ -142,14 +166,11 @@ def flavors(stack: Any) -> tuple[Flavor, ...]:
                 continue  # its own flavor, behind Kueue's ProvisioningRequest admission check
             nodes = pool.autoscaling.max_nodes * len(pool.zones)
             by_type[pool.accelerator.type] = by_type.get(pool.accelerator.type, 0) + nodes * gke_gpus_per_node(pool)
-        return tuple(Flavor(kind, {GKE_ACCELERATOR_LABEL: kind}, gpus, "gke.gpuPools")
+        return tuple(Flavor(kind, {GKE_ACCELERATOR_LABEL: kind}, gpus, "gke.gpuPools", topology(stack), model=kind)
                      for kind, gpus in sorted(by_type.items())) + flex_start_flavors(stack.gke.gpu_pools)
-    label = {GPU_NODE_LABEL[0]: GPU_NODE_LABEL[1]}
     if platform == "lab":
-        gpu_hosts = [h for h in stack.hosts if h.gpus]
-        racks = bool(gpu_hosts) and all(h.rack for h in gpu_hosts)  # all or none (config/lab_hosts.py)
-        return (Flavor("gpu", label, sum(h.gpus for h in stack.hosts) * replicas, "hosts[].gpus",
-                       (RACK_TOPOLOGY, (RACK_LABEL, HOSTNAME_LABEL)) if racks else None),)
+        return lab_flavors(stack)
+    label = {GPU_NODE_LABEL[0]: GPU_NODE_LABEL[1]}
     counts = stack.gpu_counts
     known = bool(stack.gpu_nodes) and len(counts) == len(stack.gpu_nodes)
     return (Flavor("gpu", label, sum(counts.values()) * replicas if known else None, "gpuNodeGpus"),)
@@ -158,7 +179,7 @@ def flavors(stack: Any) -> tuple[Flavor, ...]:
 def queues_problems(q: QueuesConfig, stack: Any) -> Problems:
     """The teams against each other, the program's namespaces and the cluster's GPUs."""
     if not q.enabled:
-        return [("queues.teams", "is set but queues.enabled is false")] if q.teams else []
+        return ([("queues.teams", "is set but queues.enabled is false")] if q.teams else []) + level_problems(q, stack)
     problems: Problems = []
     for field, label in (("name", "name"), ("namespace", "namespace")):
         seen = Counter(getattr(t, field) for t in q.teams)
@@ -174,15 +195,4 @@ def queues_problems(q: QueuesConfig, stack: Any) -> Problems:
                                                  f"not one of {', '.join(sorted(RESERVED_NAMESPACES))}"))
         if not t.group:
             problems.append((f"{key}.group", "is required: the group whose members may submit the team's jobs"))
-    for f in flavors(stack):
-        if f.gpus is None:
-            continue
-        for i, t in enumerate(q.teams):
-            if t.gpus > f.gpus:
-                problems.append((f"queues.teams[{i}].gpus", f"{t.gpus} GPUs but flavor {f.name} has {f.gpus} ({f.key})"))
-        total = sum(t.gpus for t in q.teams)
-        if total > f.gpus:
-            problems.append(("queues.teams", f"the teams' nominal GPUs add up to {total} but flavor {f.name} has "
-                                             f"{f.gpus} ({f.key}); a nominal quota is a guarantee: lend with "
-                                             "borrowingLimitGpus instead"))
-    return problems
+    return problems + quota_problems(q.teams, flavors(stack)) + level_problems(q, stack)

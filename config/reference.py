@@ -16,6 +16,7 @@ import ipaddress
 import json
 import re
 import sys
+import types
 import typing
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -102,6 +103,8 @@ def _type_name(annotation: Any) -> str:
         return f"list of {_type_name(args[0])}"
     if origin is dict:
         return f"map of {_type_name(args[0])} to {_type_name(args[1])}"
+    if origin in (typing.Union, types.UnionType):  # e.g. a number or a map (queues.teams[].gpus)
+        return " or ".join(_type_name(a) for a in args)
     if origin is typing.Literal or (isinstance(ann, type) and issubclass(ann, enum.Enum)):
         return "string"
     names = {bool: "boolean", int: "integer", float: "number", str: "string",

@@ -39,7 +39,8 @@ from components.training.wandb_launch import WandbLaunch, WandbLaunchArgs, submi
 from config import StackSecrets
 from config.addons import Addons
 from config.gpu import MigStrategy, SharingMode
-from config.queues import PROGRAM_QUEUE, flavors
+from config.queue_flavors import required_topology
+from config.queues import PROGRAM_QUEUE
 from config.training import POD_RDMA_INTERFACE, Launcher
 from stacks.contract import Cluster
 from stacks.queues import Queues, queue_stack
@@ -309,10 +310,11 @@ def _queue(cfg: Addons) -> str | None:
 
 
 def _rdma_topology(cfg: Addons, pod_net: PodRdma | None) -> str | None:
-    """A job over RDMA (pod_net) with queues and a rack Topology: all its pods admitted into one rack."""
-    if pod_net is None or not cfg.queues.enabled:
-        return None
-    return next((f.topology[1][0] for f in flavors(cfg) if f.topology is not None), None)
+    """With queues and a Topology, the label of queues.rdmaTopologyLevel (config/queue_flavors.py) for
+    a job over RDMA (pod_net, lab) or, on gke (no RoCE there), one across nodes: all its pods are
+    admitted into one domain of that level."""
+    across_nodes = str(cfg.platform) == "gke" and cfg.training.nodes > 1
+    return required_topology(cfg) if pod_net is not None or across_nodes else None
 
 
 def jobs(cfg: Addons, cluster: Cluster, gate: GpuReadyGate | None, rdma: RdmaNetwork | None,

@@ -7,7 +7,8 @@ objects wait for its Namespace. Whoever submits a queued job makes it depend on 
 release and the queue): Kueue's webhook then admits the Job and its queue exists.
 
 Does not manage: the teams' groups (the cluster's identity provider), a team's shared storage,
-topology-aware scheduling. GKE's queued provisioning (a flexStart pool): components/queues/provisioning.py.
+the nodes' topology labels (lab: stacks/lab.py's NodePatch; gke: Google's). GKE's queued provisioning
+(a flexStart pool): components/queues/provisioning.py.
 """
 
 from __future__ import annotations
@@ -71,9 +72,9 @@ class Queues(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self, depends_on=[ns]),
         )
         after_kueue = pulumi.ResourceOptions(parent=self, depends_on=[self.release])
-        topologies = {f.topology[0]: _custom(f"{name}-topology-{f.topology[0]}", objects.topology(*f.topology),
-                                             after_kueue)
-                      for f in args.flavors if f.topology is not None}
+        # One Topology however many flavors name it (lab's GPU models, gke's accelerators share one).
+        topologies = {t[0]: _custom(f"{name}-topology-{t[0]}", objects.topology(*t), after_kueue)
+                      for t in dict.fromkeys(f.topology for f in args.flavors if f.topology is not None)}
         for f in args.flavors:
             # A flavor naming a Topology that does not exist leaves its ClusterQueues inactive.
             _custom(f"{name}-flavor-{f.name}", provisioning.tolerating_queued_nodes(objects.resource_flavor(f)), pulumi.ResourceOptions(

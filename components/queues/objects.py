@@ -1,8 +1,11 @@
 """Kueue's objects and each team's namespace objects, as pure manifests (config/queues.py says
 what the config means; components/queues/__init__.py registers them).
 
-* ResourceFlavor per GPU kind: its node labels (Kueue adds them to an admitted pod's nodeSelector)
-  and the GPU taints' tolerations (added to admitted pods, so a team's job need not know them).
+* ResourceFlavor per GPU kind (lab: per GPU model): its node labels (Kueue adds them to an admitted
+  pod's nodeSelector), the GPU taints' tolerations (added to admitted pods, so a team's job need
+  not know them) and, with topology levels, the Topology it places pods on.
+* Topology: the levels of config/queue_flavors.py (lab block -> rack -> hostname; gke Google's
+  block -> sub-block -> host -> hostname), top first.
 * ClusterQueue per team, in the cohort: one resource group covering the GPU resource, cpu and
   memory in every flavor; nominal quota from config, a GPU borrowing limit; only the team's own
   namespace may point a LocalQueue at it. Preemption: a team reclaims its nominal quota from
@@ -30,6 +33,7 @@ from typing import Any
 from components.namespaces import PodSecurityLevel
 from components.scheduling_contract import gpu_tolerations
 from components.training import network_policy
+from config.queue_flavors import team_gpus
 from config.queues import (
     BATCH_PRIORITY_CLASS,
     PROGRAM_PRIORITY_CLASS,
@@ -110,8 +114,10 @@ def cluster_queue(name: str, namespace: str, cohort: str, gpu_resource: str, fla
 
 
 def _team_gpus(t: Team, f: Flavor) -> int:
-    """A team's nominal GPUs in a flavor: its `gpus`, capped at the flavor's size where known."""
-    return min(t.gpus, f.gpus) if f.gpus is not None else t.gpus
+    """A team's nominal GPUs in a flavor: its `gpus` there (a number: in every flavor; a mapping: the
+    models it names), capped at the flavor's size where known."""
+    gpus = team_gpus(t, f)
+    return min(gpus, f.gpus) if f.gpus is not None else gpus
 
 
 def team_cluster_queue(q: QueuesConfig, t: Team, gpu_resource: str, flavors: tuple[Flavor, ...]) -> dict[str, Any]:

@@ -22,8 +22,10 @@ What it follows (kueue v0.19.2 sources; docs "Cluster Queue" and "Topology Aware
   borrowingLimit.
 - Admission is all-or-nothing and in order: a workload's whole quota is reserved when it is
   admitted (admit_in_order); the next waits until that quota is free again.
-- Topology (TAS): a flavor with topologyName places its pod sets on nodes (the check's node model,
-  after DaemonSets and long-running pods): a pod set annotated podset-required-topology: <level>
+- Topology (TAS): a flavor with topologyName places its pod sets on its nodes that carry every
+  level's label (a node without one is left out: GKE's topology labels exist on some capacity
+  only; the check's node model has them only where the plan writes them), after DaemonSets and
+  long-running pods: a pod set annotated podset-required-topology: <level>
   needs one domain of that level (nodes sharing the label's value) that holds all its pods, the
   tightest such domain is taken (Kueue's BestFit); a flavor whose nodes cannot hold it is no
   flavor for it, and the next one is tried.
@@ -326,11 +328,15 @@ def _assign_group(world: KueueWorld, book: QuotaBook, cq: ClusterQueue, wl: Queu
         placed: Placement | None = None
         if rf.topology:
             levels = world.topologies.get(rf.topology, [])
+            unlabelled = _unlabelled(rf, levels, base, ps.required_topology)
+            if unlabelled:
+                reasons.append(unlabelled)
+                continue
             placed, why = place_in_topology(on_flavor(ps, rf, wl), rf, ps.required_topology, levels,
-                                            _flavor_nodes(scratch, rf))
+                                            _flavor_nodes(scratch, rf, levels))
             if placed is None:
                 idle, _ = place_in_topology(on_flavor(ps, rf, wl), rf, ps.required_topology, levels,
-                                            _flavor_nodes(_scratch(base), rf))
+                                            _flavor_nodes(_scratch(base), rf, levels))
                 if idle is None:
                     reasons.append(why)
                     continue
@@ -362,8 +368,23 @@ def _assign_group(world: KueueWorld, book: QuotaBook, cq: ClusterQueue, wl: Queu
     return flavor, usage, placed
 
 
-def _flavor_nodes(capacity: list[Capacity], rf: ResourceFlavor) -> list[Capacity]:
-    return [c for c in capacity if all(c.node.labels.get(k) == v for k, v in rf.node_labels.items())]
+def _flavor_nodes(capacity: list[Capacity], rf: ResourceFlavor, levels: list[str] | None = None) -> list[Capacity]:
+    """The flavor's nodes: its nodeLabels; on a TAS flavor (`levels`) only those that carry every
+    level's label, as Kueue finds them (pkg/cache/scheduler/tas_flavor.go: nodesCache.find)."""
+    return [c for c in capacity if all(c.node.labels.get(k) == v for k, v in rf.node_labels.items())
+            and all(level in c.node.labels for level in levels or [])]
+
+
+def _unlabelled(rf: ResourceFlavor, levels: list[str], capacity: list[Capacity], required: str | None) -> str | None:
+    """Why a TAS flavor has no node at all: none of its nodes carries every level's label (GKE writes
+    its topology labels on some capacity only; a lab host without its rack)."""
+    nodes = _flavor_nodes(capacity, rf)
+    if _flavor_nodes(nodes, rf, levels) or not nodes:
+        return None
+    missing = [level for level in levels if not all(level in c.node.labels for c in nodes)]
+    need = f"; the job requires one {required} domain" if required else ""
+    return (f"flavor {rf.name}: none of its {len(nodes)} node(s) carries every level of Topology {rf.topology} "
+            f"(missing: {', '.join(missing)}), and Kueue leaves such a node out of the flavor{need}")
 
 
 def admit_in_order(world: KueueWorld, workloads: list[QueuedWorkload], capacity: list[Capacity]) -> list[Verdict]:

@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 
 from components.scheduling_contract import RACK_LABEL
-from config.queues import RACK_TOPOLOGY, REQUIRED_TOPOLOGY
+from config.queue_flavors import TOPOLOGY_NAME
+from config.queues import REQUIRED_TOPOLOGY
 from render import cluster, program
 from render.__main__ import kubernetes_objects
 from tests.config.refusals import problems
@@ -66,10 +67,10 @@ def test_one_rack_topology_flavor_patches_and_rdma_jobs(upstream_dir: Path) -> N
     plan = _plan("r1", "r1", network=ROCE)
     objects = kubernetes_objects(plan)
     topologies = [o for o in objects if o["kind"] == "Topology"]
-    assert [t["metadata"]["name"] for t in topologies] == [RACK_TOPOLOGY]
+    assert [t["metadata"]["name"] for t in topologies] == [TOPOLOGY_NAME]
     assert [lvl["nodeLabel"] for lvl in topologies[0]["spec"]["levels"]] == [RACK_LABEL, "kubernetes.io/hostname"]
     flavors = [o for o in objects if o["kind"] == "ResourceFlavor"]
-    assert [f["spec"].get("topologyName") for f in flavors] == [RACK_TOPOLOGY]
+    assert [f["spec"].get("topologyName") for f in flavors] == [TOPOLOGY_NAME]
     patches = {r.inputs["metadata"]["name"]: r.inputs["metadata"]["labels"]
                for r in plan.of_type("kubernetes:core/v1:NodePatch") if r.name.endswith("-rack")}
     assert patches == {"gpu-1": {RACK_LABEL: "r1"}, "gpu-2": {RACK_LABEL: "r1"}}
