@@ -97,7 +97,7 @@ def _warm_imports(platform: str) -> None:
     from render import program  # noqa: F401
 
 
-def _summary(plan, wall: float) -> dict:
+def _summary(plan, wall: float, cpu: float = 0.0) -> dict:
     custom = [r for r in plan.resources if r.custom]
     sizes = [len(json.dumps(r.inputs)) for r in custom]
     return {
@@ -106,6 +106,7 @@ def _summary(plan, wall: float) -> dict:
         "custom": len(custom),
         "input_bytes": round(statistics.mean(sizes)) if sizes else 0,
         "wall": wall,
+        "cpu": cpu,  # user + system seconds of the run: steadier than wall on a shared machine
         "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,  # KiB on Linux
     }
 
@@ -116,14 +117,14 @@ def child(args: argparse.Namespace) -> None:
 
     if args.child == "program":
         config = _configs.config_for(args.platform, args.workers)
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         plan = program.run(args.platform, config=config)
-        wall = time.perf_counter() - start
+        wall, cpu = time.perf_counter() - start, time.process_time() - cpu_start
     elif args.child == "replay":
         values = {_configs.PREFIX + "floorPlan": args.floor_plan, _configs.SECRET_KEY: "x"}
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         plan = program.run("floor", project_dir=REPLAY_FLOOR_DIR, config=(values, [_configs.SECRET_KEY]))
-        wall = time.perf_counter() - start
+        wall, cpu = time.perf_counter() - start, time.process_time() - cpu_start
     else:
         values = {
             _configs.PREFIX + "floorComponents": str(args.floor_components),
@@ -131,10 +132,10 @@ def child(args: argparse.Namespace) -> None:
             _configs.PREFIX + "floorInputBytes": str(args.floor_input_bytes),
             _configs.SECRET_KEY: "x",
         }
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         plan = program.run("floor", project_dir=FLOOR_DIR, config=(values, [_configs.SECRET_KEY]))
-        wall = time.perf_counter() - start
-    print(json.dumps(_summary(plan, wall)))
+        wall, cpu = time.perf_counter() - start, time.process_time() - cpu_start
+    print(json.dumps(_summary(plan, wall, cpu)))
 
 
 # --- ./plan: the whole render, in a child process ----------------------------------------------------
@@ -224,6 +225,7 @@ def measure_plan(n: int, repeats: int) -> dict:
         "pcpu": min(r["cpu"] for r in plans),
         "cmed": statistics.median(r["wall"] for r in colds),
         "rmed": statistics.median(r["wall"] for r in replays),
+        "fcpu": min(r["cpu"] for r in floors), "rcpu": min(r["cpu"] for r in replays),
     }
     row["ratio_replay"] = row["pmed"] / row["rmed"]
     row["ratio_cold"] = row["cmed"] / row["fmed"]
@@ -244,13 +246,15 @@ def print_plan_table(rows: list[dict], repeats: int) -> None:
           f"interleaved.")
     print("| GPU workers | resources | files | ./plan s min | ./plan s median | ./plan CPU s min | floor s min "
           "| floor s median | ratio (medians) | ratio (mins) | cold ./plan s median | cold ratio (medians) "
-          "| replay floor s median | ratio to replay (medians) |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "| replay floor s median | ratio to replay (medians) | floor CPU s min | replay CPU s min "
+          "| CPU ratio to floor (mins) |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         print(f"| {r['n']} | {r['resources']} | {r['files']} | {_fmt(r['pmin'])} | {_fmt(r['pmed'])} "
               f"| {_fmt(r['pcpu'])} | {_fmt(r['fmin'])} | {_fmt(r['fmed'])} | {_fmt(r['ratio'], 2)} "
               f"| {_fmt(r['ratio_min'], 2)} | {_fmt(r['cmed'])} | {_fmt(r['ratio_cold'], 2)} "
-              f"| {_fmt(r['rmed'])} | {_fmt(r['ratio_replay'], 2)} |")
+              f"| {_fmt(r['rmed'])} | {_fmt(r['ratio_replay'], 2)} | {_fmt(r['fcpu'])} | {_fmt(r['rcpu'])} "
+              f"| {_fmt(r['pcpu'] / r['fcpu'], 2)} |")
     print(flush=True)
 
 
