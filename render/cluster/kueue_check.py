@@ -2,13 +2,17 @@
 admission model (kueue_admission.py) on its own against an idle cluster. One line each (Report.queued);
 a workload Kueue could never admit, or whose pods could never run once admitted, is a problem
 (exit 3) naming the job, its queue and what is short. A workload that only waits for quota is not.
+With the plan, every queued job must also be created after Kueue's webhooks answer
+(kueue_webhook_order.py): a problem otherwise, naming the job.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from render.cluster import kueue_admission, kueue_objects
+from render import program
+from render.cluster import kueue_admission, kueue_objects, kueue_webhook_order
 from render.cluster.nodes import Node
 from render.cluster.objects import Obj
 from render.cluster.scheduling import Placement
@@ -31,10 +35,32 @@ def line(v: kueue_admission.Verdict) -> str:
     return f"{wl.ref} ({queue}): admitted whole, {flavors}" + (f"; borrows {borrowed} from its cohort" if borrowed else "")
 
 
-def judge(report: Report, objects: list[Obj], nodes: list[Node], placements: list[Placement]) -> None:
+def _ancestors(plan: program.Plan) -> tuple[Callable[[str], set[str]], set[str]]:
+    """What a resource is created after (its dependencies and parents, transitively), and the
+    Helm Releases that skip waiting for their workloads."""
+    deps = {r.urn: [*r.dependencies, *([r.parent] if r.parent else [])] for r in plan.resources}
+
+    def ancestors(urn: str) -> set[str]:
+        seen: set[str] = set()
+        stack = list(deps.get(urn, []))
+        while stack:
+            u = stack.pop()
+            if u not in seen:
+                seen.add(u)
+                stack.extend(deps.get(u, []))
+        return seen
+
+    return ancestors, {r.urn for r in plan.resources if r.inputs.get("skipAwait") is True}
+
+
+def judge(report: Report, objects: list[Obj], nodes: list[Node], placements: list[Placement],
+          plan: program.Plan | None = None) -> None:
     world = kueue_objects.read(objects)
     if not world.workloads:
         return
+    if plan is not None:
+        ancestors, no_wait = _ancestors(plan)
+        report.problems += kueue_webhook_order.problems(world, objects, ancestors, no_wait.__contains__)
     capacity = kueue_admission.capacity_after(nodes, placements)
     for v in kueue_admission.each_alone(world, capacity):
         text = line(v)
