@@ -3,7 +3,11 @@ admission model (kueue_admission.py) on its own against an idle cluster. One lin
 a workload Kueue could never admit, or whose pods could never run once admitted, is a problem
 (exit 3) naming the job, its queue and what is short. A workload that only waits for quota is not.
 With the plan, every queued job must also be created after Kueue's webhooks answer
-(kueue_webhook_order.py): a problem otherwise, naming the job.
+(kueue_webhook_order.py): a problem otherwise, naming the job. A job whose label
+kueue.x-k8s.io/priority-class names a WorkloadPriorityClass the plan does not have is a problem too:
+Kueue cannot make its Workload (jobframework's GetPriorityFromWorkloadPriorityClass fails), so the
+job stays suspended. Preemption (kueue_preemption.py) decides who runs first, never whether a job
+can run at all, so judging each alone needs none of it.
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from render import program
-from render.cluster import kueue_admission, kueue_objects, kueue_webhook_order
+from render.cluster import kueue_admission, kueue_objects, kueue_preemption, kueue_webhook_order
 from render.cluster.nodes import Node
 from render.cluster.objects import Obj
 from render.cluster.scheduling import Placement
@@ -61,6 +65,13 @@ def judge(report: Report, objects: list[Obj], nodes: list[Node], placements: lis
     if plan is not None:
         ancestors, no_wait = _ancestors(plan)
         report.problems += kueue_webhook_order.problems(world, objects, ancestors, no_wait.__contains__)
+    classes = kueue_preemption.read(objects).workload_classes
+    for wl in world.workloads:
+        name = ((wl.obj.body.get("metadata") or {}).get("labels") or {}).get(kueue_preemption.PRIORITY_LABEL)
+        if name is not None and world.config is not None and name not in classes:
+            report.problems.append(f"{wl.ref} ({wl.obj.origin}): its label {kueue_preemption.PRIORITY_LABEL}: {name} "
+                                   "names no WorkloadPriorityClass of the plan: Kueue makes no Workload for it, it "
+                                   f"stays suspended (classes: {', '.join(sorted(classes)) or 'none'})")
     capacity = kueue_admission.capacity_after(nodes, placements)
     for v in kueue_admission.each_alone(world, capacity):
         text = line(v)
@@ -71,4 +82,5 @@ def judge(report: Report, objects: list[Obj], nodes: list[Node], placements: lis
             text = f"✗ {text}"
         report.queued.append(text)
     report.notes.append("Kueue: each queued job is judged alone against an idle cluster (quota, flavors, cohort "
-                        "borrowing, topology); preemption, fair sharing and admission checks are not modelled")
+                        "borrowing, topology); preemption orders jobs but never makes one admissible (modelled "
+                        "in kueue_preemption.py), fair sharing is off, admission checks are not modelled")
