@@ -265,6 +265,12 @@ class WandbLaunch(pulumi.ComponentResource):
             f"{name}-quota", metadata=manifest["metadata"], spec=manifest["spec"], opts=in_agent_ns
         )
         secret_key = pulumi.Output.secret(args.api_key)
+        # The runs' namespaces: the training namespace and each team's, with what they wait for.
+        run_namespaces: list[tuple[str, str, list[pulumi.Resource]]] = [
+            ("", TRAINING_NAMESPACE, [args.training_namespace]),
+            *((f"-{t.team}", t.namespace, list(t.ready)) for t in args.teams)]
+        key_namespaces: list[tuple[str, str, list[pulumi.Resource]]] = [
+            ("", AGENT_NAMESPACE, [ns]), *((f"-runs{s}", n, a) for s, n, a in run_namespaces)]
         keys = [
             k8s.core.v1.Secret(
                 f"{name}-api-key{suffix}",
@@ -273,12 +279,9 @@ class WandbLaunch(pulumi.ComponentResource):
                 string_data={API_KEY_FIELD: secret_key},
                 opts=pulumi.ResourceOptions(parent=self, depends_on=after),
             )
-            for suffix, namespace, after in (("", AGENT_NAMESPACE, [ns]),
-                                             ("-runs", TRAINING_NAMESPACE, [args.training_namespace]),
-                                             *((f"-runs-{t.team}", t.namespace, list(t.ready)) for t in args.teams))
+            for suffix, namespace, after in key_namespaces
         ]
-        for suffix, namespace, after in (("", TRAINING_NAMESPACE, [args.training_namespace]),
-                                         *((f"-{t.team}", t.namespace, list(t.ready)) for t in args.teams)):
+        for suffix, namespace, after in run_namespaces:
             policy = egress_policy(w, namespace)
             k8s.networking.v1.NetworkPolicy(
                 f"{name}-egress{suffix}", metadata=policy["metadata"], spec=policy["spec"],
