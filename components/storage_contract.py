@@ -3,6 +3,8 @@
 One ReadWriteMany PersistentVolumeClaim named CLAIM_NAME in TRAINING_NAMESPACE, mounted by training
 pods at MOUNT_ROOT with one sub-path per purpose. lab backs it with NFS, dev with hostPath or the
 cluster's default class, gke with Filestore; each platform's storage component creates the claim.
+A team's namespace (queues.teams) gets its own claim of the same name on the same storage, in its
+own directory (TeamVolumes says how; components/queues/team_storage.py makes it).
 """
 
 from __future__ import annotations
@@ -24,6 +26,22 @@ MOUNTS = {
 
 
 @dataclass(frozen=True)
+class TeamVolumes:
+    """How a team's namespace gets a claim of its own on the platform's storage: on a StorageClass
+    that makes one directory per claim (`storage_class`; "" with `default_class`: the cluster's
+    default), or a static volume of the team's subdirectory of an NFS export (`nfs`) or node
+    directory (`host_path`)."""
+
+    size: str
+    storage_class: str | None = None
+    default_class: bool = False
+    nfs: tuple[pulumi.Input[str], str] | None = None  # (server, the export's path)
+    host_path: str | None = None
+    mount_options: tuple[str, ...] = ()
+    ready: tuple[pulumi.Resource, ...] = ()  # what a team's claim waits for (the class, its driver)
+
+
+@dataclass(frozen=True)
 class SharedClaim:
     """The claim a platform's storage made: training mounts it by name and waits for `ready`."""
 
@@ -31,6 +49,7 @@ class SharedClaim:
     name: str = CLAIM_NAME
     namespace: str = TRAINING_NAMESPACE
     backend: str = ""  # for outputs and docs: "nfs://server/path", "hostPath", "filestore", ...
+    teams: TeamVolumes | None = None  # how a team's namespace gets its own claim (None: it cannot)
 
 
 def claim_manifest(size: str, storage_class: str | None, volume_name: str | None = None,

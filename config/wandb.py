@@ -3,7 +3,8 @@
 An agent (W&B's launch-agent chart) polls one queue of one entity and runs what is submitted to it
 as Kubernetes Jobs in the training namespace; the queue's configuration (the Job those runs get)
 is this program's training pod, which the user pastes into the queue (components/training/
-wandb_launch.py says why it is not created through W&B's API).
+wandb_launch.py says why it is not created through W&B's API). With queues.teams, the agent also polls
+one queue per team, `<queue>-<team>`, whose runs go to the team's LocalQueue in its namespace.
 
 The API key is the secret `gpu-cluster:wandbApiKey` (`pulumi config set --secret`), never a key
 of this section: like the other secrets it stays a Pulumi secret (config.StackSecrets) and is

@@ -99,16 +99,18 @@ def rank0_logs(launcher: Launcher, job: str) -> str:
             f"-l {scheduling_contract.JOB_LABEL}={job},batch.kubernetes.io/job-completion-index=0")
 
 
-def wandb_launch(cfg: Addons, cluster: Cluster, secrets: StackSecrets) -> dict[str, object]:
+def wandb_launch(cfg: Addons, cluster: Cluster, secrets: StackSecrets, queues: Queues | None = None,
+                 ) -> dict[str, object]:
     """wandb.enabled: the W&B launch agent (components/training/wandb_launch.py); its outputs,
-    none secret: the queue config is for pasting into the W&B queue."""
+    none secret: the queue configs are for pasting into the W&B queues (one per team with queues)."""
     ns, claim, key = cluster.training_namespace, cluster.shared_claim, secrets.wandb_api_key
     if ns is None or claim is None or key is None:  # the config and wiring make all three
         raise ValueError("wandb.enabled needs the training namespace, a shared claim and the wandbApiKey secret")
+    teams = queues.wandb_team_queues() if queues is not None else ()
     agent = WandbLaunch(
         "wandb-launch",
         WandbLaunchArgs(wandb=cfg.wandb, training=cfg.training, claim=claim, api_key=key,
-                        training_namespace=ns, gpu_resource=gpu_resource(cfg), queue=_queue(cfg)),
+                        training_namespace=ns, gpu_resource=gpu_resource(cfg), queue=_queue(cfg), teams=teams),
         opts=pulumi.ResourceOptions(provider=cluster.provider, depends_on=[*cluster.ready, ns, *claim.ready]),
     )
     return {
@@ -122,6 +124,7 @@ def wandb_launch(cfg: Addons, cluster: Cluster, secrets: StackSecrets) -> dict[s
             "agentLogs": f"kubectl -n {WANDB_NAMESPACE} logs deploy/{WANDB_AGENT}",
         },
         "wandbQueueConfig": agent.queue_config,
+        **({"wandbTeamQueues": agent.team_queues} if agent.team_queues else {}),
     }
 
 
@@ -214,14 +217,14 @@ def deploy(cfg: Addons, cluster: Cluster, secrets: StackSecrets | None = None) -
     claim = cluster.shared_claim
     if claim is not None:
         outputs["sharedClaim"] = {"claim": f"{claim.namespace}/{claim.name}", "backend": claim.backend}
-    if cfg.wandb.enabled:
-        outputs.update(wandb_launch(cfg, cluster, secrets or StackSecrets()))
     queues = None
     if cfg.queues.enabled:
         link_pods = RDMA_LINK_PODS if cfg.acceptance.nccl and pod_net is not None else 0
         queues = queue_stack(cfg, cluster, _after_monitoring(cluster, monitoring), monitoring is not None,
                              gpu_resource(cfg), max(cfg.training.nodes, link_pods), pod_net)
         outputs["queues"] = queues.team_outputs
+    if cfg.wandb.enabled:  # after the teams' namespaces: each team gets a W&B queue
+        outputs.update(wandb_launch(cfg, cluster, secrets or StackSecrets(), queues))
     if cfg.runs_jobs:
         outputs.update(jobs(cfg, cluster, gate, rdma, pod_net, queues))
     return outputs

@@ -17,7 +17,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.storage_contract import CLAIM_NAME, TRAINING_NAMESPACE, SharedClaim, claim_manifest
+from components.storage_contract import CLAIM_NAME, TRAINING_NAMESPACE, SharedClaim, TeamVolumes, claim_manifest
 
 HOST_PATH_PV = "gpu-cluster-shared-data"
 # Its own name: switching between hostPath and nfs replaces the volume instead of colliding with it.
@@ -98,14 +98,17 @@ class DevSharedStorage(pulumi.ComponentResource):
             )
             ready.append(volume)
             pvc = claim_manifest(args.size, "", volume_name=pv["metadata"]["name"])
+            teams = TeamVolumes(size=args.size, nfs=args.nfs, host_path=args.host_path,
+                                mount_options=NFS_MOUNT_OPTIONS if args.nfs else ())
         else:
             # The default class may bind only when a pod uses the claim (WaitForFirstConsumer):
             # waiting for Bound here would block `up` until its timeout.
             pvc = claim_manifest(args.size, None, annotations={"pulumi.com/skipAwait": "true"})
             backend = "default StorageClass"
+            teams = TeamVolumes(size=args.size, default_class=True)
         self.pvc = k8s.core.v1.PersistentVolumeClaim(
             f"{name}-claim", metadata=pvc["metadata"], spec=pvc["spec"],
             opts=pulumi.ResourceOptions(parent=self, depends_on=list(ready)),
         )
-        self.claim = SharedClaim(ready=[self.pvc], backend=backend)
+        self.claim = SharedClaim(ready=[self.pvc], backend=backend, teams=teams)
         self.register_outputs({"claim": f"{TRAINING_NAMESPACE}/{CLAIM_NAME}", "backend": backend})

@@ -19,7 +19,7 @@ import pulumi
 import pulumi_gcp as gcp
 import pulumi_kubernetes as k8s
 
-from components.storage_contract import CLAIM_NAME, TRAINING_NAMESPACE, SharedClaim
+from components.storage_contract import CLAIM_NAME, TRAINING_NAMESPACE, SharedClaim, TeamVolumes
 from config.gke import GkeFilestore
 
 SHARE_NAME = "shared"  # Filestore file share: letters, digits and '_', at most 16 characters
@@ -50,11 +50,15 @@ def volume_manifest(name: str, server: str, capacity_gb: int) -> dict[str, Any]:
             "accessModes": ["ReadWriteMany"],
             "persistentVolumeReclaimPolicy": "Retain",
             "storageClassName": "",
-            "mountOptions": ["hard", "nfsvers=3"],  # Filestore serves NFSv3
+            "mountOptions": pv_mount_options(),
             "nfs": {"server": server, "path": f"/{SHARE_NAME}"},
             "claimRef": {"namespace": TRAINING_NAMESPACE, "name": CLAIM_NAME},
         },
     }
+
+
+def pv_mount_options() -> list[str]:
+    return ["hard", "nfsvers=3"]  # Filestore serves NFSv3
 
 
 def claim_manifest(volume: str, capacity_gb: int) -> dict[str, Any]:
@@ -109,7 +113,9 @@ class FilestoreStorage(pulumi.ComponentResource):
             spec=pvc["spec"],
             opts=pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=[args.namespace, volume]),
         )
-        self.claim = SharedClaim(ready=[self.pvc], backend="filestore")
+        teams = TeamVolumes(size=f"{fs.capacity_gb}Gi", nfs=(self.server, f"/{SHARE_NAME}"),
+                            mount_options=tuple(pv_mount_options()))
+        self.claim = SharedClaim(ready=[self.pvc], backend="filestore", teams=teams)
         self.register_outputs(
             {
                 "instance": self.instance.name,

@@ -20,7 +20,7 @@ from pulumi_command import remote
 
 from components import versions
 from components.lab import scripts
-from components.storage_contract import CLAIM_NAME, TRAINING_NAMESPACE, SharedClaim, claim_manifest
+from components.storage_contract import CLAIM_NAME, TRAINING_NAMESPACE, SharedClaim, TeamVolumes, claim_manifest
 
 CSI_DRIVER = "nfs.csi.k8s.io"
 STORAGE_CLASS = "gpu-cluster-nfs"
@@ -122,5 +122,7 @@ class NfsSharedStorage(pulumi.ComponentResource):
             f"{name}-claim", metadata=pvc["metadata"], spec=pvc["spec"],
             opts=pulumi.ResourceOptions(parent=self, depends_on=list(ready)),
         )
-        self.claim = SharedClaim(ready=[self.pvc], backend=backend)
+        # A team's claim on the same class: the driver makes it a directory of its own.
+        teams = TeamVolumes(size=args.size, storage_class=STORAGE_CLASS, ready=(driver, storage_class))
+        self.claim = SharedClaim(ready=[self.pvc], backend=backend, teams=teams)
         self.register_outputs({"claim": f"{TRAINING_NAMESPACE}/{CLAIM_NAME}", "backend": backend})

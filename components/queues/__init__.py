@@ -6,9 +6,12 @@ object depends on it (its CRDs are templates of the chart, installed with the re
 objects wait for its Namespace. Whoever submits a queued job makes it depend on `ready` (the
 release and the queue): Kueue's webhook then admits the Job and its queue exists.
 
-Does not manage: the teams' groups (the cluster's identity provider), a team's shared storage,
-the nodes' topology labels (lab: stacks/lab.py's NodePatch; gke: Google's). GKE's queued provisioning
-(a flexStart pool): components/queues/provisioning.py.
+With shared storage, each team's namespace gets its own claim `shared-data` on it
+(components/queues/team_storage.py), which its jobs mount as the program's jobs do. GKE's queued
+provisioning (a flexStart pool): components/queues/provisioning.py.
+
+Does not manage: the teams' groups (the cluster's identity provider), the nodes' topology labels
+(lab: stacks/lab.py's NodePatch; gke: Google's).
 """
 
 from __future__ import annotations
@@ -24,8 +27,9 @@ from pulumi_kubernetes import _utilities as k8s_utilities
 from components import versions
 from components.manifest_resource import manifest_resource
 from components.namespaces import pod_security_namespace
-from components.queues import kueue, objects, provisioning
-from components.storage_contract import TRAINING_NAMESPACE
+from components.queues import kueue, objects, provisioning, team_storage
+from components.storage_contract import TRAINING_NAMESPACE, TeamVolumes
+from components.training.wandb_launch import TeamQueue
 from config.queues import PROGRAM_QUEUE, Flavor, QueuesConfig, Team
 
 
@@ -38,6 +42,7 @@ class QueuesArgs:
     program_need: dict[str, Decimal]
     metrics: bool  # monitoring is on: the chart's ServiceMonitor (its CRD comes with monitoring)
     training_namespace: pulumi.Resource | None  # None: no program job runs, no program queue
+    team_volumes: TeamVolumes | None = None  # the shared storage, as a team gets it (None: none)
 
 
 def _custom(name: str, body: dict[str, Any], opts: pulumi.ResourceOptions) -> pulumi.CustomResource:
@@ -84,6 +89,9 @@ class Queues(pulumi.ComponentResource):
         for body in provisioning.provisioning_objects(args.flavors, args.gpu_resource):
             _custom(f"{name}-{body['kind'].lower()}-{body['metadata']['name']}", body, after_kueue)
         self.team_outputs: dict[str, dict[str, str]] = {}
+        self._teams = q.teams
+        self.team_namespaces: dict[str, pulumi.Resource] = {}  # team -> its Namespace
+        self.team_claims: dict[str, pulumi.Resource] = {}  # team -> its shared claim
         for t in q.teams:
             self._team(name, q, t, args)
         self.ready: list[pulumi.Resource] = [self.release]
@@ -95,11 +103,19 @@ class Queues(pulumi.ComponentResource):
             self.ready += [cq, lq]
         self.register_outputs({"teams": self.team_outputs})
 
+    def wandb_team_queues(self) -> tuple[TeamQueue, ...]:
+        """Each team's W&B Launch queue (components/training/wandb_launch.py): its LocalQueue, its
+        priority class, and what its runs need first (the namespace, the team's claim)."""
+        return tuple(TeamQueue(t.name, t.namespace, t.name, objects.PRIORITY_CLASS[t.priority],
+                               (self.team_namespaces[t.name], *([self.team_claims[t.name]] if t.name in self.team_claims else [])))
+                     for t in self._teams)
+
     def _team(self, name: str, q: QueuesConfig, t: Team, args: QueuesArgs) -> None:
         prefix = f"{name}-team-{t.name}"
         ns = pod_security_namespace(f"{prefix}-ns", t.namespace, objects.TEAM_POD_SECURITY,
                                     pulumi.ResourceOptions(parent=self))
         in_ns = pulumi.ResourceOptions(parent=self, depends_on=[ns])
+        self.team_namespaces[t.name] = ns
         for policy in objects.team_network_policies(t.namespace):
             manifest_resource(f"{prefix}-{policy['metadata']['name']}", policy, in_ns)
         assert t.group  # the config model refuses a team without one
@@ -118,3 +134,6 @@ class Queues(pulumi.ComponentResource):
             "priorityClass": objects.PRIORITY_CLASS[t.priority],
             "workloads": f"kubectl -n {t.namespace} get workloads",
         }
+        if args.team_volumes is not None:
+            self.team_claims[t.name] = team_storage.team_claim(prefix, args.team_volumes, t.namespace, in_ns)
+            self.team_outputs[t.name]["storage"] = team_storage.where(args.team_volumes, t.namespace)

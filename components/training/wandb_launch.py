@@ -52,8 +52,17 @@ API reachable (and the key in the provider's serialized state) on every preview,
 offline render nothing to check. The config is plain, validated data instead: the tests pass it
 through the wandb package's own validator and kubernetes-validate.
 
-Does not manage: the W&B queue itself, image builds (builder noop), sweeps schedulers beyond the
-agent's default, W&B Server.
+Teams (queues.teams, with queues.enabled): each team gets a W&B queue of its own,
+`<wandb.queue>-<team>` (team_queue_name), which the same agent polls. Its config is the same run
+Job in the team's namespace, labelled with the team's LocalQueue and priority class and created
+suspended, so a team's runs count against the team's quota and wait for Kueue like its other jobs;
+its pods mount the team's own claim (same name, components/queues/team_storage.py). The agent's
+RoleBindings reach the team namespaces (additionalTargetNamespaces), the API key's runs copy and the
+egress policy are made there too. The team's group is never granted Secrets, so its members cannot
+read the key. Stack output `wandbTeamQueues`: each team's queue name and config, to paste as above.
+
+Does not manage: the W&B queues themselves, image builds (builder noop), sweeps schedulers beyond
+the agent's default, W&B Server.
 """
 
 from __future__ import annotations
@@ -105,26 +114,42 @@ class WandbLaunchArgs:
     gpu_resource: str = GPU_RESOURCE
     # queues.enabled: the LocalQueue every run is submitted to (the program's, in the training namespace).
     queue: str | None = None
+    teams: tuple[TeamQueue, ...] = ()  # queues.teams: a W&B queue per team
 
 
-def launch_config(w: WandbConfig) -> str:
+@dataclass(frozen=True)
+class TeamQueue:
+    """A team's W&B queue: its runs go to the team's LocalQueue in the team's namespace."""
+
+    team: str
+    namespace: str
+    local_queue: str
+    priority_class: str
+    ready: tuple[pulumi.Resource, ...]  # the team's Namespace and shared claim
+
+
+def team_queue_name(w: WandbConfig, team: str) -> str:
+    return f"{w.queue}-{team}"
+
+
+def launch_config(w: WandbConfig, teams: tuple[str, ...] = ()) -> str:
     """The agent's config file (wandb.sdk.launch.agent.config.AgentConfig), as the chart's
-    `launchConfig` takes it."""
+    `launchConfig` takes it: the queue, and each team's (`teams`: the teams' names)."""
     assert w.entity is not None and w.queue is not None  # the config model requires both with enabled
     return yaml.safe_dump({
         "entity": w.entity,
-        "queues": [w.queue],
+        "queues": [w.queue, *(team_queue_name(w, t) for t in teams)],
         "max_jobs": w.max_jobs,
         "builder": {"type": "noop"},  # runs use images as they are; nothing is built in the cluster
     }, sort_keys=False)
 
 
-def agent_values(w: WandbConfig) -> dict[str, Any]:
+def agent_values(w: WandbConfig, teams: tuple[TeamQueue, ...] = ()) -> dict[str, Any]:
     return {
         "namespace": AGENT_NAMESPACE,
-        "additionalTargetNamespaces": [TRAINING_NAMESPACE],
+        "additionalTargetNamespaces": [TRAINING_NAMESPACE, *(t.namespace for t in teams)],
         "baseUrl": w.base_url,
-        "launchConfig": launch_config(w),
+        "launchConfig": launch_config(w, tuple(t.team for t in teams)),
         "agent": {
             "useExternalWandbSecret": True,  # the Secret below; the chart never sees the key
             "apiKey": "",
@@ -152,12 +177,12 @@ def api_port(w: WandbConfig) -> int:
     return urlsplit(w.base_url).port or HTTPS_PORT
 
 
-def egress_policy(w: WandbConfig) -> dict[str, Any]:
+def egress_policy(w: WandbConfig, namespace: str = TRAINING_NAMESPACE) -> dict[str, Any]:
     ports = sorted({HTTPS_PORT, api_port(w)})
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
-        "metadata": {"name": EGRESS_POLICY, "namespace": TRAINING_NAMESPACE},
+        "metadata": {"name": EGRESS_POLICY, "namespace": namespace},
         "spec": {
             "podSelector": {"matchLabels": dict(RUN_LABELS)},
             "policyTypes": ["Egress"],
@@ -168,11 +193,12 @@ def egress_policy(w: WandbConfig) -> dict[str, Any]:
 
 
 def queue_config(training: TrainingConfig, claim: SharedClaim, gpu_resource: str = GPU_RESOURCE,
-                 queue: str | None = None) -> dict[str, Any]:
+                 queue: str | None = None, namespace: str = TRAINING_NAMESPACE,
+                 priority_class: str = BATCH_PRIORITY_CLASS) -> dict[str, Any]:
     """The W&B queue's config: the Kubernetes Job (without apiVersion and kind, which the agent
-    adds) each run of the queue becomes. See the module docstring for what is kept and why. With
-    `queue` (queues.enabled) the Job carries Kueue's queue label and the batch priority class, and
-    is created suspended: a run waits for its quota like any job instead of passing Kueue by."""
+    adds) each run of the queue becomes, in `namespace`. See the module docstring for what is kept
+    and why. With `queue` (queues.enabled) the Job carries Kueue's queue label and `priority_class`,
+    and is created suspended: a run waits for its quota like any job instead of passing Kueue by."""
     one_pod = training.model_copy(update={"launcher": Launcher.INDEXED_JOB, "nodes": 1})
     template = pod_template("wandb-launch", TrainingJobArgs(training=one_pod, claim=claim,
                                                             gpu_resource=gpu_resource, pods=1))
@@ -196,9 +222,9 @@ def queue_config(training: TrainingConfig, claim: SharedClaim, gpu_resource: str
         "volumes": pod["volumes"],
     }
     labels = {**RUN_LABELS, JOB_LABEL: RUN_JOB_LABEL_VALUE}
-    queued = {QUEUE_LABEL: queue, PRIORITY_LABEL: BATCH_PRIORITY_CLASS} if queue else {}
+    queued = {QUEUE_LABEL: queue, PRIORITY_LABEL: priority_class} if queue else {}
     return {
-        "metadata": {"namespace": TRAINING_NAMESPACE, "labels": {**labels, **queued}},
+        "metadata": {"namespace": namespace, "labels": {**labels, **queued}},
         "spec": {
             **({"suspend": True} if queue else {}),
             "backoffLimit": 0,
@@ -207,10 +233,17 @@ def queue_config(training: TrainingConfig, claim: SharedClaim, gpu_resource: str
     }
 
 
-def submit_command(w: WandbConfig) -> str:
+def team_queue_config(training: TrainingConfig, claim: SharedClaim, gpu_resource: str, t: TeamQueue,
+                      ) -> dict[str, Any]:
+    """A team's W&B queue config: the run Job in the team's namespace, on its LocalQueue. The
+    claim's name is the same in every namespace: the pods mount the team's own claim there."""
+    return queue_config(training, claim, gpu_resource, t.local_queue, t.namespace, t.priority_class)
+
+
+def submit_command(w: WandbConfig, queue: str | None = None) -> str:
     """The `wandb launch` line that sends an image to the queue (the project, when set, filled in)."""
     project = w.project or "<project>"
-    return f"wandb launch -d <image> -q {w.queue} -e {w.entity} -p {project}"
+    return f"wandb launch -d <image> -q {queue or w.queue} -e {w.entity} -p {project}"
 
 
 class WandbLaunch(pulumi.ComponentResource):
@@ -232,22 +265,28 @@ class WandbLaunch(pulumi.ComponentResource):
             f"{name}-quota", metadata=manifest["metadata"], spec=manifest["spec"], opts=in_agent_ns
         )
         secret_key = pulumi.Output.secret(args.api_key)
+        # The runs' namespaces: the training namespace and each team's, with what they wait for.
+        run_namespaces: list[tuple[str, str, list[pulumi.Resource]]] = [
+            ("", TRAINING_NAMESPACE, [args.training_namespace]),
+            *((f"-{t.team}", t.namespace, list(t.ready)) for t in args.teams)]
+        key_namespaces: list[tuple[str, str, list[pulumi.Resource]]] = [
+            ("", AGENT_NAMESPACE, [ns]), *((f"-runs{s}", n, a) for s, n, a in run_namespaces)]
         keys = [
             k8s.core.v1.Secret(
                 f"{name}-api-key{suffix}",
                 metadata=k8s.meta.v1.ObjectMetaArgs(name=API_KEY_SECRET, namespace=namespace),
                 type="kubernetes.io/basic-auth",  # as the chart and the agent's runner make it
                 string_data={API_KEY_FIELD: secret_key},
-                opts=pulumi.ResourceOptions(parent=self, depends_on=[after]),
+                opts=pulumi.ResourceOptions(parent=self, depends_on=after),
             )
-            for suffix, namespace, after in (("", AGENT_NAMESPACE, ns),
-                                             ("-runs", TRAINING_NAMESPACE, args.training_namespace))
+            for suffix, namespace, after in key_namespaces
         ]
-        policy = egress_policy(w)
-        k8s.networking.v1.NetworkPolicy(
-            f"{name}-egress", metadata=policy["metadata"], spec=policy["spec"],
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[args.training_namespace]),
-        )
+        for suffix, namespace, after in run_namespaces:
+            policy = egress_policy(w, namespace)
+            k8s.networking.v1.NetworkPolicy(
+                f"{name}-egress{suffix}", metadata=policy["metadata"], spec=policy["spec"],
+                opts=pulumi.ResourceOptions(parent=self, depends_on=after),
+            )
         self.release = k8s.helm.v3.Release(
             f"{name}-agent",
             name=RELEASE_NAME,
@@ -255,14 +294,20 @@ class WandbLaunch(pulumi.ComponentResource):
             version=versions.WANDB_LAUNCH_AGENT_CHART_VERSION,
             repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=versions.WANDB_LAUNCH_AGENT_CHART_REPO),
             namespace=AGENT_NAMESPACE,
-            values=agent_values(w),
-            # A RoleBinding lives in the training namespace; the key and the quota come before the pod.
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[ns, quota, *keys, args.training_namespace]),
+            values=agent_values(w, args.teams),
+            # A RoleBinding lives in the training namespace (and each team's); the key and the
+            # quota come before the pod.
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[ns, quota, *keys, args.training_namespace,
+                                                                 *(r for t in args.teams for r in t.ready)]),
         )
         self.queue_config = queue_config(args.training, args.claim, args.gpu_resource, args.queue)
+        self.team_queues = {t.team: {"queue": team_queue_name(w, t.team), "submit": submit_command(w, team_queue_name(w, t.team)),
+                                     "config": team_queue_config(args.training, args.claim, args.gpu_resource, t)}
+                            for t in args.teams}
         self.register_outputs({
             "namespace": AGENT_NAMESPACE,
             "entity": w.entity,
             "queue": w.queue,
             "queueConfig": self.queue_config,
+            "teamQueues": self.team_queues,
         })

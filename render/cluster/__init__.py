@@ -152,7 +152,7 @@ def check(plan: program.Plan, cfg: StackConfig, upstream: Path) -> Report:
             line = f"✗ {line}"
             report.problems += [f"{subject}: {reason}" for reason in problems]
         report.lines.append(line)
-    kueue_check.judge(report, collected.objects, nodes, placements)  # would Kueue admit each queued job
+    kueue_check.judge(report, collected.objects, nodes, placements, plan)  # would Kueue admit each queued job
     return report
 
 

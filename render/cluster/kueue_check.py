@@ -2,13 +2,21 @@
 admission model (kueue_admission.py) on its own against an idle cluster. One line each (Report.queued);
 a workload Kueue could never admit, or whose pods could never run once admitted, is a problem
 (exit 3) naming the job, its queue and what is short. A workload that only waits for quota is not.
+With the plan, every queued job must also be created after Kueue's webhooks answer
+(kueue_webhook_order.py): a problem otherwise, naming the job. A job whose label
+kueue.x-k8s.io/priority-class names a WorkloadPriorityClass the plan does not have is a problem too:
+Kueue cannot make its Workload (jobframework's GetPriorityFromWorkloadPriorityClass fails), so the
+job stays suspended. Preemption (kueue_preemption.py) decides who runs first, never whether a job
+can run at all, so judging each alone needs none of it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from render.cluster import kueue_admission, kueue_objects, kueue_provisioning
+from render import program
+from render.cluster import kueue_admission, kueue_objects, kueue_preemption, kueue_provisioning, kueue_webhook_order
 from render.cluster.nodes import Node
 from render.cluster.objects import Obj
 from render.cluster.scheduling import Placement
@@ -31,10 +39,39 @@ def line(v: kueue_admission.Verdict) -> str:
     return f"{wl.ref} ({queue}): admitted whole, {flavors}" + (f"; borrows {borrowed} from its cohort" if borrowed else "")
 
 
-def judge(report: Report, objects: list[Obj], nodes: list[Node], placements: list[Placement]) -> None:
+def _ancestors(plan: program.Plan) -> tuple[Callable[[str], set[str]], set[str]]:
+    """What a resource is created after (its dependencies and parents, transitively), and the
+    Helm Releases that skip waiting for their workloads."""
+    deps = {r.urn: [*r.dependencies, *([r.parent] if r.parent else [])] for r in plan.resources}
+
+    def ancestors(urn: str) -> set[str]:
+        seen: set[str] = set()
+        stack = list(deps.get(urn, []))
+        while stack:
+            u = stack.pop()
+            if u not in seen:
+                seen.add(u)
+                stack.extend(deps.get(u, []))
+        return seen
+
+    return ancestors, {r.urn for r in plan.resources if r.inputs.get("skipAwait") is True}
+
+
+def judge(report: Report, objects: list[Obj], nodes: list[Node], placements: list[Placement],
+          plan: program.Plan | None = None) -> None:
     world = kueue_objects.read(objects)
     if not world.workloads:
         return
+    if plan is not None:
+        ancestors, no_wait = _ancestors(plan)
+        report.problems += kueue_webhook_order.problems(world, objects, ancestors, no_wait.__contains__)
+    classes = kueue_preemption.read(objects).workload_classes
+    for wl in world.workloads:
+        name = ((wl.obj.body.get("metadata") or {}).get("labels") or {}).get(kueue_preemption.PRIORITY_LABEL)
+        if name is not None and world.config is not None and name not in classes:
+            report.problems.append(f"{wl.ref} ({wl.obj.origin}): its label {kueue_preemption.PRIORITY_LABEL}: {name} "
+                                   "names no WorkloadPriorityClass of the plan: Kueue makes no Workload for it, it "
+                                   f"stays suspended (classes: {', '.join(sorted(classes)) or 'none'})")
     capacity = kueue_admission.capacity_after(nodes, placements)
     provisioning = kueue_provisioning.read(objects)
     for v in kueue_admission.each_alone(world, capacity):
@@ -48,4 +85,5 @@ def judge(report: Report, objects: list[Obj], nodes: list[Node], placements: lis
         report.queued.append(text)
     report.notes.append("Kueue: each queued job is judged alone against an idle cluster (quota, flavors, cohort "
                         "borrowing, topology, a flex-start pool at its maximum behind its ProvisioningRequest check); "
-                        "preemption, fair sharing and other admission checks are not modelled")
+                        "preemption orders jobs but never makes one admissible (modelled in kueue_preemption.py), "
+                        "fair sharing is off, other admission checks are not modelled")

@@ -122,7 +122,7 @@ def _with_kueue(plan: program.Plan, quota_gpus: int, train: Obj) -> program.Plan
                      cluster_queue("team-a", [("gpu", [quota(GPU, quota_gpus)])]), local_queue("team-a", "team", "team-a")]
     plan.resources += [ns, release, team]
     plan.resources += [_registration(o.kind, o.body, [release.urn, team.urn]) for o in queue_objects]
-    plan.resources.append(_registration("Job", train.body, [team.urn]))
+    plan.resources.append(_registration("Job", train.body, [team.urn, release.urn]))  # after Kueue's webhooks
     return plan
 
 
