@@ -184,7 +184,8 @@ def topology_warnings(stack: Any) -> list[str]:
             if on]
     if nodes < 2 or not jobs:
         return []
-    return [f"gpu-cluster:queues.rdmaTopologyLevel {level.value}: {' and '.join(jobs)} require their {nodes} nodes "
+    verb = "require their" if len(jobs) > 1 else "requires its"
+    return [f"gpu-cluster:queues.rdmaTopologyLevel {level.value}: {' and '.join(jobs)} {verb} {nodes} nodes "
             f"in one {label} domain; Google writes that label on gke.gpuPools[{stack.gke.gpu_pools.index(p)}] "
             f"({p.name}, {p.machine_type}, reservation {p.reservation}) but its values are not known offline: the "
             f"check judged the jobs on quota and per-node fit, whether their {nodes} nodes land in one {label} "

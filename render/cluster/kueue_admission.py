@@ -256,6 +256,8 @@ def place_in_topology(w: Workload, rf: ResourceFlavor, level: str | None, levels
     if not fitting:
         where = f"no {level} domain holds all {w.pods} pods" if level else f"its nodes hold only {shortfalls[0] if shortfalls else '0'} pods"
         detail = f" ({'; '.join(shortfalls)})" if level and shortfalls else ""
+        if list(domains) == [UNKNOWN_DOMAIN]:  # not even one domain of all the flavor's nodes holds it
+            where, detail = f"its nodes hold only {shortfalls[0].rsplit(': ', 1)[1]} pods, whatever {level} Google gives them", ""
         return None, f"flavor {rf.name}: {where}{detail}"
     _, _, caps = min(fitting, key=lambda f: (f[0], f[1]))
     return place(w, caps, keep=True), ""

@@ -115,11 +115,10 @@ def test_a_subblock_job_on_an_a3_ultra_reservation_renders_with_the_warning(tmp_
     result = render_cli(tmp_path, "gke", {"gke": _gke(H200_RES), "queues": RACK, "training": _training(**TWO_NODES)},
                         upstream=upstream_dir)
     assert result.returncode == 0, result.stdout + result.stderr
-    warning = (f"require their 2 nodes in one {GKE_SUBBLOCK_LABEL} domain; Google writes that label on "
+    warning = (f"2 nodes in one {GKE_SUBBLOCK_LABEL} domain; Google writes that label on "
                "gke.gpuPools[0] (h200-res, a3-ultragpu-8g, reservation h200-block) but its values are not known "
                "offline")
-    assert "warning: gpu-cluster:queues.rdmaTopologyLevel rack: the NCCL acceptance and training" in result.stderr \
-        or "warning: gpu-cluster:queues.rdmaTopologyLevel rack: training" in result.stderr, result.stderr
+    assert "warning: gpu-cluster:queues.rdmaTopologyLevel rack: training requires its 2 nodes" in result.stderr
     assert warning in result.stderr and "depends on Google's placement and is not checked offline" in result.stderr
     summary = (tmp_path / "out" / "summary.md").read_text()
     assert "## Warnings" in summary and warning in summary
@@ -137,6 +136,8 @@ def test_a_job_only_an_unlabelled_pool_holds_exits_3(tmp_path: Path, upstream_di
                         upstream=upstream_dir)
     assert result.returncode == 3, result.stdout + result.stderr
     assert "Job training/train (LocalQueue training/gpu-cluster → ClusterQueue gpu-cluster" in result.stderr
+    assert ("flavor nvidia-h200-141gb: its nodes hold only 1 of 2 pods, whatever "
+            f"{GKE_SUBBLOCK_LABEL} Google gives them") in result.stderr, result.stderr
     assert ("flavor nvidia-l4: none of its 4 node(s) carries every level of Topology gpu-cluster-topology (missing: "
             f"{GKE_BLOCK_LABEL}, {GKE_SUBBLOCK_LABEL}, {GKE_HOST_LABEL}), and Kueue leaves such a node out of the "
             f"flavor; the job requires one {GKE_SUBBLOCK_LABEL} domain; Google writes cloud.google.com/gce-topology-* "
