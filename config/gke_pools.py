@@ -78,8 +78,8 @@ class GpuPool(Model):
     """One GPU node pool of the gke stack."""
 
     name: str = Field(description="Node pool name (a-z, 0-9, '-').")
-    machine_type: str = Field(description="A GPU machine type: a2-*, a3-*, g2-standard-* or n1-* (e.g. g2-standard-8).")
-    accelerator: GkeAccelerator = Field(description="a2/a3/g2 come with fixed GPUs; n1 takes T4, P4, P100 or V100.")
+    machine_type: str = Field(description="A GPU machine type: a2-*, a3-*, a4-highgpu-8g, g2-standard-* or n1-* (e.g. g2-standard-8).")
+    accelerator: GkeAccelerator = Field(description="a2/a3/a4/g2 come with fixed GPUs; n1 takes T4, P4, P100 or V100.")
     zones: tuple[str, ...] = Field(description="Zones of the pool's nodes (where the accelerator is offered).")
     autoscaling: GkeAutoscaling = Field(default_factory=GkeAutoscaling, description="Nodes per zone.")
     spot: bool = Field(default=False, description="Spot VMs (preemptible, cheaper).")

@@ -21,7 +21,11 @@ are found by its nodeLabels and the levels). So:
   them only on some capacity (docs/queues.md), and Kueue's Topology page
   (kueue.sigs.k8s.io/docs/concepts/topology) says each level is "a node label that nodes in your
   cluster must have", so the GPU flavors name the Topology only when `queues.rdmaTopologyLevel`
-  is set: on nodes without the labels it would admit nothing;
+  is set: on nodes without the labels it would admit nothing. Google documents them for A4 and A3
+  Ultra VMs (config/gcp/accelerators.py TOPOLOGY_LABELLED), the block being "the reserved block in
+  which the VM is located": a pool of those machine types with provisioning reservation is a
+  labelled pool here. The level is refused on gke without one; with one, render warns that whether
+  a job's nodes land in one domain is Google's placement, which no offline check knows;
 - dev: none.
 `rdmaTopologyLevel` (block | rack | host; on gke rack is Google's sub-block, host its physical host):
 the level whose one domain must hold every pod of a job over RDMA (lab) or of a multi-node job
@@ -44,6 +48,7 @@ from components.scheduling_contract import (
     RACK_LABEL,
 )
 from config.errors import Problems
+from config.gcp.accelerators import TOPOLOGY_LABELLED
 
 if TYPE_CHECKING:
     from config.queues import Flavor
@@ -146,7 +151,46 @@ def level_problems(q: Any, stack: Any) -> Problems:
     if platform == "lab" and level is not TopologyLevel.HOST and not _lab_named(stack, level.value):
         return [(key, f"{level.value}: no GPU host names its {level.value} (hosts[].{level.value}); "
                       f"the levels this lab has: {', '.join(_lab_levels(stack))}")]
+    if platform == "gke" and not labelled_pools(stack):
+        pools = ", ".join(f"{p.name} ({p.machine_type}, {p.provisioning.value})" for p in stack.gke.gpu_pools)
+        return [(key, f"{level.value}: no GPU pool carries Google's topology labels, so Kueue would leave every "
+                      f"GPU node out of the flavors and admit no job that requires the level (gke.gpuPools: "
+                      f"{pools or 'none'}); Google writes cloud.google.com/gce-topology-* on "
+                      f"{' and '.join(TOPOLOGY_LABELLED)} nodes of a reservation (its block is 'the reserved "
+                      "block in which the VM is located'): add such a pool with provisioning reservation, or "
+                      "leave the level unset")]
     return []
+
+
+def labelled_pools(stack: Any) -> list[Any]:
+    """The gke GPU pools whose nodes Google labels with their topology: an A4 or A3 Ultra machine
+    type (config/gcp/accelerators.py TOPOLOGY_LABELLED) consuming a reservation."""
+    from config.gke_provisioning import GkeProvisioning
+
+    return [p for p in stack.gke.gpu_pools
+            if p.machine_type in TOPOLOGY_LABELLED and p.provisioning is GkeProvisioning.RESERVATION]
+
+
+def topology_warnings(stack: Any) -> list[str]:
+    """render's warnings: on gke, the multi-node jobs require one domain of the level, and which
+    domain each node of a labelled pool lands in is Google's placement: the check cannot see it."""
+    label = required_topology(stack)
+    if str(stack.platform) != "gke" or label is None:
+        return []
+    level = rdma_level(stack)
+    assert level is not None
+    nodes = stack.training.nodes
+    jobs = [name for name, on in (("the NCCL acceptance", stack.acceptance.nccl), ("training", stack.training.enabled))
+            if on]
+    if nodes < 2 or not jobs:
+        return []
+    verb = "require their" if len(jobs) > 1 else "requires its"
+    return [f"gpu-cluster:queues.rdmaTopologyLevel {level.value}: {' and '.join(jobs)} {verb} {nodes} nodes "
+            f"in one {label} domain; Google writes that label on gke.gpuPools[{stack.gke.gpu_pools.index(p)}] "
+            f"({p.name}, {p.machine_type}, reservation {p.reservation}) but its values are not known offline: the "
+            f"check judged the jobs on quota and per-node fit, whether their {nodes} nodes land in one {label} "
+            "domain depends on Google's placement and is not checked offline (`kubectl get nodes -L "
+            f"{label}`)" for p in labelled_pools(stack)]
 
 
 def _lab_levels(stack: Any) -> list[str]:

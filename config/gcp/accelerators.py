@@ -4,7 +4,7 @@ A GPU node pool names a machine type and an accelerator {type, count}; GKE rejec
 only after minutes of provisioning (or, for a count a2/a3/g2 machines do not come with, with an
 error naming neither the pool nor the fix). `check` rejects it before anything is registered.
 
-Accelerator-optimized families (a2, a3, g2) come with a fixed number of GPUs per machine type; the
+Accelerator-optimized families (a2, a3, a4, g2) come with a fixed number of GPUs per machine type; the
 general-purpose n1 family takes attachable GPUs in the counts Compute Engine allows. Not modelled:
 per-count vCPU/memory ceilings of n1 machines, per-zone availability and quota (GKE reports those).
 """
@@ -33,6 +33,11 @@ ACCELERATORS: dict[str, Accelerator] = {
         Accelerator("nvidia-h100-80gb", "H100 80GB", ("1g.10gb", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb")),
         # A3 Mega; GKE's multi-instance GPU page lists A100 and H100 (80GB), not H100 Mega: no MIG here.
         Accelerator("nvidia-h100-mega-80gb", "H100 Mega 80GB"),
+        # A3 Ultra and A4 (Google, "GPU machine types", cloud.google.com/compute/docs/gpus: "A4: NVIDIA
+        # B200 Blackwell GPUs (nvidia-b200)", "A3 Ultra: NVIDIA H200 SXM GPUs (nvidia-h200-141gb)"). No MIG
+        # here: GKE's multi-instance GPU page lists A100 and H100.
+        Accelerator("nvidia-h200-141gb", "H200 141GB"),
+        Accelerator("nvidia-b200", "B200"),
         Accelerator("nvidia-l4", "L4"),
         Accelerator("nvidia-tesla-t4", "T4"),
         Accelerator("nvidia-tesla-v100", "V100"),
@@ -48,6 +53,13 @@ FIXED: dict[str, tuple[str, int]] = {
     **{f"a2-ultragpu-{n}g": ("nvidia-a100-80gb", n) for n in (1, 2, 4, 8)},
     **{f"a3-highgpu-{n}g": ("nvidia-h100-80gb", n) for n in (1, 2, 4, 8)},
     "a3-megagpu-8g": ("nvidia-h100-mega-80gb", 8),
+    # Google, "Accelerator-optimized machine family" (cloud.google.com/compute/docs/accelerator-optimized-machines):
+    # the A3 Ultra and A4 series have one machine type each, with 8 GPUs (Google's Cluster Toolkit,
+    # modules/internal/gpu-definition: "a3-ultragpu-8g" = { type = "nvidia-h200-141gb", count = 8 }).
+    # Not A4X (a4x-highgpu-4g, GB200): Arm (Grace) hosts, and nothing of this program's node
+    # software (driver installer, images) is checked on arm64.
+    "a3-ultragpu-8g": ("nvidia-h200-141gb", 8),
+    "a4-highgpu-8g": ("nvidia-b200", 8),
     **{f"g2-standard-{cpus}": ("nvidia-l4", 1) for cpus in (4, 8, 12, 16, 32)},
     "g2-standard-24": ("nvidia-l4", 2),
     "g2-standard-48": ("nvidia-l4", 4),
@@ -61,6 +73,13 @@ N1_ATTACHABLE: dict[str, tuple[int, ...]] = {
     "nvidia-tesla-p4": (1, 2, 4),
     "nvidia-tesla-p100": (1, 2, 4),
 }
+# The machine types whose GKE nodes Google labels with their physical place (cloud.google.com/
+# gce-topology-block, -subblock, -host: Google, "Schedule GKE workloads with Topology Aware
+# Scheduling", cloud.google.com/ai-hypercomputer/docs/workloads/schedule-gke-workloads-tas, "Topology
+# of GKE nodes on A4 and A3 Ultra VMs"). Its block is "the organization-specific ID of the reserved
+# block in which the VM is located": capacity from a reservation (config/queue_flavors.py).
+TOPOLOGY_LABELLED = ("a3-ultragpu-8g", "a4-highgpu-8g")
+
 _N1 = re.compile(r"n1-(standard|highmem|highcpu)-[0-9]+")
 
 
@@ -97,7 +116,8 @@ def check(machine_type: str, accelerator_type: str, count: int) -> list[tuple[st
         known = ", ".join(t for t in FIXED if t.startswith(family + "-"))
         return [("machineType", f"{machine_type} is not a GPU machine type of {family}; known: {known}")]
     return [("machineType", f"{machine_type!r} is not a GPU machine type this program knows: a2-highgpu-*, "
-                            "a2-megagpu-16g, a2-ultragpu-*, a3-highgpu-*, a3-megagpu-8g, g2-standard-*, n1-(standard|highmem|highcpu)-*")]
+                            "a2-megagpu-16g, a2-ultragpu-*, a3-highgpu-*, a3-megagpu-8g, a3-ultragpu-8g, a4-highgpu-8g, g2-standard-*, "
+                            "n1-(standard|highmem|highcpu)-*")]
 
 
 def _family_of(accelerator_type: str) -> str:

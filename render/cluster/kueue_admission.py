@@ -24,7 +24,9 @@ What it follows (kueue v0.19.2 sources; docs "Cluster Queue" and "Topology Aware
   admitted (admit_in_order); the next waits until that quota is free again.
 - Topology (TAS): a flavor with topologyName places its pod sets on its nodes that carry every
   level's label (a node without one is left out: GKE's topology labels exist on some capacity
-  only; the check's node model has them only where the plan writes them), after DaemonSets and
+  only; the check's node model has them where the plan writes them, and on A4 / A3 Ultra
+  reservation pools without their values: there a required level is judged on per-node fit only,
+  and render warns that the domain is Google's placement), after DaemonSets and
   long-running pods: a pod set annotated podset-required-topology: <level>
   needs one domain of that level (nodes sharing the label's value) that holds all its pods, the
   tightest such domain is taken (Kueue's BestFit); a flavor whose nodes cannot hold it is no
@@ -63,6 +65,9 @@ from render.cluster.workloads import Workload
 
 ADMITTED, WAITING, NEVER = "admitted", "waiting", "never"
 NO_FIT, WAITS, FITS = 0, 1, 2  # a flavor's mode, best last
+# The nodes whose level label exists but whose value no offline check knows (nodes.py: Google's
+# topology labels on A4 / A3 Ultra reservation pools), taken together as one domain.
+UNKNOWN_DOMAIN = "(value unknown offline)"
 
 
 @dataclass
@@ -237,6 +242,8 @@ def place_in_topology(w: Workload, rf: ResourceFlavor, level: str | None, levels
             domains.setdefault("", []).append(cap)
         elif level in cap.node.labels:
             domains.setdefault(cap.node.labels[level], []).append(cap)
+        elif level in cap.node.unvalued:  # Google's label, its value unknown: per-node fit only (render warns)
+            domains.setdefault(UNKNOWN_DOMAIN, []).append(cap)
     per_pod = pod_requests(w.spec)
     fitting: list[tuple[float, str, list[Capacity]]] = []
     shortfalls = []
@@ -250,6 +257,8 @@ def place_in_topology(w: Workload, rf: ResourceFlavor, level: str | None, levels
     if not fitting:
         where = f"no {level} domain holds all {w.pods} pods" if level else f"its nodes hold only {shortfalls[0] if shortfalls else '0'} pods"
         detail = f" ({'; '.join(shortfalls)})" if level and shortfalls else ""
+        if list(domains) == [UNKNOWN_DOMAIN]:  # not even one domain of all the flavor's nodes holds it
+            where, detail = f"its nodes hold only {shortfalls[0].rsplit(': ', 1)[1]} pods, whatever {level} Google gives them", ""
         return None, f"flavor {rf.name}: {where}{detail}"
     _, _, caps = min(fitting, key=lambda f: (f[0], f[1]))
     return place(w, caps, keep=True), ""
@@ -373,7 +382,11 @@ def _flavor_nodes(capacity: list[Capacity], rf: ResourceFlavor, levels: list[str
     """The flavor's nodes: its nodeLabels; on a TAS flavor (`levels`) only those that carry every
     level's label, as Kueue finds them (pkg/cache/scheduler/tas_flavor.go: nodesCache.find)."""
     return [c for c in capacity if all(c.node.labels.get(k) == v for k, v in rf.node_labels.items())
-            and all(level in c.node.labels for level in levels or [])]
+            and all(_carries(c.node, level) for level in levels or [])]
+
+
+def _carries(node: Node, label: str) -> bool:
+    return label in node.labels or label in node.unvalued
 
 
 def _unlabelled(rf: ResourceFlavor, levels: list[str], capacity: list[Capacity], required: str | None) -> str | None:
@@ -382,10 +395,12 @@ def _unlabelled(rf: ResourceFlavor, levels: list[str], capacity: list[Capacity],
     nodes = _flavor_nodes(capacity, rf)
     if _flavor_nodes(nodes, rf, levels) or not nodes:
         return None
-    missing = [level for level in levels if not all(level in c.node.labels for c in nodes)]
+    missing = [level for level in levels if not all(_carries(c.node, level) for c in nodes)]
     need = f"; the job requires one {required} domain" if required else ""
+    google = ("; Google writes cloud.google.com/gce-topology-* on A4 and A3 Ultra nodes of a reservation only"
+              if any(m.startswith("cloud.google.com/gce-topology-") for m in missing) else "")
     return (f"flavor {rf.name}: none of its {len(nodes)} node(s) carries every level of Topology {rf.topology} "
-            f"(missing: {', '.join(missing)}), and Kueue leaves such a node out of the flavor{need}")
+            f"(missing: {', '.join(missing)}), and Kueue leaves such a node out of the flavor{need}{google}")
 
 
 def admit_in_order(world: KueueWorld, workloads: list[QueuedWorkload], capacity: list[Capacity]) -> list[Verdict]:

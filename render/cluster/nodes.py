@@ -13,7 +13,10 @@ them: labels, taints and allocatable resources.
   accelerators, autoscaling), with what GKE adds itself: cloud.google.com/gke-nodepool,
   cloud.google.com/gke-accelerator, cloud.google.com/gke-spot, and the nvidia.com/gpu=present
   taint on GPU pools, cloud.google.com/gke-queued (label and NoSchedule taint) on queued-provisioning
-  pools; allocatable CPU and memory from the machine type minus GKE's reservations.
+  pools; allocatable CPU and memory from the machine type minus GKE's reservations. On an A4 or A3
+  Ultra pool consuming a specific reservation, Google's topology labels (cloud.google.com/
+  gce-topology-block, -subblock, -host) are known to be there but not their values (which block a
+  VM lands in is Google's placement): the node lists them in `unvalued`, with no invented value.
 - dev: the listed GPU nodes, with the labels the plan's NodePatch gives them. Their GPU count and
   size are not declared: at least one GPU each is assumed, CPU and memory are not checked.
 
@@ -56,6 +59,8 @@ class Node:
     max_count: int = 1  # gke: nodes of this shape the pool can scale to
     min_count: int = 1  # gke: nodes of this shape that exist after `up`
     extended: dict[str, float] = field(default_factory=dict)  # advertised extended resources
+    # Labels the node carries whose values are not known offline (gke: Google's topology labels).
+    unvalued: tuple[str, ...] = ()
 
     @property
     def is_gpu(self) -> bool:
@@ -163,6 +168,24 @@ def gke_allocatable(cpus: int, memory_gib: float) -> tuple[float, float]:
     return cpus - cpu_reserved, (memory_gib - mem_reserved) * GIB - 100 * 1024**2
 
 
+# Google, "Schedule GKE workloads with Topology Aware Scheduling" (cloud.google.com/ai-hypercomputer/
+# docs/workloads/schedule-gke-workloads-tas), "Topology of GKE nodes on A4 and A3 Ultra VMs": the
+# labels of a node's physical place, on those machine types; the block is "the organization-specific
+# ID of the reserved block in which the VM is located", so capacity of a reservation.
+GOOGLE_TOPOLOGY_LABELS = ("cloud.google.com/gce-topology-block", "cloud.google.com/gce-topology-subblock",
+                          "cloud.google.com/gce-topology-host")
+GOOGLE_TOPOLOGY_MACHINES = ("a4-highgpu-8g", "a3-ultragpu-8g")
+
+
+def google_topology(node_config: dict[str, Any]) -> tuple[str, ...]:
+    """The topology labels Google writes on a pool's nodes (values unknown offline), or ()."""
+    affinity = node_config.get("reservationAffinity") or {}
+    if str(node_config.get("machineType")) in GOOGLE_TOPOLOGY_MACHINES \
+            and affinity.get("consumeReservationType") == "SPECIFIC_RESERVATION":
+        return GOOGLE_TOPOLOGY_LABELS
+    return ()
+
+
 _GKE_EFFECT = {"NO_SCHEDULE": "NoSchedule", "PREFER_NO_SCHEDULE": "PreferNoSchedule", "NO_EXECUTE": "NoExecute"}
 
 
@@ -202,7 +225,7 @@ def gke_nodes(node_pools: list[dict[str, Any]]) -> list[Node]:
         if shape:
             cpu, memory = gke_allocatable(*shape)
         nodes.append(Node(f"{name}-node", name, labels, taints, cpu=cpu, memory=memory, gpus=gpus,
-                          max_count=max_count, min_count=min_count))
+                          max_count=max_count, min_count=min_count, unvalued=google_topology(nc)))
     return nodes
 
 

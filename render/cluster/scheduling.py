@@ -241,7 +241,8 @@ def expand(nodes: list[Node], limit: int = 512) -> list[Node]:
             continue
         for i in range(min(n.max_count, limit)):
             clone = Node(f"{n.group}-{i + 1}", n.group, {**n.labels, HOSTNAME: f"{n.group}-{i + 1}"},
-                         list(n.taints), n.cpu, n.memory, n.gpus, n.gpus_known, 1, 1 if i < n.min_count else 0)
+                         list(n.taints), n.cpu, n.memory, n.gpus, n.gpus_known, 1, 1 if i < n.min_count else 0,
+                         unvalued=n.unvalued)
             out.append(clone)
     return out
 

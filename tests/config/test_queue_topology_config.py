@@ -92,9 +92,12 @@ def test_a_level_without_queues_or_on_dev_is_refused() -> None:
 def test_gke_names_googles_topology_only_when_a_level_is_set() -> None:
     plain = accepted({**gke_raw(), "queues": queues(team(gpus=1))})
     assert all(f.topology is None for f in flavors(plain)) and required_topology(plain) is None
-    cfg = accepted({**gke_raw(), "queues": queues(team(gpus=1), rdmaTopologyLevel="rack")})
+    # The level needs a pool Google labels (an A3 Ultra reservation: tests/stacks/test_gke_google_topology.py).
+    h200 = {"name": "h200-res", "machineType": "a3-ultragpu-8g", "accelerator": {"type": "nvidia-h200-141gb", "count": 8},
+            "zones": ["us-central1-a"], "provisioning": "reservation", "reservation": "h200-block"}
+    cfg = accepted({**gke_raw(*gke_raw()["gke"]["gpuPools"], h200), "queues": queues(team(gpus=1), rdmaTopologyLevel="rack")})
     levels = (GKE_BLOCK_LABEL, GKE_SUBBLOCK_LABEL, GKE_HOST_LABEL, "kubernetes.io/hostname")
-    assert [f.topology for f in flavors(cfg)] == [(TOPOLOGY_NAME, levels)] * 2
+    assert [f.topology for f in flavors(cfg)] == [(TOPOLOGY_NAME, levels)] * 3
     assert required_topology(cfg) == GKE_SUBBLOCK_LABEL
 
 

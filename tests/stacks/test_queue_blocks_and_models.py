@@ -7,8 +7,9 @@ and the whole-cluster check (objects validated against the pinned Kueue chart's 
 * lab: hosts[].gpuModel gives one ResourceFlavor per model on the label the NodePatch writes, the
   teams' quotas per model; the program's two-node jobs are admitted in the model that holds them;
 * gke: rdmaTopologyLevel makes the GPU flavors name a Topology of Google's labels and the multi-node
-  jobs require the level; the check's GKE nodes carry none of those labels (the plan cannot show
-  Google will write them), so it exits 3 naming the job and the level.
+  jobs require the level; the check's nodes of a pool Google does not label carry none of them, so a
+  job only such a pool holds exits 3 naming the job and the level (a pool Google labels, and the
+  refusal without one: tests/stacks/test_gke_google_topology.py).
 """
 
 from __future__ import annotations
@@ -124,14 +125,21 @@ def test_a_two_node_job_over_two_single_host_models_never_comes_up(upstream_dir:
 @pytest.mark.would_not_come_up
 def test_gke_requires_googles_level_and_nodes_without_the_labels_never_admit(tmp_path: Path, upstream_dir: Path) -> None:
     queues = {"enabled": True, "rdmaTopologyLevel": "rack"}
-    plan = program.run("gke", config=stack_config_with("gke", queues=queues, training={"nodes": 2}))
+    # One A3 Ultra reservation node (Google labels it; the level is refused without such a pool) cannot
+    # hold the two pods; the committed pools' nodes carry no label.
+    gke = _committed("gke", "gke")
+    gke["gpuPools"].append({"name": "h200-res", "machineType": "a3-ultragpu-8g", "zones": ["us-central1-a"],
+                            "accelerator": {"type": "nvidia-h200-141gb", "count": 8}, "provisioning": "reservation",
+                            "reservation": "h200-block", "autoscaling": {"minNodes": 0, "maxNodes": 1}})
+    plan = program.run("gke", config=stack_config_with("gke", gke=gke, queues=queues, training={"nodes": 2}))
     objects = kubernetes_objects(plan)
     (topology,) = [o for o in objects if o["kind"] == "Topology"]
     assert tuple(lvl["nodeLabel"] for lvl in topology["spec"]["levels"]) == GKE_LEVELS
     assert {o["spec"].get("topologyName") for o in objects if o["kind"] == "ResourceFlavor"} == {TOPOLOGY_NAME}
     training = _queued_jobs(objects)["train"]
     assert training["spec"]["template"]["metadata"]["annotations"][REQUIRED_TOPOLOGY] == GKE_SUBBLOCK_LABEL
-    result = render_cli(tmp_path, "gke", {"queues": queues, "training": {**_committed("gke", "training"), "nodes": 2}},
+    result = render_cli(tmp_path, "gke", {"gke": gke, "queues": queues,
+                                          "training": {**_committed("gke", "training"), "nodes": 2}},
                         upstream=upstream_dir)
     assert result.returncode == 3, result.stdout + result.stderr
     assert "Job training/train" in result.stderr and GKE_SUBBLOCK_LABEL in result.stderr, result.stderr
