@@ -22,7 +22,7 @@ from config import DevStack, GkeStack, LabStack, StackConfig
 from render import program
 from render.cluster import kueue_check
 from render.cluster import nodes as node_model
-from render.cluster.admission import Admission
+from render.cluster.admission import Admission, plan_dependencies
 from render.cluster.objects import CheckSetupError, collect
 from render.cluster.scheduling import Placement, expand, schedule
 from render.cluster.workloads import workloads
@@ -90,10 +90,7 @@ def check(plan: program.Plan, cfg: StackConfig, upstream: Path) -> Report:
     report = Report(plan.stack)
     collected = collect(plan, upstream, cfg.kubernetes_version)
     report.objects = len(collected.objects)
-    # A child is registered only once its parent is, and a component's registration waits for
-    # the component's own depends_on: what a parent waits for, its children wait for too.
-    deps = {r.urn: [*r.dependencies, *([r.parent] if r.parent else [])] for r in plan.resources}
-    admission = Admission(collected.objects, deps, cfg.kubernetes_minor)
+    admission = Admission(collected.objects, plan_dependencies(plan), cfg.kubernetes_minor)
     for problem in [*admission.schema(), *admission.namespaces_exist()]:
         report.problems.append(f"{problem.subject}: {problem.reason}")
 

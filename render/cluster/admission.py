@@ -138,12 +138,40 @@ def _crd_validator(crd_key: str, schema_json: str) -> Any:
 SYSTEM_PRIORITY_CLASSES = ("system-node-critical", "system-cluster-critical")
 
 
+def plan_dependencies(plan: Any) -> dict[str, list[str]]:
+    """What each resource of a plan (program.Plan) is registered after. A child is registered only
+    once its parent is, and a component's registration waits for the component's own depends_on:
+    what a parent waits for, its children wait for too."""
+    return {r.urn: [*r.dependencies, *([r.parent] if r.parent else [])] for r in plan.resources}
+
+
+class Ancestry:
+    """Every plan resource a urn waits for, directly or through others (memoized)."""
+
+    def __init__(self, dependencies: dict[str, list[str]]):
+        self._deps = dependencies
+        self._seen: dict[str, set[str]] = {}
+
+    def __call__(self, urn: str) -> set[str]:
+        if urn in self._seen:
+            return self._seen[urn]
+        seen: set[str] = set()
+        stack = list(self._deps.get(urn, []))
+        while stack:
+            u = stack.pop()
+            if u in seen:
+                continue
+            seen.add(u)
+            stack.extend(self._deps.get(u, []))
+        self._seen[urn] = seen
+        return seen
+
+
 class Admission:
     def __init__(self, objects: list[Obj], dependencies: dict[str, list[str]], minor: str):
         self.objects = objects
         self.minor = minor
-        self._deps = dependencies
-        self._ancestors: dict[str, set[str]] = {}
+        self.ancestors = Ancestry(dependencies)  # every plan resource a urn waits for
         self.crds: dict[tuple[str, str], tuple[dict[str, Any], Obj]] = {}
         for o in objects:
             if o.kind != "CustomResourceDefinition":
@@ -158,21 +186,6 @@ class Admission:
                     strict_schema(schema), o)
         self.namespaces = {o.name: o for o in objects if o.kind == "Namespace"}
         self.by_kind_ns: dict[tuple[str, str | None, str], Obj] = {(o.kind, o.namespace, o.name): o for o in objects}
-
-    def ancestors(self, urn: str) -> set[str]:
-        """Every plan resource `urn` waits for, directly or through others."""
-        if urn in self._ancestors:
-            return self._ancestors[urn]
-        seen: set[str] = set()
-        stack = list(self._deps.get(urn, []))
-        while stack:
-            u = stack.pop()
-            if u in seen:
-                continue
-            seen.add(u)
-            stack.extend(self._deps.get(u, []))
-        self._ancestors[urn] = seen
-        return seen
 
     def _before(self, creator: Obj, user: Obj, same_release_ok: bool) -> bool:
         if creator.source == user.source:

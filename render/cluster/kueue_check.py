@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from render import program
 from render.cluster import kueue_admission, kueue_objects, kueue_preemption, kueue_provisioning, kueue_webhook_order
+from render.cluster.admission import Ancestry, plan_dependencies
 from render.cluster.nodes import Node
 from render.cluster.objects import Obj
 from render.cluster.scheduling import Placement
@@ -39,22 +40,10 @@ def line(v: kueue_admission.Verdict) -> str:
     return f"{wl.ref} ({queue}): admitted whole, {flavors}" + (f"; borrows {borrowed} from its cohort" if borrowed else "")
 
 
-def _ancestors(plan: program.Plan) -> tuple[Callable[[str], set[str]], set[str]]:
+def created_after(plan: program.Plan) -> tuple[Callable[[str], set[str]], set[str]]:
     """What a resource is created after (its dependencies and parents, transitively), and the
     Helm Releases that skip waiting for their workloads."""
-    deps = {r.urn: [*r.dependencies, *([r.parent] if r.parent else [])] for r in plan.resources}
-
-    def ancestors(urn: str) -> set[str]:
-        seen: set[str] = set()
-        stack = list(deps.get(urn, []))
-        while stack:
-            u = stack.pop()
-            if u not in seen:
-                seen.add(u)
-                stack.extend(deps.get(u, []))
-        return seen
-
-    return ancestors, {r.urn for r in plan.resources if r.inputs.get("skipAwait") is True}
+    return Ancestry(plan_dependencies(plan)), {r.urn for r in plan.resources if r.inputs.get("skipAwait") is True}
 
 
 def judge(report: Report, objects: list[Obj], nodes: list[Node], placements: list[Placement],
@@ -63,7 +52,7 @@ def judge(report: Report, objects: list[Obj], nodes: list[Node], placements: lis
     if not world.workloads:
         return
     if plan is not None:
-        ancestors, no_wait = _ancestors(plan)
+        ancestors, no_wait = created_after(plan)
         report.problems += kueue_webhook_order.problems(world, objects, ancestors, no_wait.__contains__)
     classes = kueue_preemption.read(objects).workload_classes
     for wl in world.workloads:

@@ -17,6 +17,7 @@ import pytest
 
 from config.queues import PROGRAM_QUEUE, QUEUE_LABEL
 from render import cluster, program
+from render.cluster import kueue_check
 from tests.conftest import SEED_002_ROCE, stack_config_with
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
@@ -29,15 +30,8 @@ def plan() -> program.Plan:
 
 
 def _ancestors(plan: program.Plan, urn: str) -> set[str]:
-    deps = {r.urn: [*r.dependencies, *([r.parent] if r.parent else [])] for r in plan.resources}
-    seen: set[str] = set()
-    stack = list(deps.get(urn, []))
-    while stack:
-        u = stack.pop()
-        if u not in seen:
-            seen.add(u)
-            stack.extend(deps.get(u, []))
-    return seen
+    """What `urn` is created after: the check's own reading of the plan (kueue_check)."""
+    return kueue_check.created_after(plan)[0](urn)
 
 
 def _kueue_release(plan: program.Plan) -> program.Registration:
