@@ -34,7 +34,8 @@ def _example(kind: str) -> dict[str, Any]:
 
 
 def _team():
-    (config_block,) = [b for b in _yaml_blocks() if isinstance(b, dict) and "gpu-cluster:queues" in b]
+    # the page's one whole queues config (the topology and GPU model sections show fragments beside hosts)
+    (config_block,) = [b for b in _yaml_blocks() if isinstance(b, dict) and set(b) == {"gpu-cluster:queues"}]
     queues = config_block["gpu-cluster:queues"]
     # the documented team, in a lab with room for its GPUs
     cfg = accepted(lab_raw(queues=queues))
