@@ -7,7 +7,8 @@ objects wait for its Namespace. Whoever submits a queued job makes it depend on 
 release and the queue): Kueue's webhook then admits the Job and its queue exists.
 
 With shared storage, each team's namespace gets its own claim `shared-data` on it
-(components/queues/team_storage.py), which its jobs mount as the program's jobs do. GKE's queued
+(components/queues/team_storage.py), which its jobs mount as the program's jobs do; on a static NFS
+export a Job makes the teams' directories first (components/queues/team_directories.py). GKE's queued
 provisioning (a flexStart pool): components/queues/provisioning.py.
 
 Does not manage: the teams' groups (the cluster's identity provider), the nodes' topology labels
@@ -27,7 +28,7 @@ from pulumi_kubernetes import _utilities as k8s_utilities
 from components import versions
 from components.manifest_resource import manifest_resource
 from components.namespaces import pod_security_namespace
-from components.queues import kueue, objects, provisioning, team_storage
+from components.queues import kueue, objects, provisioning, team_directories, team_storage
 from components.storage_contract import TRAINING_NAMESPACE, TeamVolumes
 from components.training.wandb_launch import TeamQueue
 from config.queues import PROGRAM_QUEUE, Flavor, QueuesConfig, Team
@@ -43,6 +44,7 @@ class QueuesArgs:
     metrics: bool  # monitoring is on: the chart's ServiceMonitor (its CRD comes with monitoring)
     training_namespace: pulumi.Resource | None  # None: no program job runs, no program queue
     team_volumes: TeamVolumes | None = None  # the shared storage, as a team gets it (None: none)
+    shared_claim: tuple[pulumi.Resource, ...] = ()  # the training claim (the export's root) and what it needs
 
 
 def _custom(name: str, body: dict[str, Any], opts: pulumi.ResourceOptions) -> pulumi.CustomResource:
@@ -92,6 +94,11 @@ class Queues(pulumi.ComponentResource):
         self._teams = q.teams
         self.team_namespaces: dict[str, pulumi.Resource] = {}  # team -> its Namespace
         self.team_claims: dict[str, pulumi.Resource] = {}  # team -> its shared claim
+        self.team_directories: pulumi.Resource | None = None  # the Job making the teams' directories
+        if args.team_volumes is not None and q.teams and team_storage.needs_directories(args.team_volumes):
+            self.team_directories = team_directories.team_directories_job(
+                f"{name}-team-directories", [t.namespace for t in q.teams], [self.release, *args.shared_claim],
+                pulumi.ResourceOptions(parent=self))
         for t in q.teams:
             self._team(name, q, t, args)
         self.ready: list[pulumi.Resource] = [self.release]
@@ -135,5 +142,6 @@ class Queues(pulumi.ComponentResource):
             "workloads": f"kubectl -n {t.namespace} get workloads",
         }
         if args.team_volumes is not None:
-            self.team_claims[t.name] = team_storage.team_claim(prefix, args.team_volumes, t.namespace, in_ns)
+            self.team_claims[t.name] = team_storage.team_claim(prefix, args.team_volumes, t.namespace, in_ns,
+                                                               self.team_directories)
             self.team_outputs[t.name]["storage"] = team_storage.where(args.team_volumes, t.namespace)

@@ -12,8 +12,8 @@ How the platform's storage gives it (storage_contract.TeamVolumes, set by each s
   the team's subdirectory `<path>/teams/<namespace>`, pre-bound to the team's claim (claimRef) and
   the claim to it (volumeName), storageClassName "": no other claim can bind it, and the team's
   pods can reach no other directory (a pod's subPath stays inside the volume). The export's root
-  stays the training namespace's only. NFS makes no directory on mount: create it once (docs/queues.md,
-  "Shared storage per team"; the stack output says where).
+  stays the training namespace's only. NFS makes no directory on mount: a one-shot Job makes every
+  team's (components/queues/team_directories.py), and each team's volume waits for it.
 * dev storage.hostPath: a hostPath volume of `<hostPath>/teams/<namespace>` (DirectoryOrCreate:
   the kubelet makes it), pre-bound the same way.
 
@@ -32,9 +32,8 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
+from components.queues.team_directories import JOB_PREFIX, TEAMS_DIR
 from components.storage_contract import CLAIM_NAME, TeamVolumes
-
-TEAMS_DIR = "teams"
 
 
 def volume_name(namespace: str) -> str:
@@ -91,7 +90,7 @@ def where(v: TeamVolumes, namespace: str) -> str:
     """For the stack outputs: the claim and where its data lives."""
     claim = f"{namespace}/{CLAIM_NAME}"
     if v.nfs is not None:
-        return f"{claim}: {TEAMS_DIR}/{namespace} of the NFS export {v.nfs[1]} (create the directory once)"
+        return f"{claim}: {TEAMS_DIR}/{namespace} of the NFS export {v.nfs[1]} (made by the Job training/{JOB_PREFIX}-*)"
     if v.host_path is not None:
         return f"{claim}: {team_directory(v.host_path, namespace)} on the node"
     if v.default_class:
@@ -99,16 +98,22 @@ def where(v: TeamVolumes, namespace: str) -> str:
     return f"{claim}: its own directory of StorageClass {v.storage_class}"
 
 
+def needs_directories(v: TeamVolumes) -> bool:
+    """A static NFS export: nothing makes the teams' directories but the Job (team_directories.py)."""
+    return v.nfs is not None
+
+
 def team_claim(prefix: str, v: TeamVolumes, namespace: str, opts: pulumi.ResourceOptions,
-               ) -> k8s.core.v1.PersistentVolumeClaim:
+               directories: pulumi.Resource | None = None) -> k8s.core.v1.PersistentVolumeClaim:
     """Register the team's volume (static storage) and claim; `opts` carry the parent and the
-    team's Namespace."""
+    team's Namespace; `directories`: the Job that made the team's directory, which the volume waits for."""
     after: list[pulumi.Resource] = list(v.ready)
     pv = volume_manifest(v, namespace)
     if pv is not None:
+        pv_after = [*v.ready, *([directories] if directories is not None else [])]
         after.append(k8s.core.v1.PersistentVolume(f"{prefix}-data-volume", metadata=pv["metadata"], spec=pv["spec"],
                                                   opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(
-                                                      depends_on=list(v.ready)))))
+                                                      depends_on=pv_after))))
     pvc = claim_manifest(v, namespace)
     return k8s.core.v1.PersistentVolumeClaim(f"{prefix}-data", metadata=pvc["metadata"], spec=pvc["spec"],
                                              opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(
