@@ -11,9 +11,10 @@ pkg/features/kube_features.go, apis/config/v1beta2 waitForPodsReady):
   (TASReplaceNodeOnPodTermination), marks the host unhealthy for the workload, and the scheduler
   looks for a replacement host: in the same domain of the pod set's required topology level
   (anywhere on the flavor's nodes without one), a host with room for the pod that it tolerates.
-- None found: TASFailedNodeReplacementFailFast evicts the workload at once (requeued after its
-  backoff); without it the pod waits, and waitForPodsReady.recoveryTimeout (default: its timeout;
-  "0s" turns it off) evicts and requeues the workload once PodsReady has been false that long.
+- None found: TASFailedNodeReplacementFailFast evicts the workload (reason NodeFailures, requeued
+  at once: pkg/controller/core/workload_controller.go backs off PodsReadyTimeout evictions only);
+  without it the pod waits, and waitForPodsReady.recoveryTimeout (default: its timeout; "0s" turns
+  it off) evicts the workload once PodsReady has been false that long, requeued after the backoff.
 - Gates off: the pod stays pinned; only recoveryTimeout ends the wait. Both off: Pending forever.
 
 The gates take Kueue 0.19.2's defaults (all on) unless the manager's Configuration.featureGates
