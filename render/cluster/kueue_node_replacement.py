@@ -30,7 +30,7 @@ from typing import Any
 
 import yaml
 
-from components.gpu_health import TAINT_KEY
+from components.gpu_health import TAINT_KEY, UNSCHEDULABLE_TAINT
 from render.cluster.kueue_admission import ADMITTED, Verdict, _flavor_nodes, on_flavor
 from render.cluster.kueue_objects import MANAGER_CONFIG_KEY, KueueWorld, PodSet
 from render.cluster.nodes import Node
@@ -38,8 +38,10 @@ from render.cluster.objects import Obj
 from render.cluster.scheduling import Capacity, place, pod_requests
 
 REPLACED, REQUEUED, PINNED = "replaced", "requeued", "pinned"
-# What the GPU health service writes on a failing node (workloads/gpuhealth/actions.py).
-GPU_UNHEALTHY_TAINT = {"key": TAINT_KEY, "value": "failed", "effect": "NoSchedule"}
+# What a node the GPU health service takes out carries (workloads/gpuhealth/actions.py: its taint,
+# valued by the reason, e.g. a fatal XID; cordoned, so the node controller's taint too).
+GPU_UNHEALTHY_TAINTS = ({"key": TAINT_KEY, "value": "xid-79", "effect": "NoSchedule"},
+                        {"key": UNSCHEDULABLE_TAINT, "effect": "NoSchedule"})
 HOSTNAME = "kubernetes.io/hostname"
 # Kueue 0.19.2's defaults (pkg/features/kube_features.go: Beta, on since 0.14; OnNodeTaints since 0.17).
 DEFAULT_GATES = {"TopologyAwareScheduling": True, "TASFailedNodeReplacement": True, "TASReplaceNodeOnNodeTaints": True,
@@ -103,9 +105,8 @@ class Outcome:
     reason: str = ""
 
 
-def tainted(node: Node, taint: dict[str, str]) -> Node:
-    return Node(node.name, node.group, dict(node.labels), [*node.taints, taint], node.cpu, node.memory, node.gpus,
-                node.gpus_known, node.max_count, node.min_count, dict(node.extended), node.unvalued)
+def tainted(node: Node, taints: tuple[dict[str, str], ...]) -> Node:
+    return replace(node, labels=dict(node.labels), taints=[*node.taints, *taints], extended=dict(node.extended))
 
 
 def _running(world: KueueWorld, verdicts: list[Verdict], capacity: list[Capacity]) -> list[Capacity]:
@@ -130,8 +131,9 @@ def _pod_set(v: Verdict, name: str) -> PodSet:
 
 
 def replace_pod(world: KueueWorld, recovery: Recovery, verdicts: list[Verdict], capacity: list[Capacity],
-                victim: Verdict, pod_set: str, host: str, taint: dict[str, str]) -> Outcome:
-    """`host`, under one pod of `victim`'s `pod_set`, gets `taint` and that pod is evicted: where
+                victim: Verdict, pod_set: str, host: str,
+                taints: tuple[dict[str, str], ...] = GPU_UNHEALTHY_TAINTS) -> Outcome:
+    """`host`, under one pod of `victim`'s `pod_set`, gets `taints` and that pod is evicted: where
     its replacement goes, or when the workload is requeued, or that it stays pinned."""
     ps = _pod_set(victim, pod_set)
     rf = world.flavors[victim.flavors[ps.name].split(", ")[-1]]
@@ -140,13 +142,17 @@ def replace_pod(world: KueueWorld, recovery: Recovery, verdicts: list[Verdict], 
     pod = on_flavor(ps, rf, victim.workload)
     free = _running(world, verdicts, capacity)
     for c in free:
-        if c.node.name == host:
-            c.node = tainted(c.node, taint)
-            c.take({k: -v for k, v in pod_requests(pod.spec).items()})  # its pod is gone
+        if c.node.name == host:  # tainted, its pod gone
+            c.node = tainted(c.node, taints)
+            for k, v in pod_requests(pod.spec).items():
+                if k in c.free:
+                    c.free[k] += v
+            c.pods -= 1
     by_name = {c.node.name: c for c in free}
     pinned = {**pod.spec, "nodeSelector": {**(pod.spec.get("nodeSelector") or {}), HOSTNAME: host}}
     if place(replace(pod, spec=pinned, pods=1), [by_name[host]], keep=False).ok:
-        return Outcome(REPLACED, host, reason=f"the pods tolerate {taint['key']}: the new pod runs on {host} again")
+        return Outcome(REPLACED, host, reason=f"the pods tolerate {', '.join(t['key'] for t in taints)}: the new "
+                                             f"pod runs on {host} again")
     if not recovery.replaces_tainted_nodes:
         return _stuck(recovery, host, "the failed-node replacement gates are off: the new pod is pinned to "
                                       f"{host} by its topology assignment")
@@ -191,7 +197,7 @@ def pinned_after_taint(world: KueueWorld, objects: list[Obj], verdicts: list[Ver
             hosts = v.nodes.get(ps.name) or []
             if not rf.topology or not hosts:
                 continue
-            outcome = replace_pod(world, recovery, [v], capacity, v, ps.name, hosts[0], GPU_UNHEALTHY_TAINT)
+            outcome = replace_pod(world, recovery, [v], capacity, v, ps.name, hosts[0])
             if outcome.state == PINNED:
                 out.append(f"{v.workload.ref} (LocalQueue {v.queue}, {v.workload.obj.origin}): if the GPU health "
                            f"service taints {hosts[0]} ({TAINT_KEY}) under pod set {ps.name}: {outcome.reason}; keep the Kueue "

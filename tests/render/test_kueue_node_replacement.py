@@ -33,7 +33,7 @@ from tests.render.kueue_builders import (
 
 RACK, HOST = "gpu-cluster.io/rack", "kubernetes.io/hostname"
 REQUIRED = "kueue.x-k8s.io/podset-required-topology"
-TAINT = nr.GPU_UNHEALTHY_TAINT
+TAINTS = nr.GPU_UNHEALTHY_TAINTS
 
 
 def _config(doc: dict[str, Any]) -> Obj:
@@ -66,7 +66,7 @@ def _taint(objects: list[Obj], nodes: list, host: str) -> tuple[ka.Verdict, nr.O
     assert recovery is not None
     train = verdicts[0]
     assert train.state == ka.ADMITTED and host in train.nodes["main"], train
-    return train, nr.replace_pod(world, recovery, verdicts, cap, train, "main", host, TAINT)
+    return train, nr.replace_pod(world, recovery, verdicts, cap, train, "main", host, TAINTS)
 
 
 TRAIN = job("train", 2, annotations={REQUIRED: RACK})
@@ -98,10 +98,10 @@ def test_a_host_taken_by_another_job_is_no_room() -> None:
     assert [v.nodes["main"] for v in verdicts] == [["r1-a", "r1-b"], ["r1-c"]], verdicts
     recovery = nr.recovery_of(_world(_programs_config()))
     assert recovery is not None
-    outcome = nr.replace_pod(world, recovery, verdicts, capacity(*nodes), verdicts[0], "main", "r1-b", TAINT)
+    outcome = nr.replace_pod(world, recovery, verdicts, capacity(*nodes), verdicts[0], "main", "r1-b", TAINTS)
     assert outcome.state == nr.REQUEUED, outcome
     # The other job gone: r1-c takes the pod.
-    alone = nr.replace_pod(world, recovery, verdicts[:1], capacity(*nodes), verdicts[0], "main", "r1-b", TAINT)
+    alone = nr.replace_pod(world, recovery, verdicts[:1], capacity(*nodes), verdicts[0], "main", "r1-b", TAINTS)
     assert alone.state == nr.REPLACED and alone.node == "r1-c", alone
 
 
@@ -125,7 +125,7 @@ def test_with_the_gates_off_and_no_recovery_timeout_the_pod_stays_pinned_kueue_9
 
 def test_pods_that_tolerate_the_taint_keep_their_host() -> None:
     tolerant = job("train", 2, annotations={REQUIRED: RACK},
-                   tolerations=[{"key": GPU, "operator": "Exists"}, {"key": TAINT["key"], "operator": "Exists"}])
+                   tolerations=[{"key": GPU, "operator": "Exists"}, *({"key": t["key"], "operator": "Exists"} for t in TAINTS)])
     _, outcome = _taint(_world(_programs_config(), tolerant), _rack("r1", "a", "b", "c"), "r1-b")
     assert outcome.state == nr.REPLACED and outcome.node == "r1-b", outcome
 
