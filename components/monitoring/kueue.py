@@ -45,17 +45,34 @@ INACTIVE_FOR = "10m"
 DOCS = "docs/queues.md#why-it-waits"
 
 
+def pending_too_long_expr(pending_minutes: int) -> str:
+    """A ClusterQueue with workloads pending all through the last pending_minutes (and at their start),
+    none admitted in it. The window is in the expression, not in `for:`: an increase() window plus
+    `for` of the same length fired at about twice the configured time. A queue that never admitted
+    anything has no kueue_admitted_workloads_total series at all (Kueue makes it at the first
+    admission): `unless` with nothing on the right keeps it, so a new team's queue fires too; a series
+    that appeared inside the window is a first admission (increase() does not count it). The
+    subquery's step (a minute, coarser past two hours: the window may be a week) only looks for a
+    gap; the offset keeps it from firing before the window is over."""
+    window, step = f"{pending_minutes}m", f"{max(1, pending_minutes // 120)}m"
+    pending = f"sum by (cluster_queue) ({PENDING})"
+    return (f"(min_over_time(({pending})[{window}:{step}]) > 0 "
+            f"and on (cluster_queue) sum by (cluster_queue) ({PENDING} offset {window}) > 0) "
+            f"unless on (cluster_queue) (sum by (cluster_queue) (increase({ADMITTED_TOTAL}[{window}])) > 0) "
+            f"unless on (cluster_queue) (sum by (cluster_queue) ({ADMITTED_TOTAL}) "
+            f"unless on (cluster_queue) sum by (cluster_queue) ({ADMITTED_TOTAL} offset {window}))")
+
+
 def rule_group(pending_minutes: int) -> dict[str, Any]:
     """Three alerts: pending too long, a ClusterQueue that is not active, workloads it cannot admit."""
     window = f"{pending_minutes}m"
     return {"name": GROUP, "rules": [
         _alert(
             PENDING_ALERT,
-            f"sum by (cluster_queue) ({PENDING}) > 0 "
-            f"and on (cluster_queue) sum by (cluster_queue) (increase({ADMITTED_TOTAL}[{window}])) == 0",
-            window, "warning",
+            pending_too_long_expr(pending_minutes),
+            "0m", "warning",
             "Workloads have waited in a queue and none was admitted",
-            "ClusterQueue {{ $labels.cluster_queue }} has had {{ $value }} workload(s) pending for "
+            "ClusterQueue {{ $labels.cluster_queue }} has had at least {{ $value }} workload(s) pending for "
             f"{window} and admitted none of them in that time.",
             "`kubectl get workloads -A` and `kubectl describe workload` in the job's namespace say why "
             "(the quota it is short of, a flavor whose nodes are full or tainted). Free quota, raise the "

@@ -16,7 +16,21 @@ config.kueue.x-k8s.io/v1beta2 Configuration: the chart's defaults, then these ch
   (60 s doubling to an hour, requeued forever); blockAdmission admits the next workload only once
   the previous one's pods are all ready, so two half-placed gangs never hold GPUs against each
   other. (In v1beta2 the block's presence turns it on: the chart's own commented example has no
-  `enable`.)
+  `enable`.) recoveryTimeout, the same minutes, bounds how long an admitted gang that lost a pod
+  (the GPU health service tainted its node and evicted it) holds its other GPUs while the
+  replacement pod is placed, pulls its image and starts: the same steps as a first start, so the
+  same bound. After it the workload is evicted and requeued, never left with a pod Pending on the
+  tainted host (kueue#9616). Kueue 0.19.2 defaults it to `timeout` and "0s" turns it off: written
+  out so the whole-cluster check reads it (render/cluster/kueue_node_replacement.py).
+* featureGates (the Configuration's map; the chart's controllerManager.featureGates, a
+  --feature-gates flag, stays empty: Kueue refuses both at once): the topology-aware failed-node
+  replacement, on by default in 0.19.2 (Beta since 0.14 / 0.17) and named here because defaults
+  move between releases (TASReplaceNodeDueToNotReadyOverFixedTime turned off in 0.19).
+  TASFailedNodeReplacement: a node that fails under an admitted TAS workload is replaced by another
+  of the same topology domain; TASReplaceNodeOnNodeTaints: a NoSchedule/NoExecute taint the pods do
+  not tolerate counts as a failure (the GPU health taint); TASReplaceNodeOnPodTermination: once
+  the pod on it is gone; TASFailedNodeReplacementFailFast: no replacement at the first try evicts
+  and requeues the workload at once instead of waiting for recoveryTimeout.
 * resources.excludeResourcePrefixes: the RDMA device resource (`rdma/...`): one per node from the
   RDMA device plugin, which no ClusterQueue covers; a workload asking for an uncovered resource
   would never be admitted.
@@ -41,6 +55,9 @@ RELEASE_NAME = "kueue"
 FRAMEWORKS = ("batch/job", "kubeflow.org/pytorchjob")
 REQUEUE_BACKOFF_BASE_SECONDS = 60
 REQUEUE_BACKOFF_MAX_SECONDS = 3600
+# Kueue 0.19.2's topology-aware failed-node replacement (pkg/features/kube_features.go), all on.
+NODE_REPLACEMENT_GATES = ("TopologyAwareScheduling", "TASFailedNodeReplacement", "TASReplaceNodeOnNodeTaints",
+                          "TASReplaceNodeOnPodTermination", "TASFailedNodeReplacementFailFast")
 
 
 def manager_config(timeout_minutes: int, managed_namespaces: list[str]) -> dict[str, Any]:
@@ -61,6 +78,7 @@ def manager_config(timeout_minutes: int, managed_namespaces: list[str]) -> dict[
         ]},
         "waitForPodsReady": {
             "timeout": f"{timeout_minutes}m",
+            "recoveryTimeout": f"{timeout_minutes}m",
             "blockAdmission": True,
             "requeuingStrategy": {
                 "timestamp": "Eviction",
@@ -70,6 +88,7 @@ def manager_config(timeout_minutes: int, managed_namespaces: list[str]) -> dict[
         },
         "integrations": {"frameworks": list(FRAMEWORKS)},
         "resources": {"excludeResourcePrefixes": [f"{RDMA_RESOURCE_PREFIX}/"]},
+        "featureGates": dict.fromkeys(NODE_REPLACEMENT_GATES, True),
     }
 
 

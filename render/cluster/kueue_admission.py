@@ -35,7 +35,8 @@ What it follows (kueue v0.19.2 sources; docs "Cluster Queue" and "Topology Aware
   alone, so a workload admitted whose pods its flavor's nodes can never hold (taints they do not
   tolerate, such as the GPU health service's gpu-cluster.io/gpu-unhealthy, selectors, too few
   GPUs) is reported: its pods would stay Pending and waitForPodsReady would requeue it forever
-  (kueue#9616 is the same trap with pods pinned to a tainted node).
+  (kueue#9616 is the same trap with pods pinned to a tainted node: what Kueue does when a host
+  under an admitted topology-placed workload is tainted is kueue_node_replacement.py).
 
 Not modelled here: preemption (kueue_preemption.py wraps admit_in_order with it; here a workload
 that would fit after preempting lower priorities is counted as waiting), fair sharing, hierarchical

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from render import program
 from render.cluster import kueue_admission, kueue_objects, kueue_preemption, kueue_provisioning, kueue_webhook_order
 from render.cluster.admission import Ancestry, plan_dependencies
+from render.cluster.kueue_node_replacement import pinned_after_taint
 from render.cluster.nodes import Node
 from render.cluster.objects import Obj
 from render.cluster.scheduling import Placement
@@ -63,7 +64,9 @@ def judge(report: Report, objects: list[Obj], nodes: list[Node], placements: lis
                                    f"stays suspended (classes: {', '.join(sorted(classes)) or 'none'})")
     capacity = kueue_admission.capacity_after(nodes, placements)
     provisioning = kueue_provisioning.read(objects)
-    for v in kueue_admission.each_alone(world, capacity):
+    verdicts = kueue_admission.each_alone(world, capacity)
+    report.problems += pinned_after_taint(world, objects, verdicts, capacity)  # kueue#9616
+    for v in verdicts:
         v = kueue_provisioning.refine(v, world, provisioning, capacity)
         text = line(v) + kueue_provisioning.provisioned_by(v, world, provisioning)
         if v.state == kueue_admission.NEVER:

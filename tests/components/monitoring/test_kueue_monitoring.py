@@ -87,7 +87,7 @@ def test_pending_too_long_fires_only_when_nothing_is_admitted(tmp_path: Path) ->
     labels = {"cluster_queue": "team-a"}
     _test(tmp_path, series, [
         _quiet(kueue.PENDING_ALERT, "50m"),
-        # the increase() window must see an hour of no admission, then `for` an hour more
+        # an hour of pending with no admission fires at minute 60 (test_kueue_pending_alert.py); still at 150
         _firing(kueue.PENDING_ALERT, labels, "150m"),
     ])
 
