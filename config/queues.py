@@ -39,6 +39,7 @@ from config.queue_flavors import (
     quota_problems,
     topology,
 )
+from config.queue_units import describe, gke_units_per_node, unit_problems, units_per_gpu
 
 # The program's own queue (LocalQueue in the training namespace, ClusterQueue of the same name).
 PROGRAM_QUEUE = "gpu-cluster"
@@ -150,30 +151,34 @@ class Flavor:
     # levels, top first; None: no topology (jobs are admitted on quota alone).
     topology: tuple[str, tuple[str, ...]] | None = None
     model: str | None = None  # the GPU model (lab) or accelerator type (gke) a team's quota mapping names
+    # What one of `gpus` is: the covered GPU resource's unit (config/queue_units.py), for messages.
+    unit: str = "GPUs"
 
 
 def flavors(stack: Any) -> tuple[Flavor, ...]:
     """The GPU flavors of a stack (lab.LabStack, dev.DevStack or gke.GkeStack), by its platform."""
     platform = str(stack.platform)
-    replicas = stack.gpu.sharing.replicas  # time-slicing: each GPU is offered this many times
     if platform == "gke":
-        from config.gke import gke_gpus_per_node  # gke imports this module through addons
         from config.gke_provisioning import GkeProvisioning, flex_start_flavors
 
-        by_type: dict[str, int] = {}
+        by_type: dict[str, int | None] = {}
         for pool in stack.gke.gpu_pools:
             if pool.provisioning is GkeProvisioning.FLEX_START:
                 continue  # its own flavor, behind Kueue's ProvisioningRequest admission check
+            per_node, size = gke_units_per_node(pool, stack.gpu), by_type.get(pool.accelerator.type, 0)
             nodes = pool.autoscaling.max_nodes * len(pool.zones)
-            by_type[pool.accelerator.type] = by_type.get(pool.accelerator.type, 0) + nodes * gke_gpus_per_node(pool)
-        return tuple(Flavor(kind, {GKE_ACCELERATOR_LABEL: kind}, gpus, "gke.gpuPools", topology(stack), model=kind)
-                     for kind, gpus in sorted(by_type.items())) + flex_start_flavors(stack.gke.gpu_pools)
+            by_type[pool.accelerator.type] = (None if isinstance(per_node, str) or size is None
+                                              else size + nodes * per_node)
+        return tuple(Flavor(kind, {GKE_ACCELERATOR_LABEL: kind}, gpus, "gke.gpuPools", topology(stack), model=kind,
+                            unit=describe(stack.gpu)) for kind, gpus in sorted(by_type.items())) \
+            + flex_start_flavors(stack.gke.gpu_pools, stack.gpu)
     if platform == "lab":
         return lab_flavors(stack)
     label = {GPU_NODE_LABEL[0]: GPU_NODE_LABEL[1]}
-    counts = stack.gpu_counts
-    known = bool(stack.gpu_nodes) and len(counts) == len(stack.gpu_nodes)
-    return (Flavor("gpu", label, sum(counts.values()) * replicas if known else None, "gpuNodeGpus"),)
+    counts, units = stack.gpu_counts, units_per_gpu(stack.gpu)
+    known = bool(stack.gpu_nodes) and len(counts) == len(stack.gpu_nodes) and not isinstance(units, str)
+    return (Flavor("gpu", label, sum(counts.values()) * int(units) if known else None, "gpuNodeGpus",
+                   unit=describe(stack.gpu)),)
 
 
 def queues_problems(q: QueuesConfig, stack: Any) -> Problems:
@@ -195,4 +200,5 @@ def queues_problems(q: QueuesConfig, stack: Any) -> Problems:
                                                  f"not one of {', '.join(sorted(RESERVED_NAMESPACES))}"))
         if not t.group:
             problems.append((f"{key}.group", "is required: the group whose members may submit the team's jobs"))
-    return problems + quota_problems(q.teams, flavors(stack)) + level_problems(q, stack)
+    units = unit_problems(stack)  # a flavor of unknown units is not sized: its quotas are not judged
+    return problems + units + (quota_problems(q.teams, flavors(stack)) if not units else []) + level_problems(q, stack)
