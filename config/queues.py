@@ -7,8 +7,11 @@ ClusterQueue in one cohort with a nominal GPU/CPU/memory quota and a borrowing l
 Flavors (one ResourceFlavor per GPU kind) are derived, never configured: lab one per
 hosts[].gpuModel (one `gpu` without models), dev one, `gpu`, on the nodes labelled
 nvidia.com/gpu.present=true; gke one per accelerator type of gke.gpuPools, on GKE's
-cloud.google.com/gke-accelerator label. A team's `gpus` is its nominal quota in every GPU flavor
-(capped at what that flavor has), or a mapping GPU model (gke: accelerator type) -> count.
+cloud.google.com/gke-accelerator label, and one per flexStart pool (of its accelerator type). A
+team's `gpus` is its nominal quota in every GPU flavor, or a mapping GPU model (gke: accelerator
+type) -> count in every flavor of that model (capped at each). Counts (flavor sizes, quotas,
+borrowing limits) are in units of the GPU resource the ClusterQueues cover, as Kueue counts them:
+MIG slices, time-sliced replicas (config/queue_units.py; MIG it cannot size is refused).
 Topology levels and the level RDMA jobs require: config/queue_flavors.py.
 
 Refused, naming the key: a team's GPUs beyond what the cluster has (lab: the sum of hosts[].gpus;
@@ -73,13 +76,17 @@ class Team(Model):
     group: str | None = Field(default=None, description="The identity provider's group whose members submit the "
                                                         "team's jobs (bound to a Role in the namespace only).")
     gpus: int | dict[str, int] = Field(
-        default=0, description="Nominal GPUs (the team's guarantee): a number, in every GPU flavor; or a mapping "
-                               "GPU model -> count (lab: hosts[].gpuModel; gke: the accelerator type), the "
-                               "flavors it names only.")
+        default=0, description="Nominal GPUs (the team's guarantee), in units of the GPU resource its pods request: "
+                               "whole GPUs; with gpu.sharing time-slicing, replicas (GPUs x replicas); with MIG, "
+                               "slices of gpu.sharing.migProfile (e.g. 7 per H100 80GB for 1g.10gb); on gke, GKE's "
+                               "own sharing counted alike. A number, in every GPU flavor; or a mapping GPU model -> "
+                               "count (lab: hosts[].gpuModel; gke: the accelerator type), in every flavor of the "
+                               "models it names (on demand and flex-start alike), capped at each.")
     cpu: str = Field(description="Nominal CPU quota, a Kubernetes quantity above zero (e.g. '64').")
     memory: str = Field(description="Nominal memory quota, a Kubernetes quantity above zero (e.g. '512Gi').")
     borrowing_limit_gpus: int = Field(
-        default=0, ge=0, description="GPUs the team may borrow beyond its nominal quota from the cohort's unused quota."
+        default=0, ge=0, description="GPUs the team may borrow beyond its nominal quota from the cohort's unused quota "
+                                     "(in the units of `gpus`: replicas or MIG slices where GPUs are shared)."
     )
     priority: QueuePriority = Field(
         default=QueuePriority.BATCH,
