@@ -16,8 +16,9 @@ Topology levels and the level RDMA jobs require: config/queue_flavors.py.
 
 Refused, naming the key: a team's GPUs beyond what the cluster has (lab: the sum of hosts[].gpus;
 gke: each pool's maxNodes x zones x GPUs per node; dev: gpuNodeGpus, when every node's count is
-declared), the teams' nominal GPUs together beyond it (a nominal quota is a guarantee), a team
-without a group, a namespace of the program's own, duplicate names or namespaces, bad quantities.
+declared), the teams' nominal GPUs together beyond it (a nominal quota is a guarantee), a team's
+CPU or memory beyond every GPU flavor's nodes where their size is known (gke:
+config/queue_resources.py), a team without a group, a namespace of the program's own, duplicate names or namespaces, bad quantities.
 
 Off by default: enabling it installs Kueue and queues the program's own jobs (they wait for
 admission), which changes what `up` does on an existing stack; a stack opts in.
@@ -42,6 +43,7 @@ from config.queue_flavors import (
     quota_problems,
     topology,
 )
+from config.queue_resources import resource_problems
 from config.queue_units import describe, gke_units_per_node, unit_problems, units_per_gpu
 
 # The program's own queue (LocalQueue in the training namespace, ClusterQueue of the same name).
@@ -82,8 +84,10 @@ class Team(Model):
                                "own sharing counted alike. A number, in every GPU flavor; or a mapping GPU model -> "
                                "count (lab: hosts[].gpuModel; gke: the accelerator type), in every flavor of the "
                                "models it names (on demand and flex-start alike), capped at each.")
-    cpu: str = Field(description="Nominal CPU quota, a Kubernetes quantity above zero (e.g. '64').")
-    memory: str = Field(description="Nominal memory quota, a Kubernetes quantity above zero (e.g. '512Gi').")
+    cpu: str = Field(description="Nominal CPU quota in every GPU flavor, a Kubernetes quantity above zero (e.g. "
+                                 "'64'); gke: at most what the largest flavor's nodes leave to pods.")
+    memory: str = Field(description="Nominal memory quota in every GPU flavor, a Kubernetes quantity above zero "
+                                    "(e.g. '512Gi'); gke: at most what the largest flavor's nodes leave to pods.")
     borrowing_limit_gpus: int = Field(
         default=0, ge=0, description="GPUs the team may borrow beyond its nominal quota from the cohort's unused quota "
                                      "(in the units of `gpus`: replicas or MIG slices where GPUs are shared)."
@@ -208,4 +212,5 @@ def queues_problems(q: QueuesConfig, stack: Any) -> Problems:
         if not t.group:
             problems.append((f"{key}.group", "is required: the group whose members may submit the team's jobs"))
     units = unit_problems(stack)  # a flavor of unknown units is not sized: its quotas are not judged
-    return problems + units + (quota_problems(q.teams, flavors(stack)) if not units else []) + level_problems(q, stack)
+    return (problems + units + (quota_problems(q.teams, flavors(stack)) if not units else [])
+            + resource_problems(q.teams, stack) + level_problems(q, stack))
