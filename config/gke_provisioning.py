@@ -33,6 +33,7 @@ from config.errors import Problems
 
 if TYPE_CHECKING:
     from config.gke_pools import GpuPool
+    from config.gpu import GpuConfig
     from config.queues import Flavor
 
 # What GKE sets on queued-provisioning nodes: this label (true), and a NoSchedule taint of the same key.
@@ -108,17 +109,22 @@ def flex_start_flavor_name(pool: GpuPool) -> str:
     return f"{pool.name}{FLEX_START_FLAVOR_SUFFIX}"
 
 
-def flex_start_flavors(pools: tuple[GpuPool, ...]) -> tuple[Flavor, ...]:
+def flex_start_flavors(pools: tuple[GpuPool, ...], gpu: GpuConfig) -> tuple[Flavor, ...]:
     """One ResourceFlavor per flexStart pool (its own admission check covers it, and no other pool's
-    nodes count in it): its accelerator, the pool's own label and GKE's queued label; its GPUs are
-    what the pool scales to."""
-    from config.gke_pools import gke_gpus_per_node
+    nodes count in it): its accelerator, the pool's own label and GKE's queued label; its size is
+    what the pool scales to, in the covered GPU resource's units (config/queue_units.py); its model
+    the accelerator type, so a team's quota mapping names it as it names an on-demand pool's flavor."""
+    from config.queue_units import describe, gke_units_per_node
     from config.queues import Flavor
+
+    def size(p: GpuPool) -> int | None:
+        per_node = gke_units_per_node(p, gpu)
+        return None if isinstance(per_node, str) else p.autoscaling.max_nodes * len(p.zones) * per_node
 
     return tuple(
         Flavor(flex_start_flavor_name(p),
                {GKE_ACCELERATOR_LABEL: p.accelerator.type, GKE_POOL_LABEL: p.name, GKE_QUEUED_LABEL: "true"},
-               p.autoscaling.max_nodes * len(p.zones) * gke_gpus_per_node(p), "gke.gpuPools")
+               size(p), "gke.gpuPools", model=p.accelerator.type, unit=describe(gpu))
         for p in pools if p.provisioning is GkeProvisioning.FLEX_START
     )
 

@@ -117,24 +117,37 @@ def flavor_name(model: str) -> str:
 
 def lab_flavors(stack: Any) -> tuple[Flavor, ...]:
     """One flavor per GPU model of the hosts (first named first), or one `gpu` flavor without models."""
+    from config.queue_units import describe, units_per_gpu
     from config.queues import Flavor
 
-    replicas = stack.gpu.sharing.replicas  # time-slicing: each GPU is offered this many times
-    gpu, topo = _gpu_hosts(stack), topology(stack)
+    gpu, topo, unit = _gpu_hosts(stack), topology(stack), describe(stack.gpu)
+
+    def size(hosts: list[Any], model: str | None) -> int | None:
+        """The hosts' GPUs in the covered resource's units (config/queue_units.py); None: unknown."""
+        per_gpu = units_per_gpu(stack.gpu, model)
+        return None if isinstance(per_gpu, str) else sum(h.gpus for h in hosts) * per_gpu
+
     models = list(dict.fromkeys(h.gpu_model for h in gpu if h.gpu_model))
     if not models:
-        return (Flavor("gpu", {GPU_NODE_LABEL[0]: GPU_NODE_LABEL[1]}, sum(h.gpus for h in gpu) * replicas,
-                       "hosts[].gpus", topo),)
-    return tuple(Flavor(flavor_name(m), {GPU_MODEL_LABEL: m}, sum(h.gpus for h in gpu if h.gpu_model == m) * replicas,
-                        f"hosts[].gpus of the {m} hosts", topo, model=m) for m in models)
+        return (Flavor("gpu", {GPU_NODE_LABEL[0]: GPU_NODE_LABEL[1]}, size(gpu, None), "hosts[].gpus", topo,
+                       unit=unit),)
+    return tuple(Flavor(flavor_name(m), {GPU_MODEL_LABEL: m}, size([h for h in gpu if h.gpu_model == m], m),
+                        f"hosts[].gpus of the {m} hosts", topo, model=m, unit=unit) for m in models)
 
 
 def team_gpus(t: Any, f: Flavor) -> int:
-    """A team's nominal GPUs in a flavor as configured: a number is for every flavor, a mapping
-    GPU model -> count for the flavors it names."""
+    """A team's nominal GPUs in a flavor as configured (in the covered resource's units): a number is
+    for every flavor, a mapping GPU model -> count for every flavor of the models it names (gke: an
+    on-demand and a flexStart pool of one accelerator type are two flavors of one model)."""
     if isinstance(t.gpus, dict):
         return int(t.gpus.get(f.model, 0)) if f.model is not None else 0
     return int(t.gpus)
+
+
+def capped_gpus(t: Any, f: Flavor) -> int:
+    """team_gpus, capped at the flavor's size where known: what the team's ClusterQueue holds there."""
+    gpus = team_gpus(t, f)
+    return min(gpus, f.gpus) if f.gpus is not None else gpus
 
 
 def level_problems(q: Any, stack: Any) -> Problems:
@@ -197,29 +210,40 @@ def _lab_levels(stack: Any) -> list[str]:
     return [name for name in ("block", "rack") if _lab_named(stack, name)] + ["host"]
 
 
+def _count(n: int, f: Flavor) -> str:
+    return f"{n} GPUs" if f.unit == "GPUs" else f"{n} {f.unit}"
+
+
 def quota_problems(teams: Any, flavors: tuple[Flavor, ...]) -> Problems:
-    """Each team's GPUs within each flavor, a mapping's models among the flavors', the teams' nominal
-    GPUs together within each flavor (a nominal quota is a guarantee)."""
+    """Each team's GPUs within each flavor (a mapping's count within at least one flavor of its model:
+    it is capped at each), a mapping's models among the flavors', the teams' nominal GPUs together
+    within each flavor (a nominal quota is a guarantee). Counts are in the units of the GPU resource
+    the ClusterQueues cover (config/queue_units.py: MIG slices, time-sliced replicas)."""
     problems: Problems = []
-    by_model = {f.model: f for f in flavors if f.model is not None}
+    by_model: dict[str, list[Flavor]] = {}
+    for f in flavors:
+        if f.model is not None:
+            by_model.setdefault(f.model, []).append(f)
     models = ", ".join(by_model) or "none (lab: hosts[].gpuModel; gke: gke.gpuPools[].accelerator.type)"
     for i, t in enumerate(teams):
         key = f"queues.teams[{i}].gpus"
         if isinstance(t.gpus, dict):
             for model, n in t.gpus.items():
-                f = by_model.get(model)
-                if f is None:
+                of_model = by_model.get(model)
+                if of_model is None:
                     problems.append((f"{key}.{model}", f"no GPU node has model {model!r}; the cluster's GPU models: "
                                                        f"{models}"))
-                elif f.gpus is not None and n > f.gpus:
-                    problems.append((f"{key}.{model}", f"{n} GPUs but flavor {f.name} has {f.gpus} ({f.key})"))
+                elif all(f.gpus is not None and n > f.gpus for f in of_model):
+                    sizes = ", ".join(f"{f.name} has {f.gpus}" for f in of_model)
+                    problems.append((f"{key}.{model}", f"{_count(n, of_model[0])} but flavor {sizes} "
+                                                       f"({of_model[0].key})"))
             continue
         for f in flavors:
             if f.gpus is not None and t.gpus > f.gpus:
                 hint = "; give a mapping GPU model -> count for each model" if len(by_model) > 1 else ""
-                problems.append((key, f"{t.gpus} GPUs but flavor {f.name} has {f.gpus} ({f.key}){hint}"))
+                problems.append((key, f"{_count(t.gpus, f)} but flavor {f.name} has {f.gpus} ({f.key}){hint}"))
     for f in flavors:
-        total = sum(team_gpus(t, f) for t in teams)
+        total = sum(capped_gpus(t, f) for t in teams)
         if f.gpus is not None and total > f.gpus:
             problems.append(("queues.teams", f"the teams' nominal GPUs add up to {total} but flavor {f.name} has "
                                              f"{f.gpus} ({f.key}); a nominal quota is a guarantee: lend with "

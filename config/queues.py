@@ -7,14 +7,18 @@ ClusterQueue in one cohort with a nominal GPU/CPU/memory quota and a borrowing l
 Flavors (one ResourceFlavor per GPU kind) are derived, never configured: lab one per
 hosts[].gpuModel (one `gpu` without models), dev one, `gpu`, on the nodes labelled
 nvidia.com/gpu.present=true; gke one per accelerator type of gke.gpuPools, on GKE's
-cloud.google.com/gke-accelerator label. A team's `gpus` is its nominal quota in every GPU flavor
-(capped at what that flavor has), or a mapping GPU model (gke: accelerator type) -> count.
+cloud.google.com/gke-accelerator label, and one per flexStart pool (of its accelerator type). A
+team's `gpus` is its nominal quota in every GPU flavor, or a mapping GPU model (gke: accelerator
+type) -> count in every flavor of that model (capped at each). Counts (flavor sizes, quotas,
+borrowing limits) are in units of the GPU resource the ClusterQueues cover, as Kueue counts them:
+MIG slices, time-sliced replicas (config/queue_units.py; MIG it cannot size is refused).
 Topology levels and the level RDMA jobs require: config/queue_flavors.py.
 
 Refused, naming the key: a team's GPUs beyond what the cluster has (lab: the sum of hosts[].gpus;
 gke: each pool's maxNodes x zones x GPUs per node; dev: gpuNodeGpus, when every node's count is
-declared), the teams' nominal GPUs together beyond it (a nominal quota is a guarantee), a team
-without a group, a namespace of the program's own, duplicate names or namespaces, bad quantities.
+declared), the teams' nominal GPUs together beyond it (a nominal quota is a guarantee), a team's
+CPU or memory beyond every GPU flavor's nodes where their size is known (gke:
+config/queue_resources.py), a team without a group, a namespace of the program's own, duplicate names or namespaces, bad quantities.
 
 Off by default: enabling it installs Kueue and queues the program's own jobs (they wait for
 admission), which changes what `up` does on an existing stack; a stack opts in.
@@ -39,6 +43,8 @@ from config.queue_flavors import (
     quota_problems,
     topology,
 )
+from config.queue_resources import resource_problems
+from config.queue_units import describe, gke_units_per_node, unit_problems, units_per_gpu
 
 # The program's own queue (LocalQueue in the training namespace, ClusterQueue of the same name).
 PROGRAM_QUEUE = "gpu-cluster"
@@ -72,13 +78,19 @@ class Team(Model):
     group: str | None = Field(default=None, description="The identity provider's group whose members submit the "
                                                         "team's jobs (bound to a Role in the namespace only).")
     gpus: int | dict[str, int] = Field(
-        default=0, description="Nominal GPUs (the team's guarantee): a number, in every GPU flavor; or a mapping "
-                               "GPU model -> count (lab: hosts[].gpuModel; gke: the accelerator type), the "
-                               "flavors it names only.")
-    cpu: str = Field(description="Nominal CPU quota, a Kubernetes quantity above zero (e.g. '64').")
-    memory: str = Field(description="Nominal memory quota, a Kubernetes quantity above zero (e.g. '512Gi').")
+        default=0, description="Nominal GPUs (the team's guarantee), in units of the GPU resource its pods request: "
+                               "whole GPUs; with gpu.sharing time-slicing, replicas (GPUs x replicas); with MIG, "
+                               "slices of gpu.sharing.migProfile (e.g. 7 per H100 80GB for 1g.10gb); on gke, GKE's "
+                               "own sharing counted alike. A number, in every GPU flavor; or a mapping GPU model -> "
+                               "count (lab: hosts[].gpuModel; gke: the accelerator type), in every flavor of the "
+                               "models it names (on demand and flex-start alike), capped at each.")
+    cpu: str = Field(description="Nominal CPU quota in every GPU flavor, a Kubernetes quantity above zero (e.g. "
+                                 "'64'); gke: at most what the largest flavor's nodes leave to pods.")
+    memory: str = Field(description="Nominal memory quota in every GPU flavor, a Kubernetes quantity above zero "
+                                    "(e.g. '512Gi'); gke: at most what the largest flavor's nodes leave to pods.")
     borrowing_limit_gpus: int = Field(
-        default=0, ge=0, description="GPUs the team may borrow beyond its nominal quota from the cohort's unused quota."
+        default=0, ge=0, description="GPUs the team may borrow beyond its nominal quota from the cohort's unused quota "
+                                     "(in the units of `gpus`: replicas or MIG slices where GPUs are shared)."
     )
     priority: QueuePriority = Field(
         default=QueuePriority.BATCH,
@@ -150,30 +162,34 @@ class Flavor:
     # levels, top first; None: no topology (jobs are admitted on quota alone).
     topology: tuple[str, tuple[str, ...]] | None = None
     model: str | None = None  # the GPU model (lab) or accelerator type (gke) a team's quota mapping names
+    # What one of `gpus` is: the covered GPU resource's unit (config/queue_units.py), for messages.
+    unit: str = "GPUs"
 
 
 def flavors(stack: Any) -> tuple[Flavor, ...]:
     """The GPU flavors of a stack (lab.LabStack, dev.DevStack or gke.GkeStack), by its platform."""
     platform = str(stack.platform)
-    replicas = stack.gpu.sharing.replicas  # time-slicing: each GPU is offered this many times
     if platform == "gke":
-        from config.gke import gke_gpus_per_node  # gke imports this module through addons
         from config.gke_provisioning import GkeProvisioning, flex_start_flavors
 
-        by_type: dict[str, int] = {}
+        by_type: dict[str, int | None] = {}
         for pool in stack.gke.gpu_pools:
             if pool.provisioning is GkeProvisioning.FLEX_START:
                 continue  # its own flavor, behind Kueue's ProvisioningRequest admission check
+            per_node, size = gke_units_per_node(pool, stack.gpu), by_type.get(pool.accelerator.type, 0)
             nodes = pool.autoscaling.max_nodes * len(pool.zones)
-            by_type[pool.accelerator.type] = by_type.get(pool.accelerator.type, 0) + nodes * gke_gpus_per_node(pool)
-        return tuple(Flavor(kind, {GKE_ACCELERATOR_LABEL: kind}, gpus, "gke.gpuPools", topology(stack), model=kind)
-                     for kind, gpus in sorted(by_type.items())) + flex_start_flavors(stack.gke.gpu_pools)
+            by_type[pool.accelerator.type] = (None if isinstance(per_node, str) or size is None
+                                              else size + nodes * per_node)
+        return tuple(Flavor(kind, {GKE_ACCELERATOR_LABEL: kind}, gpus, "gke.gpuPools", topology(stack), model=kind,
+                            unit=describe(stack.gpu)) for kind, gpus in sorted(by_type.items())) \
+            + flex_start_flavors(stack.gke.gpu_pools, stack.gpu)
     if platform == "lab":
         return lab_flavors(stack)
     label = {GPU_NODE_LABEL[0]: GPU_NODE_LABEL[1]}
-    counts = stack.gpu_counts
-    known = bool(stack.gpu_nodes) and len(counts) == len(stack.gpu_nodes)
-    return (Flavor("gpu", label, sum(counts.values()) * replicas if known else None, "gpuNodeGpus"),)
+    counts, units = stack.gpu_counts, units_per_gpu(stack.gpu)
+    known = bool(stack.gpu_nodes) and len(counts) == len(stack.gpu_nodes) and not isinstance(units, str)
+    return (Flavor("gpu", label, sum(counts.values()) * int(units) if known else None, "gpuNodeGpus",
+                   unit=describe(stack.gpu)),)
 
 
 def queues_problems(q: QueuesConfig, stack: Any) -> Problems:
@@ -195,4 +211,6 @@ def queues_problems(q: QueuesConfig, stack: Any) -> Problems:
                                                  f"not one of {', '.join(sorted(RESERVED_NAMESPACES))}"))
         if not t.group:
             problems.append((f"{key}.group", "is required: the group whose members may submit the team's jobs"))
-    return problems + quota_problems(q.teams, flavors(stack)) + level_problems(q, stack)
+    units = unit_problems(stack)  # a flavor of unknown units is not sized: its quotas are not judged
+    return (problems + units + (quota_problems(q.teams, flavors(stack)) if not units else [])
+            + resource_problems(q.teams, stack) + level_problems(q, stack))

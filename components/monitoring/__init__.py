@@ -94,6 +94,7 @@ class MonitoringArgs:
     # queues.enabled: the Kueue row and rule group (components/monitoring/kueue.py), alerting past
     # queues.pendingAlertMinutes; None: no queues.
     kueue_pending_minutes: int | None = None
+    kueue_gpu_resource: str = "nvidia.com/gpu"  # the GPU resource the ClusterQueues cover (the quota panel's)
 
 
 def _gib(size: str) -> int:
@@ -237,7 +238,7 @@ class Monitoring(pulumi.ComponentResource):
             _custom_resource(f"{name}-{target.name}", service_monitor(target), after_release)
         fleet_panels = (args.fleet_panels + ((rdma.panel_group(),) if args.rdma else ())
                         + ((gpu_health.panel_group(),) if args.gpu_health_webhook else ())
-                        + ((kueue.panel_group(),) if args.kueue_pending_minutes else ()))
+                        + ((kueue.panel_group(args.kueue_gpu_resource),) if args.kueue_pending_minutes else ()))
         for board in dashboards.dashboards(fleet_panels, args.training_panels):
             slug = board.uid.removeprefix("gpu-cluster-")
             k8s.core.v1.ConfigMap(

@@ -26,6 +26,7 @@ from typing import Any
 
 from components.monitoring.alerts import _alert
 from components.monitoring.dashboards import Panel, PanelGroup
+from components.scheduling_contract import GPU_RESOURCE
 
 GROUP = "gpu-cluster.kueue"
 TITLE = "Queues (Kueue)"
@@ -106,8 +107,11 @@ def rule_group(pending_minutes: int) -> dict[str, Any]:
 _PER_QUEUE = "{{cluster_queue}}"
 
 
-def panel_group() -> PanelGroup:
-    """The fleet dashboard's row: pending and admitted workloads, quota use, waiting time per queue."""
+def panel_group(gpu_resource: str = GPU_RESOURCE) -> PanelGroup:
+    """The fleet dashboard's row: pending and admitted workloads, quota use, waiting time per queue.
+    `gpu_resource`: the GPU resource the ClusterQueues cover (stacks/addons.py gpu_resource: a MIG
+    slice type nvidia.com/mig-<profile> under the mixed strategy), the one Kueue reports quota in."""
+    gpu = f'resource="{gpu_resource}"'
     return PanelGroup(TITLE, (
         Panel("Pending workloads", (
             (f'sum by (cluster_queue) ({PENDING}{{status="active"}})', "waiting " + _PER_QUEUE),
@@ -116,8 +120,8 @@ def panel_group() -> PanelGroup:
         Panel("Admitted workloads", ((f"sum by (cluster_queue) ({ADMITTED_ACTIVE})", _PER_QUEUE),), "short",
               "Admitted and not finished, per ClusterQueue."),
         Panel("GPU quota used", ((
-            f'sum by (cluster_queue, flavor) ({USAGE}{{resource="nvidia.com/gpu"}}) '
-            f'/ on (cluster_queue, flavor) sum by (cluster_queue, flavor) ({NOMINAL}{{resource="nvidia.com/gpu"}})',
+            f"sum by (cluster_queue, flavor) ({USAGE}{{{gpu}}}) "
+            f"/ on (cluster_queue, flavor) sum by (cluster_queue, flavor) ({NOMINAL}{{{gpu}}})",
             _PER_QUEUE + " {{flavor}}"),), "percentunit",
               "GPUs in use over the nominal quota, per ClusterQueue and flavor (above 1: borrowing from the cohort)."),
         Panel("Time waiting for admission (p90)", ((

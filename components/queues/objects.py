@@ -33,7 +33,7 @@ from typing import Any
 from components.namespaces import PodSecurityLevel
 from components.scheduling_contract import gpu_tolerations
 from components.training import network_policy
-from config.queue_flavors import team_gpus
+from config.queue_flavors import capped_gpus
 from config.queues import (
     BATCH_PRIORITY_CLASS,
     PROGRAM_PRIORITY_CLASS,
@@ -113,15 +113,8 @@ def cluster_queue(name: str, namespace: str, cohort: str, gpu_resource: str, fla
     }
 
 
-def _team_gpus(t: Team, f: Flavor) -> int:
-    """A team's nominal GPUs in a flavor: its `gpus` there (a number: in every flavor; a mapping: the
-    models it names), capped at the flavor's size where known."""
-    gpus = team_gpus(t, f)
-    return min(gpus, f.gpus) if f.gpus is not None else gpus
-
-
 def team_cluster_queue(q: QueuesConfig, t: Team, gpu_resource: str, flavors: tuple[Flavor, ...]) -> dict[str, Any]:
-    return cluster_queue(t.name, t.namespace, q.cohort, gpu_resource, flavors, lambda f: _team_gpus(t, f),
+    return cluster_queue(t.name, t.namespace, q.cohort, gpu_resource, flavors, lambda f: capped_gpus(t, f),
                          t.cpu, t.memory, t.borrowing_limit_gpus)
 
 
@@ -136,7 +129,7 @@ def program_cluster_queue(q: QueuesConfig, namespace: str, gpu_resource: str, fl
     def gpus(f: Flavor) -> int:
         if f.gpus is None:
             return need_gpus
-        return max(0, f.gpus - sum(_team_gpus(t, f) for t in q.teams))
+        return max(0, f.gpus - sum(capped_gpus(t, f) for t in q.teams))
 
     return cluster_queue(PROGRAM_QUEUE, namespace, q.cohort, gpu_resource, flavors, gpus,
                          quantity(need.get("cpu", Decimal(1))), quantity(need.get("memory", Decimal(2**30))), None)

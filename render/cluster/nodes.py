@@ -32,7 +32,6 @@ components/scheduling_contract.py: the model is the world that contract is check
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,6 +39,7 @@ from typing import Any
 import yaml
 
 from config import DevStack, LabStack, StackConfig
+from config.gcp.machine_shapes import gke_allocatable, machine_shape
 
 GIB = 1024**3
 CONTROL_PLANE_ROLE = "node-role.kubernetes.io/control-plane"
@@ -116,58 +116,7 @@ def lab_nodes(cfg: LabStack, init_stdin: str | None, node_patches: Sequence[dict
 
 
 # --- gke ---
-# vCPUs and memory (GiB, as Compute Engine states it in GB = GiB) of the machine types a stack can
-# name; unknown shapes leave CPU and memory unchecked.
-_FIXED_SHAPES: dict[str, tuple[int, float]] = {
-    **{f"a2-highgpu-{n}g": (12 * n, 85.0 * n) for n in (1, 2, 4, 8)},
-    "a2-megagpu-16g": (96, 1360.0),
-    **{f"a2-ultragpu-{n}g": (12 * n, 170.0 * n) for n in (1, 2, 4, 8)},
-    "a3-highgpu-1g": (26, 234.0), "a3-highgpu-2g": (52, 468.0), "a3-highgpu-4g": (104, 936.0),
-    "a3-highgpu-8g": (208, 1872.0), "a3-megagpu-8g": (208, 1872.0),
-    "g2-standard-4": (4, 16.0), "g2-standard-8": (8, 32.0), "g2-standard-12": (12, 48.0),
-    "g2-standard-16": (16, 64.0), "g2-standard-24": (24, 96.0), "g2-standard-32": (32, 128.0),
-    "g2-standard-48": (48, 192.0), "g2-standard-96": (96, 384.0),
-}
-# GiB per vCPU of the general-purpose families.
-_PER_CPU: dict[tuple[str, str], float] = {
-    ("e2", "standard"): 4, ("e2", "highmem"): 8, ("e2", "highcpu"): 1,
-    ("n1", "standard"): 3.75, ("n1", "highmem"): 6.5, ("n1", "highcpu"): 0.9,
-    ("n2", "standard"): 4, ("n2", "highmem"): 8, ("n2", "highcpu"): 1,
-    ("n2d", "standard"): 4, ("n2d", "highmem"): 8, ("n2d", "highcpu"): 1,
-    ("c3", "standard"): 4, ("c3", "highmem"): 8, ("c3", "highcpu"): 2,
-    ("n4", "standard"): 4, ("n4", "highmem"): 8, ("n4", "highcpu"): 2,
-}
-
-
-def machine_shape(machine_type: str) -> tuple[int, float] | None:
-    """(vCPUs, memory GiB) of a Compute Engine machine type, or None if not known here."""
-    if machine_type in _FIXED_SHAPES:
-        return _FIXED_SHAPES[machine_type]
-    m = re.fullmatch(r"([a-z0-9]+)-(standard|highmem|highcpu)-(\d+)", machine_type)
-    if m and (m.group(1), m.group(2)) in _PER_CPU:
-        cpus = int(m.group(3))
-        return cpus, cpus * _PER_CPU[(m.group(1), m.group(2))]
-    return None
-
-
-def gke_allocatable(cpus: int, memory_gib: float) -> tuple[float, float]:
-    """GKE's node allocatable (GKE docs, "Cluster architecture: node allocatable resources"):
-    CPU reserves 6% of the first core, 1% of the next, 0.5% of the next 2 and 0.25% above 4;
-    memory reserves 25% of the first 4 GiB, 20% of the next 4, 10% of the next 8, 6% of the next
-    112 and 2% above 128, plus the 100 MiB eviction threshold."""
-    cpu_reserved = 0.06 * min(cpus, 1) + 0.01 * min(max(cpus - 1, 0), 1) + 0.005 * min(max(cpus - 2, 0), 2) \
-        + 0.0025 * max(cpus - 4, 0)
-    bands = ((4, 0.25), (4, 0.20), (8, 0.10), (112, 0.06), (float("inf"), 0.02))
-    left, mem_reserved = memory_gib, 0.0
-    for size, share in bands:
-        part = min(left, size)
-        mem_reserved += part * share
-        left -= part
-        if left <= 0:
-            break
-    return cpus - cpu_reserved, (memory_gib - mem_reserved) * GIB - 100 * 1024**2
-
-
+# Machine shapes and GKE's allocatable: config/gcp/machine_shapes.py (the config checks quotas on them).
 # Google, "Schedule GKE workloads with Topology Aware Scheduling" (cloud.google.com/ai-hypercomputer/
 # docs/workloads/schedule-gke-workloads-tas), "Topology of GKE nodes on A4 and A3 Ultra VMs": the
 # labels of a node's physical place, on those machine types; the block is "the organization-specific
