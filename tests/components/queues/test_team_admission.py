@@ -17,7 +17,8 @@ from components.queues import objects, team_admission
 from config.queues import PROGRAM_QUEUE, QUEUE_LABEL
 from render import program
 from render.cluster import admission, kueue_check
-from tests.components.training.test_wandb_launch import as_the_agent_submits, wandb_config
+from tests.components.queues.test_wandb_team_key import wandb_team_config
+from tests.components.training.test_wandb_launch import as_the_agent_submits
 from tests.workloads.test_queues_docs_examples import _example, _team
 
 POLICY = "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy"
@@ -27,7 +28,7 @@ TEAMS = {"vision": "team-vision", "language": "team-language"}
 
 @pytest.fixture(scope="module")
 def plan() -> program.Plan:
-    return program.run("lab-ha", config=wandb_config("lab-ha"))
+    return program.run("lab-ha", config=wandb_team_config("lab-ha", ["vision", "language"]))
 
 
 def _one(plan: program.Plan, type_: str) -> program.Registration:
