@@ -22,6 +22,7 @@ from config.monitoring import MonitoringConfig, monitoring_problems
 from config.queues import QueuesConfig, queues_problems
 from config.training import AcceptanceConfig, NetworkConfig, TrainingConfig, training_problems
 from config.wandb import WandbConfig, wandb_problems
+from config.wandb_teams import wandb_team_problems
 
 
 class Platform(enum.StrEnum):
@@ -157,6 +158,7 @@ class Addons(Model):
             *gpu_health_problems(self.gpu_health, self.gpu_health_image, self.training.image,
                                  self.network.link_gbps),
             *queues_problems(self.queues, self),
+            *wandb_team_problems(self.wandb, self.queues),
             *self._platform_problems(secrets),
         ]
 

@@ -50,6 +50,12 @@ class WandbConfig(Model):
         default=None, description="Default W&B project of launched runs (in the printed `wandb launch` line)."
     )
     max_jobs: int = Field(default=1, ge=1, le=64, description="Runs the agent keeps running at once.")
+    team_queues: tuple[str, ...] = Field(
+        default=(),
+        description="Teams (queues.teams[].name) that get a W&B queue of their own on this agent, <queue>-<team>. "
+                    "Each gets the cluster's API key in its namespace (the agent hands every run its own key): "
+                    "every member of a named team can read it (docs/queues.md). Name only teams you trust with it.",
+    )
     base_url: str = Field(default="https://api.wandb.ai", description="W&B API address, https://<host>[:<port>][/<path>] (W&B Server: your own).")
 
     _optional = field_validator("entity", "queue", "project", mode="before")(

@@ -3,7 +3,9 @@ classes, and each team's namespace (components/queues/objects.py has the manifes
 
 Order: the Kueue release first (Helm waits for its Deployment, so its webhooks answer); every Kueue
 object depends on it (its CRDs are templates of the chart, installed with the release); a team's
-objects wait for its Namespace. Whoever submits a queued job makes it depend on `ready` (the
+objects wait for its Namespace. A team's group gets its rights (the RoleBinding) only once the
+admission policy refusing its Jobs outside its own LocalQueue is bound (components/queues/team_admission.py).
+Whoever submits a queued job makes it depend on `ready` (the
 release and the queue): Kueue's webhook then admits the Job and its queue exists.
 
 With shared storage, each team's namespace gets its own claim `shared-data` on it
@@ -28,7 +30,7 @@ from pulumi_kubernetes import _utilities as k8s_utilities
 from components import versions
 from components.manifest_resource import manifest_resource
 from components.namespaces import pod_security_namespace
-from components.queues import kueue, objects, provisioning, team_directories, team_storage
+from components.queues import kueue, objects, provisioning, team_admission, team_directories, team_storage
 from components.storage_contract import TRAINING_NAMESPACE, TeamVolumes
 from components.training.wandb_launch import TeamQueue
 from config.queues import PROGRAM_QUEUE, Flavor, QueuesConfig, Team
@@ -99,6 +101,12 @@ class Queues(pulumi.ComponentResource):
             self.team_directories = team_directories.team_directories_job(
                 f"{name}-team-directories", [t.namespace for t in q.teams], [self.release, *args.shared_claim],
                 pulumi.ResourceOptions(parent=self))
+        self.team_admission: list[pulumi.Resource] = []  # the policy and its binding, before any team submits
+        if q.teams:
+            policy = _custom(f"{name}-team-queue-policy", team_admission.queue_policy(), pulumi.ResourceOptions(parent=self))
+            self.team_admission = [policy, _custom(
+                f"{name}-team-queue-policy-binding", team_admission.queue_policy_binding([t.namespace for t in q.teams]),
+                pulumi.ResourceOptions(parent=self, depends_on=[policy]))]
         for t in q.teams:
             self._team(name, q, t, args)
         self.ready: list[pulumi.Resource] = [self.release]
@@ -114,13 +122,15 @@ class Queues(pulumi.ComponentResource):
         """Each team's W&B Launch queue (components/training/wandb_launch.py): its LocalQueue, its
         priority class, and what its runs need first (the namespace, the team's claim)."""
         return tuple(TeamQueue(t.name, t.namespace, t.name, objects.PRIORITY_CLASS[t.priority],
-                               (self.team_namespaces[t.name], *([self.team_claims[t.name]] if t.name in self.team_claims else [])))
+                               (self.team_namespaces[t.name], *self.team_admission, *([self.team_claims[t.name]] if t.name in self.team_claims else [])))
                      for t in self._teams)
 
     def _team(self, name: str, q: QueuesConfig, t: Team, args: QueuesArgs) -> None:
         prefix = f"{name}-team-{t.name}"
-        ns = pod_security_namespace(f"{prefix}-ns", t.namespace, objects.TEAM_POD_SECURITY,
-                                    pulumi.ResourceOptions(parent=self))
+        # Its Pod Security level, and the LocalQueue the admission policy holds its Jobs to.
+        ns = k8s.core.v1.Namespace(f"{prefix}-ns", metadata=k8s.meta.v1.ObjectMetaArgs(name=t.namespace, labels={
+            "pod-security.kubernetes.io/enforce": objects.TEAM_POD_SECURITY, **team_admission.team_namespace_labels(t.name)}),
+            opts=pulumi.ResourceOptions(parent=self))
         in_ns = pulumi.ResourceOptions(parent=self, depends_on=[ns])
         self.team_namespaces[t.name] = ns
         for policy in objects.team_network_policies(t.namespace):
@@ -129,7 +139,8 @@ class Queues(pulumi.ComponentResource):
         role, binding = objects.team_role(t.namespace), objects.team_role_binding(t.namespace, t.group)
         k8s.rbac.v1.Role(f"{prefix}-role", metadata=role["metadata"], rules=role["rules"], opts=in_ns)
         k8s.rbac.v1.RoleBinding(f"{prefix}-binding", metadata=binding["metadata"], role_ref=binding["roleRef"],
-                                subjects=binding["subjects"], opts=in_ns)
+                                subjects=binding["subjects"],
+                                opts=pulumi.ResourceOptions(parent=self, depends_on=[ns, *self.team_admission]))
         cq = _custom(f"{prefix}-cq", provisioning.with_admission_check(
                          objects.team_cluster_queue(q, t, args.gpu_resource, args.flavors), args.flavors),
                      pulumi.ResourceOptions(parent=self, depends_on=[self.release]))

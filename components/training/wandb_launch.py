@@ -52,14 +52,22 @@ API reachable (and the key in the provider's serialized state) on every preview,
 offline render nothing to check. The config is plain, validated data instead: the tests pass it
 through the wandb package's own validator and kubernetes-validate.
 
-Teams (queues.teams, with queues.enabled): each team gets a W&B queue of its own,
-`<wandb.queue>-<team>` (team_queue_name), which the same agent polls. Its config is the same run
+Teams (queues.teams, with queues.enabled), only those named in wandb.teamQueues (opt-in, none by
+default): such a team gets a W&B queue of its own, `<wandb.queue>-<team>` (team_queue_name), which
+the same agent polls. Its config is the same run
 Job in the team's namespace, labelled with the team's LocalQueue and priority class and created
 suspended, so a team's runs count against the team's quota and wait for Kueue like its other jobs;
 its pods mount the team's own claim (same name, components/queues/team_storage.py). The agent's
 RoleBindings reach the team namespaces (additionalTargetNamespaces), the API key's runs copy and the
-egress policy are made there too. The team's group is never granted Secrets, so its members cannot
-read the key. Stack output `wandbTeamQueues`: each team's queue name and config, to paste as above.
+egress policy are made there too. Who can read the key there: every member of the team. Its Role grants
+no Secrets, but it lets them create Jobs, and a Job's pod may mount or env-reference any Secret of
+its namespace (Kubernetes checks the pod's references against the namespace, not against the
+creator's rights), so a member can print it; and every run's own code gets it as WANDB_API_KEY. That
+is W&B Launch's design: the agent hands each run its own key (wandb's kubernetes_runner
+ensure_api_key_secret writes `wandb-api-key-<release>` in the run's namespace and refuses, or
+rewrites, one holding a different key), so a team cannot bring a key of its own to a shared agent.
+Hence opt-in: naming a team in wandb.teamQueues trusts its members with the cluster's key; a team
+that is not named gets no queue, no key Secret and no agent RoleBinding in its namespace. Stack output `wandbTeamQueues`: each team's queue name and config, to paste as above.
 
 Does not manage: the W&B queues themselves, image builds (builder noop), sweeps schedulers beyond
 the agent's default, W&B Server.
@@ -68,6 +76,7 @@ the agent's default, W&B Server.
 from __future__ import annotations
 
 import copy
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -254,6 +263,8 @@ class WandbLaunch(pulumi.ComponentResource):
     def __init__(self, name: str, args: WandbLaunchArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gpucluster:training:WandbLaunch", name, None, opts)
         w = args.wandb
+        # Only the teams trusted with the key (config/wandb_teams.py checks the names).
+        args = dataclasses.replace(args, teams=tuple(t for t in args.teams if t.team in w.team_queues))
         if not w.enabled or w.entity is None or w.queue is None or args.training.image is None:
             raise ValueError("WandbLaunch needs wandb.enabled with entity and queue, and training.image")
         child = pulumi.ResourceOptions(parent=self)

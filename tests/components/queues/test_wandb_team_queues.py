@@ -21,7 +21,8 @@ from config.queues import BATCH_PRIORITY_CLASS, PRIORITY_LABEL, PROGRAM_PRIORITY
 from render import cluster, program
 from render.cluster import kueue_admission, kueue_objects
 from render.cluster.objects import Obj, collect
-from tests.components.training.test_wandb_launch import WANDB, as_the_agent_submits, wandb_config
+from tests.components.queues.test_wandb_team_key import wandb_team_config
+from tests.components.training.test_wandb_launch import WANDB, as_the_agent_submits
 from tests.render.kueue_builders import capacity, gpu_node
 
 TEAMS = {"vision": ("team-vision", PROGRAM_PRIORITY_CLASS), "language": ("team-language", BATCH_PRIORITY_CLASS)}
@@ -29,7 +30,7 @@ TEAMS = {"vision": ("team-vision", PROGRAM_PRIORITY_CLASS), "language": ("team-l
 
 @pytest.fixture(scope="module")
 def plan() -> program.Plan:
-    return program.run("lab-ha", config=wandb_config("lab-ha"))
+    return program.run("lab-ha", config=wandb_team_config("lab-ha", ["vision", "language"]))
 
 
 def test_each_team_has_a_wandb_queue_of_queued_jobs_in_its_namespace(plan: program.Plan) -> None:
