@@ -15,6 +15,7 @@ from pydantic import Field, field_validator
 from config.fields import Model, empty_to_none, label_problems
 from config.gcp import locations
 from config.gke_provisioning import GkeProvisioning, check_project, check_reservation_name
+from config.mig_profiles import GKE_ACCELERATOR_GPU, instances_per_gpu
 
 
 class GkeDriver(enum.StrEnum):
@@ -147,7 +148,10 @@ def gke_gpus_per_node(pool: GpuPool) -> int:
     """nvidia.com/gpu a node of the pool offers: GPUs x shared clients, or x MIG slices per GPU."""
     per_gpu = pool.sharing.max_clients
     if pool.mig_partition_size:
-        per_gpu *= 7 // int(pool.mig_partition_size.split("g", 1)[0])  # 7 compute slices per A100/H100
+        # NVIDIA's instances per GPU (1g.20gb: 4 per H100 80GB, not 7). A partition the pool's GPU
+        # lacks is refused beside this (config/gke.py); until then count its compute slices.
+        per_gpu *= (instances_per_gpu(GKE_ACCELERATOR_GPU.get(pool.accelerator.type, ""), pool.mig_partition_size)
+                    or 7 // int(pool.mig_partition_size.split("g", 1)[0]))
     return pool.accelerator.count * per_gpu
 
 

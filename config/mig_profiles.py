@@ -31,6 +31,20 @@ PROFILES_BY_GPU: dict[str, tuple[str, ...]] = {
     "RTX PRO 6000 Blackwell 96GB": ("1g.24gb", "2g.48gb", "4g.96gb"),
 }
 
+# GPU model (PROFILES_BY_GPU) -> MIG profile -> instances of it one GPU holds
+# (NVIDIA Multi-Instance GPU User Guide, "Supported MIG Profiles": the "Number of Instances" column
+# of each GPU's table). A 7-slice GPU has 8 memory slices: a 1g profile with one memory slice fits
+# 7 times, with two 4 times; 2g 3, 3g 2, 4g and 7g once. A30 and RTX PRO 6000 have 4 of each.
+_SEVEN = (7, 4, 3, 2, 1, 1)
+SLICES_PER_GPU: dict[str, dict[str, int]] = {
+    "A30 24GB": dict(zip(PROFILES_BY_GPU["A30 24GB"], (4, 2, 1), strict=True)),
+    **{model: dict(zip(PROFILES_BY_GPU[model], _SEVEN, strict=True))
+       for model in ("A100 40GB", "A100 80GB", "H100 80GB", "H100 94GB (H100 NVL)", "H100 96GB (GH200, H20)",
+                     "H200 141GB", "GH200 144GB", "B200 180GB", "GB200 186GB")},
+    "RTX PRO 6000 Blackwell 96GB": dict(zip(PROFILES_BY_GPU["RTX PRO 6000 Blackwell 96GB"], (4, 2, 1), strict=True)),
+}
+
+
 # all-<profile> layouts of the operator's default config whose comments name no GPU of the table
 # (a later memory variant); accepted where the GPU model is unknown, as the MIG manager has them.
 _OPERATOR_ONLY = ("3g.95gb", "4g.95gb", "7g.189gb")
@@ -95,3 +109,8 @@ def gke_partition_problem(accelerator_type: str, partitions: tuple[str, ...]) ->
     model = GKE_ACCELERATOR_GPU.get(accelerator_type)
     extra = [p for p in partitions if model is None or p not in PROFILES_BY_GPU[model]]
     return f"{accelerator_type}: {', '.join(extra)} not in {model}'s MIG profiles" if extra else None
+
+
+def instances_per_gpu(gpu_model: str, profile: str) -> int | None:
+    """How many instances of `profile` (e.g. 1g.10gb) one GPU of the table holds, or None."""
+    return SLICES_PER_GPU.get(gpu_model, {}).get(profile)

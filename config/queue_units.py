@@ -9,7 +9,7 @@ nvidia.com/mig-<profile>. Kueue counts quota in that resource, so a flavor's siz
 - MIG with the operator's MIG manager (gpu.sharing.migProfile all-<profile>): each GPU is cut into
   as many instances of the profile as it holds, and the device plugin advertises each one (single
   strategy: as nvidia.com/gpu; mixed: as nvidia.com/mig-<profile>). How many depends on the GPU:
-  1g.10gb is 7 per A100 80GB or H100 80GB but 4 per A100 40GB (SLICES_PER_GPU below);
+  1g.10gb is 7 per A100 80GB or H100 80GB but 4 per A100 40GB (config/mig_profiles.py SLICES_PER_GPU);
 - gke's own sharing (gke.gpuPools[].sharing.maxClients, migPartitionSize): the same, per pool.
 
 Not sized, refused when queues are on (a quota in the wrong units would promise GPUs that are not
@@ -24,21 +24,9 @@ import re
 from typing import Any
 
 from config.errors import Problems
+from config.gke_pools import gke_gpus_per_node
 from config.gpu import GpuConfig, GpuStack, MigStrategy, SharingMode
-from config.mig_profiles import GKE_ACCELERATOR_GPU, PROFILES_BY_GPU
-
-# GPU model (config/mig_profiles.py PROFILES_BY_GPU) -> MIG profile -> instances of it one GPU holds
-# (NVIDIA Multi-Instance GPU User Guide, "Supported MIG Profiles": the "Number of Instances" column
-# of each GPU's table). A 7-slice GPU has 8 memory slices: a 1g profile with one memory slice fits
-# 7 times, with two 4 times; 2g 3, 3g 2, 4g and 7g once. A30 and RTX PRO 6000 have 4 of each.
-_SEVEN = (7, 4, 3, 2, 1, 1)
-SLICES_PER_GPU: dict[str, dict[str, int]] = {
-    "A30 24GB": dict(zip(PROFILES_BY_GPU["A30 24GB"], (4, 2, 1), strict=True)),
-    **{model: dict(zip(PROFILES_BY_GPU[model], _SEVEN, strict=True))
-       for model in ("A100 40GB", "A100 80GB", "H100 80GB", "H100 94GB (H100 NVL)", "H100 96GB (GH200, H20)",
-                     "H200 141GB", "GH200 144GB", "B200 180GB", "GB200 186GB")},
-    "RTX PRO 6000 Blackwell 96GB": dict(zip(PROFILES_BY_GPU["RTX PRO 6000 Blackwell 96GB"], (4, 2, 1), strict=True)),
-}
+from config.mig_profiles import GKE_ACCELERATOR_GPU, SLICES_PER_GPU
 
 
 def _candidates(profile: str, gpu_model: str | None) -> dict[str, int]:
@@ -90,17 +78,10 @@ def gke_mig_model(accelerator_type: str) -> str:
 
 
 def gke_units_per_node(pool: Any, gpu: GpuConfig) -> int | str:
-    """The covered GPU resource one node of a gke pool offers: its GPUs x GKE's own sharing
-    (maxClients, or its migPartitionSize's instances per GPU) x the operator's (gpu.sharing)."""
-    per_gpu = pool.sharing.max_clients
-    if pool.mig_partition_size:
-        model = gke_mig_model(pool.accelerator.type)
-        slices = SLICES_PER_GPU.get(model, {}).get(pool.mig_partition_size)
-        if slices is None:
-            return f"{pool.accelerator.type} has no MIG partition {pool.mig_partition_size}"
-        per_gpu *= slices
+    """The covered GPU resource one node of a gke pool offers: what GKE's own sharing gives
+    (config/gke_pools.py gke_gpus_per_node) x the operator's (gpu.sharing)."""
     units = units_per_gpu(gpu, mig_model=gke_mig_model(pool.accelerator.type))
-    return units if isinstance(units, str) else pool.accelerator.count * per_gpu * units
+    return units if isinstance(units, str) else gke_gpus_per_node(pool) * units
 
 
 def describe(gpu: GpuConfig) -> str:
@@ -138,11 +119,10 @@ def unit_problems(stack: Any) -> Problems:
             else:
                 problems.append((_key(gpu), f"{units}; name the GPU in hosts[].gpuModel (e.g. NVIDIA-H100-80GB-HBM3)"))
     elif platform == "gke":
-        for i, pool in enumerate(stack.gke.gpu_pools):
+        for pool in stack.gke.gpu_pools:
             units = gke_units_per_node(pool, gpu)
             if isinstance(units, str):
-                problems.append((_key(gpu) if pool.mig_partition_size is None
-                                 else f"gke.gpuPools[{i}].migPartitionSize", units))
+                problems.append((_key(gpu), units))
     elif stack.gpu_nodes and len(stack.gpu_counts) == len(stack.gpu_nodes):  # dev, when its size is known
         units = units_per_gpu(gpu)
         if isinstance(units, str):

@@ -309,3 +309,12 @@ def test_missing_region_stops_before_any_resource(mocks):
     finally:
         set_all_config({}, [])
     assert mocks.plan.resources == []
+
+
+def test_a_gke_mig_partition_offers_nvidias_instances_per_gpu():
+    """training.gpusPerNode is held to the instances NVIDIA's table gives a partition size: 1g.20gb
+    is 4 per H100 80GB (its memory slices run out first), not one per compute slice (7)."""
+    h100 = pool(L4, name="h100", machineType="a3-highgpu-1g", spot=False, migPartitionSize="1g.20gb",
+                accelerator={"type": "nvidia-h100-80gb", "count": 1})
+    assert config.parse({**gke_raw(h100), "training": {"enabled": True, "image": "registry.example.com/trainer:1.0.0", "gpusPerNode": 4}}).training.gpus_per_node == 4
+    assert_problem({**gke_raw(h100), "training": {"enabled": True, "image": "registry.example.com/trainer:1.0.0", "gpusPerNode": 5}}, "training.gpusPerNode", "more than 4")

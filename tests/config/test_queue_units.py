@@ -12,8 +12,7 @@ from typing import Any
 
 import pytest
 
-from config.mig_profiles import PROFILES_BY_GPU
-from config.queue_units import SLICES_PER_GPU
+from config.mig_profiles import PROFILES_BY_GPU, SLICES_PER_GPU
 from config.queues import flavors
 from tests.config.refusals import accepted, reported
 from tests.config.test_gke_config import A100, L4, gke_raw
