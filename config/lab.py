@@ -47,6 +47,7 @@ from config.fields import (
     check_remote_host,
     empty_to_none,
     host_dir_problem,
+    volatile_dir_problem,
 )
 from config.gpu import GpuStack
 from config.gpu_inventory import fit_problems
@@ -130,7 +131,7 @@ class LabStorage(Storage):
     export_path: str = Field(
         default="/srv/gpu-cluster/shared",
         description="provision: the exported directory (kept on destroy), at least two levels deep and outside "
-                    "system directories.",
+                    "system directories, /tmp, /var/tmp, /run and /dev/shm.",
     )
 
     _optional = field_validator("nfs", mode="before")(classmethod(lambda cls, v: empty_to_none(v)))
@@ -362,7 +363,9 @@ class LabStack(Addons):
     def _storage_problems(self) -> Problems:
         st = self.storage
         problems: Problems = []
-        if problem := host_dir_problem(st.export_path):
+        if problem := volatile_dir_problem(st.export_path):  # the shared data would vanish with it
+            problems.append(("storage.exportPath", f"{problem}; export a directory on disk, e.g. /srv/gpu-cluster/shared"))
+        elif problem := host_dir_problem(st.export_path):
             problems.append(("storage.exportPath", problem))
         if st.nfs and st.provision:
             problems.append(("storage.provision", "choose one: an existing export (storage.nfs) or provision: true"))
