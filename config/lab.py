@@ -32,6 +32,7 @@ from config.control_planes import (
     KubeVip,
     count_problems,
     endpoint_address,
+    endpoint_host_problems,
     membership_problems,
     vip_address_plan,
     vip_problems,
@@ -323,10 +324,11 @@ class LabStack(Addons):
         if not self.control_planes:
             problems.append(("hosts", "no host has role control-plane; one is needed, or 3 or 5 with kubeVip or controlPlaneEndpoint"))
         problems += count_problems(self.control_planes, self.kube_vip, self.control_plane_endpoint)
-        problems += vip_problems(self.kube_vip, self.hosts)
+        problems += vip_problems(self.kube_vip, self.hosts, self.storage.nfs.server if self.storage.nfs else None)
         endpoint_problem, _ = endpoint_address(self.control_plane_endpoint)
         if endpoint_problem:
             problems.append(("controlPlaneEndpoint", endpoint_problem))
+        problems += endpoint_host_problems(self.control_plane_endpoint, self.hosts)
         if "sshPrivateKey" not in secrets:
             problems.append(
                 (
