@@ -20,6 +20,7 @@ from config.gpu import GpuConfig, gpu_problems
 from config.health import GpuHealthConfig, gpu_health_problems
 from config.monitoring import MonitoringConfig, monitoring_problems
 from config.queues import QueuesConfig, queues_problems
+from config.roce_interface import roce_interface_problems
 from config.training import AcceptanceConfig, NetworkConfig, TrainingConfig, training_problems
 from config.wandb import WandbConfig, wandb_problems
 from config.wandb_teams import wandb_team_problems
@@ -159,6 +160,7 @@ class Addons(Model):
                                  self.network.link_gbps),
             *queues_problems(self.queues, self),
             *wandb_team_problems(self.wandb, self.queues),
+            *roce_interface_problems(self),
             *self._platform_problems(secrets),
         ]
 

@@ -101,8 +101,11 @@ def count_problems(control_planes: Sequence[Host], kube_vip: KubeVip | None, end
     return problems
 
 
-def vip_problems(kube_vip: KubeVip | None, hosts: Sequence[Host]) -> Problems:
-    """The VIP is no host's address and, with kubeVip.subnet, shares the control planes' subnet."""
+def vip_problems(kube_vip: KubeVip | None, hosts: Sequence[Host], nfs_server: str | None = None) -> Problems:
+    """The VIP is no host's address nor the NFS server's (one address, one job: kube-vip answers ARP
+    for it on the leader, so traffic meant for the other would reach the API server's leader) and,
+    with kubeVip.subnet, shares the control planes' subnet. Inside a range it is refused by the
+    address plan (vip_address_plan)."""
     if kube_vip is None:
         return []
     problems: Problems = []
@@ -110,6 +113,11 @@ def vip_problems(kube_vip: KubeVip | None, hosts: Sequence[Host]) -> Problems:
         if h.address == kube_vip.address:
             problems.append(("kubeVip.address", f"{kube_vip.address} is hosts[{i}].address ({h.name}): the VIP must "
                                                 "be a free address, which kube-vip moves between the control planes"))
+    if nfs_server and ipv4_or_none(nfs_server) == kube_vip.address:
+        problems.append(("kubeVip.address", f"{kube_vip.address} is storage.nfs.server: kube-vip would claim the NFS "
+                                            "server's address for the API server's leader (ARP), and the nodes' "
+                                            "mounts would reach it instead of the server; the VIP must be a free "
+                                            "address of its own"))
     subnet = kube_vip.subnet
     if subnet is None:
         return problems
@@ -146,6 +154,25 @@ def endpoint_address(endpoint: str | None) -> tuple[str | None, ipaddress.IPv4Ad
     if not 1 <= int(m.group(2)) <= 65535:
         return f"port {m.group(2)} is out of range: 1 to 65535 (kube-apiserver listens on 6443)", None
     return None, ipv4_or_none(m.group(1))
+
+
+def endpoint_host_problems(endpoint: str | None, hosts: Sequence[Host]) -> Problems:
+    """With more than one control plane, controlPlaneEndpoint must not be one host's own address: the
+    nodes and the admin kubeconfig would reach every API server through that one machine and lose
+    the API with it (high availability silently lost). A DNS name is not resolved here."""
+    control_planes = [h for h in hosts if h.role.value == "control-plane"]
+    ip = endpoint_address(endpoint)[1]
+    if len(control_planes) < 2 or ip is None:
+        return []
+    for i, h in enumerate(hosts):
+        if h.address == ip:
+            return [("controlPlaneEndpoint",
+                     f"{endpoint} is hosts[{i}].address ({h.name}, a {h.role.value}): with {len(control_planes)} "
+                     f"control planes every node and the admin kubeconfig would reach the API only through "
+                     f"{h.name} and lose it when {h.name} is down, so high availability would be lost; use "
+                     "kubeVip {address, interface} (a virtual IP kube-vip moves between the control planes) or "
+                     "the address of a load balancer in front of every control plane's port 6443")]
+    return []
 
 
 def members_of(record: str) -> list[str]:

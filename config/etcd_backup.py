@@ -15,7 +15,7 @@ from pydantic import Field, field_validator
 
 from config.cron import check_cron
 from config.errors import Problems
-from config.fields import Model, check_abs_path, host_dir_problem
+from config.fields import Model, check_abs_path, host_dir_problem, volatile_dir_problem
 
 # How far ahead the schedule's runs are read to find its longest gap: a year and a bit (a schedule
 # that runs once a year still shows one gap), at most this many runs (every minute: two weeks).
@@ -37,7 +37,8 @@ class EtcdBackupConfig(Model):
     host_path: str = Field(
         default="/var/backups/gpu-cluster/etcd",
         description="Directory on each control plane for the snapshots (root only: they hold every Secret); not "
-                    "under a system directory nor storage.exportPath.",
+                    "under a system directory nor storage.exportPath, nor under /tmp, /var/tmp, /run or /dev/shm "
+                    "(emptied at boot or writable by every user).",
     )
     copy_to_shared: bool = Field(
         default=True,
@@ -51,6 +52,8 @@ class EtcdBackupConfig(Model):
     @classmethod
     def _host_path(cls, v: str) -> str:
         check_abs_path(v)
+        if problem := volatile_dir_problem(v):  # the snapshots are the way back after a lost cluster
+            raise ValueError(f"{problem}; keep the snapshots on disk, e.g. /var/backups/gpu-cluster/etcd")
         if problem := host_dir_problem(v):
             raise ValueError(problem.replace("e.g. /srv/gpu-cluster/shared", "e.g. /var/backups/gpu-cluster/etcd"))
         return v

@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import binascii
 import ipaddress
+import posixpath
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -289,4 +290,30 @@ def host_dir_problem(path: str) -> str | None:
             return f"{path} is {'' if path == tree else 'under '}{tree}, a system directory; {allowed}"
     if path.count("/") < 2 or path in _SHARED_DIRS:
         return f"{path} is a top-level or shared system directory; {allowed}"
+    return None
+
+
+# Directories whose content does not survive, or is not the owner's alone, and why (Ubuntu's
+# systemd: tmpfiles.d/tmp.conf has `D /tmp` (emptied at every boot) and `q /var/tmp ... 30d` (files
+# unused for 30 days deleted); /run and /dev/shm are tmpfs; /var/run and /var/lock are symlinks into
+# /run). /tmp and /var/tmp are mode 1777: any user may create the directory first, or a link there.
+_VOLATILE_TREES = {
+    "/tmp": "emptied at every boot (systemd-tmpfiles) and writable by every user",
+    "/var/tmp": "aged out by systemd-tmpfiles (files unused for 30 days are deleted) and writable by every user",
+    "/run": "a tmpfs: in memory, gone at every reboot",
+    "/var/run": "a symlink to /run, a tmpfs: in memory, gone at every reboot",
+    "/var/lock": "a symlink to /run/lock, a tmpfs: in memory, gone at every reboot",
+    "/dev/shm": "a tmpfs shared by every user: in memory, gone at every reboot",
+}
+
+
+def volatile_dir_problem(path: str) -> str | None:
+    """Why `path` would not keep what is written to it across a reboot, or could be taken over by
+    another user; None if neither. Normalised here too ('//tmp', '/tmp/../tmp/x', a trailing '/'),
+    so that no spelling slips past; the caller adds what to use instead."""
+    normal = posixpath.normpath("/" + path.lstrip("/"))  # normpath alone keeps a leading '//' (POSIX)
+    for tree, why in _VOLATILE_TREES.items():
+        if normal == tree or normal.startswith(tree + "/"):
+            where = tree if normal == tree else f"under {tree}"
+            return f"{path} is {where}, {why}: what is kept there does not survive"
     return None

@@ -32,6 +32,7 @@ from config.control_planes import (
     KubeVip,
     count_problems,
     endpoint_address,
+    endpoint_host_problems,
     membership_problems,
     vip_address_plan,
     vip_problems,
@@ -47,6 +48,7 @@ from config.fields import (
     check_remote_host,
     empty_to_none,
     host_dir_problem,
+    volatile_dir_problem,
 )
 from config.gpu import GpuStack
 from config.gpu_inventory import fit_problems
@@ -130,7 +132,7 @@ class LabStorage(Storage):
     export_path: str = Field(
         default="/srv/gpu-cluster/shared",
         description="provision: the exported directory (kept on destroy), at least two levels deep and outside "
-                    "system directories.",
+                    "system directories, /tmp, /var/tmp, /run and /dev/shm.",
     )
 
     _optional = field_validator("nfs", mode="before")(classmethod(lambda cls, v: empty_to_none(v)))
@@ -322,10 +324,11 @@ class LabStack(Addons):
         if not self.control_planes:
             problems.append(("hosts", "no host has role control-plane; one is needed, or 3 or 5 with kubeVip or controlPlaneEndpoint"))
         problems += count_problems(self.control_planes, self.kube_vip, self.control_plane_endpoint)
-        problems += vip_problems(self.kube_vip, self.hosts)
+        problems += vip_problems(self.kube_vip, self.hosts, self.storage.nfs.server if self.storage.nfs else None)
         endpoint_problem, _ = endpoint_address(self.control_plane_endpoint)
         if endpoint_problem:
             problems.append(("controlPlaneEndpoint", endpoint_problem))
+        problems += endpoint_host_problems(self.control_plane_endpoint, self.hosts)
         if "sshPrivateKey" not in secrets:
             problems.append(
                 (
@@ -362,7 +365,9 @@ class LabStack(Addons):
     def _storage_problems(self) -> Problems:
         st = self.storage
         problems: Problems = []
-        if problem := host_dir_problem(st.export_path):
+        if problem := volatile_dir_problem(st.export_path):  # the shared data would vanish with it
+            problems.append(("storage.exportPath", f"{problem}; export a directory on disk, e.g. /srv/gpu-cluster/shared"))
+        elif problem := host_dir_problem(st.export_path):
             problems.append(("storage.exportPath", problem))
         if st.nfs and st.provision:
             problems.append(("storage.provision", "choose one: an existing export (storage.nfs) or provision: true"))

@@ -18,7 +18,9 @@ Refused, naming the key: a team's GPUs beyond what the cluster has (lab: the sum
 gke: each pool's maxNodes x zones x GPUs per node; dev: gpuNodeGpus, when every node's count is
 declared), the teams' nominal GPUs together beyond it (a nominal quota is a guarantee), a team's
 CPU or memory beyond every GPU flavor's nodes where their size is known (gke:
-config/queue_resources.py), a team without a group, a namespace of the program's own, duplicate names or namespaces, bad quantities.
+config/queue_resources.py), a team without a group or with a Kubernetes system group (system:*),
+a namespace of the program's own or (gke) of GKE's (config/gcp/managed_namespaces.py), duplicate
+names or namespaces, bad quantities.
 
 Off by default: enabling it installs Kueue and queues the program's own jobs (they wait for
 admission), which changes what `up` does on an existing stack; a stack opts in.
@@ -36,6 +38,7 @@ from pydantic import Field, field_validator
 from components.scheduling_contract import GKE_ACCELERATOR_LABEL, GPU_NODE_LABEL
 from config.errors import Problems
 from config.fields import DNS_LABEL, Model, check_quantity
+from config.gcp.managed_namespaces import GKE_MANAGED_NAMESPACES, GKE_MANAGED_PREFIX, gke_managed
 from config.queue_flavors import (
     TopologyLevel,
     lab_flavors,
@@ -65,6 +68,15 @@ RESERVED_NAMESPACES = frozenset({
 })
 
 
+# Kubernetes reserves the "system:" prefix for its own users and groups (RBAC docs, "Default roles
+# and role bindings"; "Authenticating": every authenticated request is in system:authenticated,
+# every anonymous one in system:unauthenticated, every service account in system:serviceaccounts and
+# system:serviceaccounts:<namespace>; system:masters bypasses RBAC): a team's group is never one.
+SYSTEM_GROUP_PREFIX = "system:"
+SYSTEM_GROUPS = ("system:authenticated (every signed-in user), system:unauthenticated (anyone), "
+                 "system:serviceaccounts (every pod's service account), system:masters (cluster admins)")
+
+
 class QueuePriority(enum.StrEnum):
     TRAINING = "training"
     BATCH = "batch"
@@ -76,7 +88,8 @@ class Team(Model):
     name: str = Field(description="The team's name: its ClusterQueue and LocalQueue (RFC 1123 label).")
     namespace: str = Field(description="The team's namespace, created with the queue (RFC 1123 label).")
     group: str | None = Field(default=None, description="The identity provider's group whose members submit the "
-                                                        "team's jobs (bound to a Role in the namespace only).")
+                                                        "team's jobs (bound to a Role in the namespace only); not "
+                                                        "a Kubernetes system group (system:*).")
     gpus: int | dict[str, int] = Field(
         default=0, description="Nominal GPUs (the team's guarantee), in units of the GPU resource its pods request: "
                                "whole GPUs; with gpu.sharing time-slicing, replicas (GPUs x replicas); with MIG, "
@@ -106,6 +119,16 @@ class Team(Model):
         return v
 
     _quantities = field_validator("cpu", "memory", mode="before")(classmethod(lambda cls, v: check_quantity(v)))
+
+    @field_validator("group")
+    @classmethod
+    def _group(cls, v: str | None) -> str | None:
+        if v is not None and v.startswith(SYSTEM_GROUP_PREFIX):
+            raise ValueError(f"{v!r} is a Kubernetes system group ({SYSTEM_GROUP_PREFIX!r} names are Kubernetes' own: "
+                             f"{SYSTEM_GROUPS}): binding it hands every user or pod in it the team's right to create "
+                             "Jobs, spend its GPU quota and, with wandb.teamQueues, read the W&B key; name the "
+                             "identity provider's group of the team's members, e.g. 'gpu-vision'")
+        return v
 
     @field_validator("name", "namespace")
     @classmethod
@@ -209,6 +232,13 @@ def queues_problems(q: QueuesConfig, stack: Any) -> Problems:
         if t.namespace in RESERVED_NAMESPACES:
             problems.append((f"{key}.namespace", f"{t.namespace!r} is the program's own (or Kubernetes'); "
                                                  f"not one of {', '.join(sorted(RESERVED_NAMESPACES))}"))
+        elif str(stack.platform) == "gke" and gke_managed(t.namespace):
+            problems.append((f"{key}.namespace", f"{t.namespace!r} is one of GKE's own namespaces (GKE runs its "
+                                                 "components there, reconciles them and on Autopilot refuses "
+                                                 "writes: config/gcp/managed_namespaces.py); not "
+                                                 f"{', '.join(sorted(GKE_MANAGED_NAMESPACES - RESERVED_NAMESPACES))} "
+                                                 f"nor {GKE_MANAGED_PREFIX}*: give the team a namespace of its own, "
+                                                 f"e.g. 'team-{t.name}'"))
         if not t.group:
             problems.append((f"{key}.group", "is required: the group whose members may submit the team's jobs"))
     units = unit_problems(stack)  # a flavor of unknown units is not sized: its quotas are not judged

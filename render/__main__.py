@@ -42,7 +42,8 @@ Warnings (`warning:` on stderr, "Warnings" in summary.md) change no exit status:
 network does not enforce the NetworkPolicies the program writes (config/network_policy_enforcement.py);
 a gke pool consuming a reservation whose size no offline check can know (config/gke_provisioning.py);
 gke jobs that require one topology domain on Google's labels, whose values no offline check knows
-(config/queue_flavors.py).
+(config/queue_flavors.py); a network.roce.interface that may be a node's own network interface, where
+the config does not say which that is (config/roce_interface.py).
 Exit status: 0 the plan would come up; 2 a bad stack config (the config error, of either side;
 nothing is written), an `--out` render may not clear (nothing is changed), or with --against an
 update `pulumi up` would refuse (REFUSED lines; the files are written); 3 something would not come
@@ -68,6 +69,7 @@ from config import ConfigError
 from config.gke_provisioning import reservation_warnings
 from config.network_policy_enforcement import unenforced_warning
 from config.queue_flavors import topology_warnings
+from config.roce_interface import roce_interface_warnings
 from render import out_dir, program, summary, update, update_risks, yaml_text
 
 if TYPE_CHECKING:
@@ -249,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
             return 1
     # Warnings do not change the exit status: the stack comes up, only not as the program means it.
     warnings = [w for w in [unenforced_warning(plan.config), *reservation_warnings(plan.config),
-                            *topology_warnings(plan.config)] if w]
+                            *topology_warnings(plan.config), *roce_interface_warnings(plan.config)] if w]
     try:
         write(plan, out, report, changes.markdown() if changes else "", warnings)
     except out_dir.OutDirError as err:

@@ -161,7 +161,7 @@ ROWS: list[Row] = [
     ("exportPath /home", lambda: lab(storage={"provision": True, "exportPath": "/home"}), "storage.exportPath",
      "top-level"),
     ("exportPath /tmp", lambda: lab(storage={"provision": True, "exportPath": "/tmp"}), "storage.exportPath",
-     "top-level"),
+     "emptied at every boot"),
     ("exportPath with ..", lambda: lab(storage={"provision": True, "exportPath": "/srv/../etc"}),
      "storage.exportPath", "no '.', '..'"),
     ("exportPath with //", lambda: lab(storage={"provision": True, "exportPath": "/srv//shared"}),

@@ -122,3 +122,33 @@ def test_the_program_refuses_before_registering_anything():
     with pytest.raises(config.ConfigError) as err:
         program.run("lab-ha", config=stack_config_with("lab-ha", queues=bad))
     assert "gpu-cluster:queues.teams[0].namespace" in str(err.value)
+
+
+@pytest.mark.parametrize("group", ["system:authenticated", "system:unauthenticated", "system:serviceaccounts",
+                                   "system:serviceaccounts:training", "system:masters", "system:nodes", "system:"])
+def test_a_kubernetes_system_group_is_refused(group: str):
+    """Every signed-in user, anyone, every pod: binding such a group hands them the team's Jobs and quota."""
+    for raw in (lab_raw(queues=queues(team(group=group))), dev_raw(queues=queues(team(group=group))),
+                {**gke_raw(), "queues": queues(team(group=group))}):
+        reported(raw, "queues.teams[0].group", "Kubernetes system group", "GPU quota", "wandb.teamQueues")
+
+
+def test_a_group_that_only_looks_like_one_is_accepted():
+    for group in ("gpu-vision", "systems:ml", "team:system:vision", "oidc:system-admins"):
+        assert accepted(lab_raw(queues=queues(team(group=group)))).queues.teams[0].group == group
+
+
+@pytest.mark.parametrize("namespace", ["gmp-system", "gmp-public", "gke-gmp-system", "gke-managed-system",
+                                       "gke-managed-filestorecsi", "gke-managed-anything", "gke-connect",
+                                       "config-management-system", "config-management-monitoring", "gke-mcs"])
+def test_a_gke_managed_namespace_is_refused_on_gke(namespace: str):
+    reported({**gke_raw(), "queues": queues(team(namespace=namespace))}, "queues.teams[0].namespace",
+             "GKE's own namespaces", "config/gcp/managed_namespaces.py")
+
+
+def test_gke_names_are_only_gke_s_own_on_gke():
+    """A lab or dev cluster has no GKE components: the names are free there; on gke a near name is too."""
+    accepted(lab_raw(queues=queues(team(namespace="gmp-system"))))
+    accepted(dev_raw(queues=queues(team(namespace="gke-managed-x"))))
+    accepted({**gke_raw(), "queues": queues(team(namespace="gke-managedx"))})
+    accepted({**gke_raw(), "queues": queues(team(namespace="team-gmp-system"))})
