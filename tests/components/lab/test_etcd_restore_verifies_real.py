@@ -161,11 +161,12 @@ def _refused_everywhere(cluster: Cluster, damage: str, tmp_path: Path) -> None:
     bad = tmp_path / f"{damage}.db"
     bad.write_bytes(make(cluster.snapshot.read_bytes()))
     for h in cluster.hosts:
-        before = Before.of(h)
-        result = cluster.restore(h, str(bad))
-        assert result.returncode != 0, f"{h.name}: {damage} accepted:\n{result.stdout}"
-        _assert_untouched(h, before)
-        assert says in result.stderr and "this run stopped and changed nothing" in result.stderr, result.stderr
+        for args in (["--verify", str(bad)], [str(bad)]):
+            before = Before.of(h)
+            result = cluster.restore(h, *args)
+            assert result.returncode != 0, f"{h.name} {args}: {damage} accepted:\n{result.stdout}"
+            _assert_untouched(h, before)
+            assert says in result.stderr and "this run stopped and changed nothing" in result.stderr, result.stderr
         assert h.etcdctl("get", "/registry/test/key-0", "--print-value-only").stdout.strip() == "value-0"
     assert sorted(p.name for p in tmp_path.iterdir()) == [bad.name]  # nothing beside the snapshot either
 
@@ -239,9 +240,16 @@ def test_three_members_refuse_a_damaged_snapshot_before_stopping_anything(
 
 
 def test_three_members_still_restore_a_good_snapshot(three: Cluster) -> None:
-    """docs/operations/etcd-backup.md: SNAPSHOT on every member, then --start on each (together: a
-    member answers once a majority runs)."""
+    """docs/operations/etcd-backup.md: --verify SNAPSHOT on every member, then SNAPSHOT on every
+    member, then --start on each (together: a member answers once a majority runs)."""
     _changed_since_the_snapshot(three.hosts[0])
+    for h in three.hosts:  # --verify first on every member, as the docs say: it stops nothing
+        _settle(h)
+        before = Before.of(h)
+        result = three.restore(h, "--verify", str(three.snapshot))
+        assert result.returncode == 0, result.stderr + result.stdout
+        assert f"verified: {three.snapshot} restores as member {h.name}" in result.stdout
+        _assert_untouched(h, before)
     for h in three.hosts:
         result = three.restore(h, str(three.snapshot))
         assert result.returncode == 0, result.stderr + result.stdout

@@ -7,6 +7,10 @@
 #                              directory. Only then stop the API server and etcd (their static pod
 #                              manifests moved to $parked), swap the restored directory in (the old one
 #                              kept beside it) and, on a one-member cluster, --start.
+#   etcd-restore.sh --verify SNAPSHOT
+#                              all of those checks, the restore into the scratch directory included,
+#                              and no more: with several control planes, run it on every one before
+#                              any is stopped.
 #   etcd-restore.sh --start    move the manifests back and wait until etcd and the API answer. With
 #                              several control planes: run SNAPSHOT on every one first (the same
 #                              file), then --start on each.
@@ -117,11 +121,18 @@ else
   die "no etcd manifest in $manifests or $parked: is this a control plane?"
 fi
 version=$(etcd_version "$manifest")
-if [ "${1:-}" = --start ]; then
-  start
-  exit 0
-fi
-snapshot=${1:?usage: etcd-restore.sh SNAPSHOT | --start}
+verify_only=""
+case ${1:-} in
+  --start)
+    start
+    exit 0
+    ;;
+  --verify)
+    verify_only=1
+    shift
+    ;;
+esac
+snapshot=${1:?usage: etcd-restore.sh SNAPSHOT | --verify SNAPSHOT | --start}
 case $snapshot in
   /*) ;;
   *) snapshot=$PWD/$snapshot ;;
@@ -181,6 +192,10 @@ etcd_tool "$version" "$snapshot_dir:ro" "$scratch" -- etcdutl snapshot restore "
   || refuse "etcdutl snapshot restore of $snapshot failed (above)"
 [ -s "$fresh/member/snap/db" ] || refuse "etcdutl snapshot restore left no $fresh/member/snap/db"
 echo "restored $snapshot into the scratch directory $fresh"
+if [ -n "$verify_only" ]; then
+  echo "verified: $snapshot restores as member $name of $initial_cluster; nothing was stopped (run without --verify to restore)"
+  exit 0
+fi
 
 # 1. Stop the API server and etcd: the kubelet stops a static pod whose manifest is gone. From here
 # until the swap, a failure moves back what this run parked (the trap).
