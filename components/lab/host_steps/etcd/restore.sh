@@ -1,13 +1,22 @@
 #!/usr/bin/env bash
 # Restore this control plane's etcd member from a snapshot (docs/operations/etcd-backup.md), as root:
-#   etcd-restore.sh SNAPSHOT   stop the API server and etcd (their static pod manifests moved to
-#                              $parked), `etcdutl snapshot restore` into a fresh data directory with
-#                              the member's name and peer URL read from the etcd manifest, swap it in
-#                              (the old one kept beside it), then, on a one-member cluster, --start.
+#   etcd-restore.sh SNAPSHOT   first, with the cluster untouched, verify the snapshot: its size, the
+#                              SHA-256 etcd appended to it, `etcdutl snapshot status`, and the restore
+#                              itself (`etcdutl snapshot restore`, with the member's name and peer URL
+#                              read from the etcd manifest) into a scratch directory beside the data
+#                              directory. Only then stop the API server and etcd (their static pod
+#                              manifests moved to $parked), swap the restored directory in (the old one
+#                              kept beside it) and, on a one-member cluster, --start.
+#   etcd-restore.sh --verify SNAPSHOT
+#                              all of those checks, the restore into the scratch directory included,
+#                              and no more: with several control planes, run it on every one before
+#                              any is stopped.
 #   etcd-restore.sh --start    move the manifests back and wait until etcd and the API answer. With
 #                              several control planes: run SNAPSHOT on every one first (the same
 #                              file), then --start on each.
-# A second run after a failure resumes: manifests already parked stay parked.
+# A failure before the swap exits non-zero with the host as it was: the manifests this run parked
+# moved back, the data directory untouched, the scratch directory removed. A second run after a
+# failure resumes: manifests an earlier run parked stay parked.
 # The ETCD_* variables point a rehearsal (and the tests) at other paths.
 # Filled in: __NODE__, __INITIAL_CLUSTER__ (every control plane's name=https://address:2380), __TRIES__
 # (5 s each), and etcd_tool's values.
@@ -29,6 +38,46 @@ die() {
   echo "etcd-restore: $*" >&2
   exit 1
 }
+
+# refuse WHY: a check before the stop failed; the host is as this run found it.
+refuse() {
+  die "$*; this run stopped and changed nothing"
+}
+
+# What this run changed, for the trap: on a failure before the swap it is put back.
+scratch=""
+made_parked=""
+parked_here=()
+kept=""
+swapped=""
+
+# undo: the manifests this run parked back where they were, the old data directory back in place.
+undo() {
+  local f
+  if [ -n "$kept" ] && [ ! -e "$data_dir" ]; then
+    mv "$kept" "$data_dir" && echo "etcd-restore: moved $kept back to $data_dir" >&2
+  fi
+  for f in "${parked_here[@]}"; do
+    mv -f "$parked/$f" "$manifests/$f" && echo "etcd-restore: moved $f back to $manifests" >&2
+  done
+  if [ -n "$made_parked" ]; then
+    rmdir "$parked" 2>/dev/null || true
+  fi
+}
+
+on_exit() {
+  local status=$?
+  if [ "$status" -ne 0 ] && [ -z "$swapped" ]; then
+    undo || echo "etcd-restore: could not put everything back: check $manifests, $parked and $data_dir" >&2
+  fi
+  if [ -n "$scratch" ]; then
+    rm -rf -- "$scratch"
+  fi
+  exit "$status"
+}
+trap on_exit EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM HUP
 
 # flag NAME: the value of --NAME= in the etcd manifest (wherever it is now).
 flag() {
@@ -72,11 +121,18 @@ else
   die "no etcd manifest in $manifests or $parked: is this a control plane?"
 fi
 version=$(etcd_version "$manifest")
-if [ "${1:-}" = --start ]; then
-  start
-  exit 0
-fi
-snapshot=${1:?usage: etcd-restore.sh SNAPSHOT | --start}
+verify_only=""
+case ${1:-} in
+  --start)
+    start
+    exit 0
+    ;;
+  --verify)
+    verify_only=1
+    shift
+    ;;
+esac
+snapshot=${1:?usage: etcd-restore.sh SNAPSHOT | --verify SNAPSHOT | --start}
 case $snapshot in
   /*) ;;
   *) snapshot=$PWD/$snapshot ;;
@@ -94,14 +150,63 @@ case ",$initial_cluster," in
   *) die "$name=$peer (from $manifest) is not in the cluster this script knows: $initial_cluster" ;;
 esac
 snapshot_dir=$(dirname "$snapshot")
-etcd_tool "$version" "$snapshot_dir:ro" -- etcdutl snapshot status "$snapshot" -w table \
-  || die "$snapshot is not a readable etcd snapshot"
+parent=$(dirname "$data_dir")
+[ -d "$parent" ] || die "the data directory's parent $parent (from $manifest) does not exist"
 
-# 1. Stop the API server and etcd: the kubelet stops a static pod whose manifest is gone.
-install -d -m 0700 "$parked"
+# Verify everything before anything is stopped. The file first: etcdctl snapshot save appends the
+# SHA-256 of the bbolt database, and etcdutl tells a snapshot with it by its size, 32 bytes past a
+# multiple of 512 (hasChecksum in etcd's etcdutl/snapshot/v3_snapshot.go; that file's restore
+# compares the two unless --skip-hash-check). A bbolt database has at least 4 pages of 4096 bytes.
+size=$(stat -c %s -- "$snapshot")
+[ "$size" -ge $((4 * 4096 + 32)) ] \
+  || refuse "$snapshot is $size bytes: too small to be an etcd snapshot (a database of 4 pages of 4096 bytes and a 32-byte SHA-256 at least)"
+[ $((size % 512)) -eq 32 ] \
+  || refuse "$snapshot is $size bytes, not 32 past a multiple of 512: it was cut short, or it lacks the 32-byte SHA-256 that etcdctl snapshot save appends"
+expected=$(tail -c 32 -- "$snapshot" | od -An -v -tx1 | tr -d ' \n')
+actual=$(head -c $((size - 32)) -- "$snapshot" | sha256sum)
+actual=${actual%% *}
+[ "$actual" = "$expected" ] \
+  || refuse "$snapshot is damaged: the SHA-256 of its database is $actual, the one saved with it $expected"
+echo "verified $snapshot: $size bytes, its SHA-256 matches"
+etcd_tool "$version" "$snapshot_dir:ro" -- etcdutl snapshot status "$snapshot" -w table \
+  || refuse "$snapshot is not a readable etcd snapshot (etcdutl snapshot status)"
+
+# The restore itself, into a scratch directory beside the data directory (same filesystem: the swap
+# is a rename); the trap removes it whatever happens. Room for the database and the first WAL file
+# (64 MiB, preallocated).
+free_kib=$(df -Pk -- "$parent" | awk 'NR == 2 {print $4}')
+need_kib=$((size / 1024 + 64 * 1024))
+[ "$free_kib" -ge "$need_kib" ] \
+  || refuse "$parent has $free_kib KiB free, the restore needs $need_kib KiB (the snapshot and a 64 MiB WAL file)"
+scratch=$(mktemp -d -- "$data_dir.restoring-XXXXXX")
+fresh=$scratch/etcd
+# Where etcdutl has them, the revision is bumped and the old ones marked compacted, so that the API
+# server's watchers and informers see no revision go back (etcd-io/etcd#16028, the restore for
+# Kubernetes); older 3.5 releases lack the flags.
+bump=()
+if etcd_tool "$version" -- etcdutl snapshot restore --help 2>&1 | grep -q -- --bump-revision; then
+  bump=(--bump-revision 1000000000 --mark-compacted)
+fi
+etcd_tool "$version" "$snapshot_dir:ro" "$scratch" -- etcdutl snapshot restore "$snapshot" --name "$name" \
+  --initial-cluster "$initial_cluster" --initial-advertise-peer-urls "$peer" --data-dir "$fresh" "${bump[@]}" \
+  || refuse "etcdutl snapshot restore of $snapshot failed (above)"
+[ -s "$fresh/member/snap/db" ] || refuse "etcdutl snapshot restore left no $fresh/member/snap/db"
+echo "restored $snapshot into the scratch directory $fresh"
+if [ -n "$verify_only" ]; then
+  echo "verified: $snapshot restores as member $name of $initial_cluster; nothing was stopped (run without --verify to restore)"
+  exit 0
+fi
+
+# 1. Stop the API server and etcd: the kubelet stops a static pod whose manifest is gone. From here
+# until the swap, a failure moves back what this run parked (the trap).
+if [ ! -d "$parked" ]; then
+  install -d -m 0700 "$parked"
+  made_parked=1
+fi
 for f in kube-apiserver.yaml etcd.yaml; do
   if [ -f "$manifests/$f" ]; then
     mv -f "$manifests/$f" "$parked/$f"
+    parked_here+=("$f")
     echo "parked $f in $parked"
   fi
 done
@@ -114,29 +219,18 @@ for ((i = 0; i < tries; i++)); do
 done
 [ -z "$(running etcd)$(running kube-apiserver)" ] || die "etcd or the API server still runs after $((tries * 5)) s"
 
-# 2. Restore into a fresh directory beside the data directory (same filesystem: the swap is a rename).
-# Where etcdutl has them, the revision is bumped and the old ones marked compacted, so that the API
-# server's watchers and informers see no revision go back (etcd-io/etcd#16028, the restore for
-# Kubernetes); older 3.5 releases lack the flags.
-parent=$(dirname "$data_dir")
-fresh=$data_dir.restored-$stamp
-bump=()
-if etcd_tool "$version" -- etcdutl snapshot restore --help 2>&1 | grep -q -- --bump-revision; then
-  bump=(--bump-revision 1000000000 --mark-compacted)
-fi
-etcd_tool "$version" "$snapshot_dir:ro" "$parent" -- etcdutl snapshot restore "$snapshot" --name "$name" \
-  --initial-cluster "$initial_cluster" --initial-advertise-peer-urls "$peer" --data-dir "$fresh" "${bump[@]}"
-
-# 3. Swap, keeping the old data directory.
+# 2. Swap, keeping the old data directory.
 if [ -d "$data_dir" ]; then
   mv "$data_dir" "$data_dir.before-restore-$stamp"
-  echo "kept the old data directory as $data_dir.before-restore-$stamp"
+  kept=$data_dir.before-restore-$stamp
+  echo "kept the old data directory as $kept"
 fi
 mv "$fresh" "$data_dir"
+swapped=1
 chmod 0700 "$data_dir"
 echo "restored $snapshot into $data_dir (member $name, cluster $initial_cluster)"
 
-# 4. Start again: at once on a one-member cluster; with several, once every member is restored.
+# 3. Start again: at once on a one-member cluster; with several, once every member is restored.
 case $initial_cluster in
   *,*) echo "now run this script with the same snapshot on every other control plane, then --start on each" ;;
   *) start ;;
