@@ -93,8 +93,15 @@ def pod_rdma(roce: RoceConfig, exporter_image: str | None) -> PodRdma:
     )
 
 
-def exporter_command() -> list[str]:
-    return ["python", "-m", "trainer.rdma_exporter", f"--port={EXPORTER_PORT}"]
+# The DaemonSet's pod is on the host network: its status.hostIP is the node's address, the one the
+# Service's endpoints (and so Prometheus) use. Listening there, not on 0.0.0.0, keeps the exporter
+# off the node's other networks; kubelet expands $(HOST_IP) in the command from the env below.
+HOST_IP_ENV = {"name": "HOST_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}}
+
+
+def exporter_command(listen_on_host_ip: bool = False) -> list[str]:
+    listen = ["--listen-address=$(HOST_IP)"] if listen_on_host_ip else []
+    return ["python", "-m", "trainer.rdma_exporter", f"--port={EXPORTER_PORT}", *listen]
 
 
 def _small(cpu: str = "100m", memory: str = "64Mi") -> dict[str, Any]:
@@ -269,7 +276,8 @@ def exporter_daemonset(namespace: str, image: str) -> dict[str, Any]:
         containers=[{
             "name": EXPORTER_NAME,
             "image": image,
-            "command": exporter_command(),
+            "command": exporter_command(listen_on_host_ip=True),
+            "env": [HOST_IP_ENV],
             "ports": [{"name": EXPORTER_PORT_NAME, "containerPort": EXPORTER_PORT, "protocol": "TCP"}],
             "resources": _small(),
             "securityContext": dict(UNPRIVILEGED),

@@ -20,7 +20,10 @@ The metrics of the dashboard row are the service's own (gpuhealth): gpu_health_a
 {action, reason, result} and gpu_health_nodes_out_of_service. The rule group GROUP holds
 GpuHealthReconcileStale: the service's last successful reconcile pass is older than
 STALE_RECONCILES intervals (its /healthz fails then too, and the kubelet restarts it): GPU faults
-are not acted on meanwhile.
+are not acted on meanwhile. Those restarts must not hide it: each one leaves a gap in the scrapes
+(the container is down, then in restart back-off) and a replaced pod starts a new series, either of
+which reset a plain `time() - gauge > x` alert's `for:`. So the rule takes the newest success any pod
+of the service reported within RESTART_WINDOW (max_over_time, then max over the pods).
 """
 
 from __future__ import annotations
@@ -60,6 +63,9 @@ ACTIONS = "gpu_health_actions_total"
 # keeps them equal).
 LAST_SUCCESS = "gpu_health_last_successful_reconcile_timestamp_seconds"
 GROUP = "gpu-cluster.gpu-health"
+# Longer than the kubelet's longest restart back-off (5 min) plus a scrape: the samples of a pod the
+# liveness probe keeps restarting, and of the pods before it, bridge every gap of the restarts.
+RESTART_WINDOW = "10m"
 STALE_ALERT = "GpuHealthReconcileStale"
 NODES_OUT = "gpu_health_nodes_out_of_service"
 TITLE = "GPU health"
@@ -115,13 +121,14 @@ def rule_group(reconcile_seconds: float) -> dict[str, Any]:
     stale = STALE_RECONCILES * reconcile_seconds
     return {"name": GROUP, "rules": [_alert(
         STALE_ALERT,
-        # 0 (no pass yet) counts as very old: a service that never reconciles fires too.
-        f"time() - {LAST_SUCCESS} > {stale:g}",
+        # 0 (no pass yet) counts as very old: a service that never reconciles fires too. One series
+        # per service, whatever pod or restart reported it (see the module's docstring).
+        f"time() - max by (namespace, job) (max_over_time({LAST_SUCCESS}[{RESTART_WINDOW}])) > {stale:g}",
         "5m", "warning",
         "The GPU health service has not reconciled for a while",
-        "The GPU health service {{ $labels.namespace }}/{{ $labels.pod }} has had no successful reconcile pass "
-        f"for more than {stale:g} s ({STALE_RECONCILES} intervals): GPU faults are not acted on and no node "
-        "returns to service.",
+        "The GPU health service {{ $labels.namespace }}/{{ $labels.job }} has had no successful reconcile pass "
+        f"for more than {stale:g} s ({STALE_RECONCILES} intervals), in any of its pods or restarts: GPU faults are "
+        "not acted on and no node returns to service.",
         "kubectl -n gpu-health logs deploy/gpu-health (\"cannot list nodes\": the API server or its RBAC; "
         "\"reconcile failed\": a bug, with its traceback); its /healthz fails too, so the kubelet restarts it.",
     )]}

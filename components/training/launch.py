@@ -16,7 +16,7 @@ for a PyTorchJob):
    the same rendezvous id. torchrun runs in the background with SIGTERM/SIGINT forwarded, so the
    shell (PID 1) neither swallows a pod deletion nor loses the exit code.
 3. torchrun reports any worker failure as exit code 1; the module writes its own fatal code
-   (3, or the acceptance verdict 10-12) to a pod-local file and the script exits with that, so
+   (3, or the acceptance verdict 10-17) to a pod-local file and the script exits with that, so
    the Job's podFailurePolicy (FATAL_EXIT_CODES) can fail fast on it. A pod stopped by SIGTERM or
    SIGINT without such a code exits 143 (torchrun would say 1, like a failure of its own).
 
@@ -45,8 +45,11 @@ EXIT_NO_TRANSPORT_INFO = 12
 EXIT_RDMA_BELOW_FRACTION = 13  # rdma_link: ib_write_bw's average below the link fraction
 EXIT_RDMA_TOOL_FAILED = 14  # rdma_link: rping or ib_write_bw failed, or no result
 EXIT_NO_RDMA_CHANNEL = 15  # nccl: RDMA declared, but no channel over NET/IB (only P2P/SHM)
+EXIT_WRONG_RESULTS = 16  # nccl: #wrong not 0, the all-reduce returned wrong data
+EXIT_IB_COMPLETION_ERROR = 17  # nccl: an IBV_WC_* error status in an NCCL WARN line
 FATAL_EXIT_CODES = frozenset({EXIT_CONFIG_ERROR, EXIT_LOW_BUSBW, EXIT_SOCKET_FALLBACK, EXIT_NO_TRANSPORT_INFO,
-                              EXIT_RDMA_BELOW_FRACTION, EXIT_RDMA_TOOL_FAILED, EXIT_NO_RDMA_CHANNEL})
+                              EXIT_RDMA_BELOW_FRACTION, EXIT_RDMA_TOOL_FAILED, EXIT_NO_RDMA_CHANNEL,
+                              EXIT_WRONG_RESULTS, EXIT_IB_COMPLETION_ERROR})
 
 # The env var holding this pod's node rank, per launcher.
 NODE_RANK_VAR = {"indexed-job": "JOB_COMPLETION_INDEX", "pytorchjob": "RANK"}

@@ -110,9 +110,10 @@ def metric(health: GpuHealth, name: str, **labels: str) -> float:
 
 def test_exit_codes_map_to_the_verdicts_the_sweep_gives() -> None:
     assert ncclpair.FAIL_CODES == {nccl.EXIT_LOW_BUSBW, nccl.EXIT_SOCKET_FALLBACK, nccl.EXIT_NO_TRANSPORT_INFO,
-                                   nccl.EXIT_NO_RDMA_CHANNEL}
+                                   nccl.EXIT_NO_RDMA_CHANNEL, nccl.EXIT_WRONG_RESULTS, nccl.EXIT_IB_COMPLETION_ERROR}
     assert ncclpair.FAIL_CODES == {launch.EXIT_LOW_BUSBW, launch.EXIT_SOCKET_FALLBACK, launch.EXIT_NO_TRANSPORT_INFO,
-                                   launch.EXIT_NO_RDMA_CHANNEL}
+                                   launch.EXIT_NO_RDMA_CHANNEL, launch.EXIT_WRONG_RESULTS,
+                                   launch.EXIT_IB_COMPLETION_ERROR}
     assert ncclpair.result_for(0) == "pass" and ncclpair.result_for(1) == "error"
     for no_verdict in (launch.EXIT_CONFIG_ERROR, 2, 137, 143):
         assert ncclpair.result_for(no_verdict) is None

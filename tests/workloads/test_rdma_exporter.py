@@ -105,9 +105,10 @@ def running_exporter(root: Path, *extra: str) -> Iterator[str]:
         assert proc.stdout is not None
         ready, _, _ = select.select([proc.stdout], [], [], STARTUP_SECONDS)
         line = proc.stdout.readline() if ready else ""
-        assert "serving http://127.0.0.1:" in line, f"exporter did not start: {line!r} rc={proc.poll()}"
+        host = extra[extra.index("--listen-address") + 1] if "--listen-address" in extra else "127.0.0.1"
+        assert f"serving http://{host}:" in line, f"exporter did not start: {line!r} rc={proc.poll()}"
         url = line.split()[2]
-        assert url.startswith("http://127.0.0.1:") and url.endswith("/metrics"), url
+        assert url.startswith(f"http://{host}:") and url.endswith("/metrics"), url
         yield url
     finally:
         stop(proc, grace=10)

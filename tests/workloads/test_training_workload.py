@@ -219,7 +219,7 @@ def test_exit_codes_agree_between_launch_and_the_workload():
                                              nccl.EXIT_NO_TRANSPORT_INFO, nccl.EXIT_NO_RDMA_CHANNEL)
     assert (launch.EXIT_RDMA_BELOW_FRACTION, launch.EXIT_RDMA_TOOL_FAILED) == (
         rdma_link.EXIT_LINK_BELOW_FRACTION, rdma_link.EXIT_LINK_TOOL_FAILED)
-    assert launch.FATAL_EXIT_CODES == {3, 10, 11, 12, 13, 14, 15}
+    assert launch.FATAL_EXIT_CODES == {3, 10, 11, 12, 13, 14, 15, 16, 17}
     # none is a code torchrun, a shell or a signal uses
     assert all(1 < c < 126 for c in launch.FATAL_EXIT_CODES)
 

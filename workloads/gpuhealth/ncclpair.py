@@ -47,7 +47,7 @@ POD_NODES = PREFIX + "nodes"
 POD_VALID_HOURS = PREFIX + "valid-hours"
 CONTAINER = "trainer"  # the Indexed Job's container (components/training/job.py)
 PASS_CODES = frozenset({0})
-FAIL_CODES = frozenset({10, 11, 12, 15})  # trainer.nccl's verdicts (launch.py mirrors them)
+FAIL_CODES = frozenset({10, 11, 12, 15, 16, 17})  # trainer.nccl's verdicts (launch.py mirrors them)
 ERROR_CODES = frozenset({1})  # torchrun: a worker failed
 
 

@@ -7,7 +7,9 @@ Global rank 0 prints an nccl-tests style table (size, count, time, algbw, busbw 
 Every rank exits with the verdict's code (trainer.nccl): 0 pass, 10 largest-size busbw below
 --min-busbw-fraction x --link-gbps, 11 NCCL used TCP sockets while --rdma is declared, 12 no
 transport lines to confirm --rdma, 15 --rdma declared but no channel over NET/IB (only P2P/SHM:
-RDMA never exercised), 3 bad arguments. Under torchrun the pod sees 1 for any failure (torchrun's
+RDMA never exercised), 16 some size returned wrong values (#wrong not 0: data corruption, which wins
+over every other code), 17 an IB completion error (IBV_WC_* status) in an NCCL WARN line of any
+rank, 3 bad arguments. Under torchrun the pod sees 1 for any failure (torchrun's
 own code) unless --exit-code-file hands the code to the launch script; the verdict line says which.
 
 NCCL's log: with the nccl backend and no --nccl-log, this process sets NCCL_DEBUG=INFO (when it is
@@ -106,7 +108,7 @@ def read_transport(paths: list[Path]) -> NcclTransport:
 
 
 # What the verdict needs from every rank's log, as counts a MAX/SUM all-reduce can combine (object
-# collectives would need numpy): [saw Socket network, saw IB network, channels per kind...].
+# collectives would need numpy): [saw Socket network, saw IB network, IB completion errors, channels per kind...].
 _KINDS = ("NET/IB", "NET/Socket", "P2P", "SHM")
 
 
@@ -114,16 +116,17 @@ def merge_across_ranks(local: NcclTransport, device) -> NcclTransport:
     import torch
     import torch.distributed as dist
 
-    flags = torch.tensor([local.network == "Socket", local.network == "IB"]
+    flags = torch.tensor([local.network == "Socket", local.network == "IB", local.ib_errors]
                          + [local.channels.get(k, 0) for k in _KINDS], dtype=torch.int64, device=device)
     dist.all_reduce(flags, op=dist.ReduceOp.SUM)
     values = [int(v) for v in flags.tolist()]
     network = "Socket" if values[0] else ("IB" if values[1] else None)
-    channels = {k: v for k, v in zip(_KINDS, values[2:], strict=True) if v}
+    channels = {k: v for k, v in zip(_KINDS, values[3:], strict=True) if v}
     # channel kinds outside _KINDS (e.g. NVLS, COLLNET) are kept from this rank's own log
     channels.update({k: v for k, v in local.channels.items() if k not in _KINDS})
     # nNodes and MNNVL are the communicator's, the same in every rank's log
-    return NcclTransport(network=network, devices=local.devices, channels=channels, nodes=local.nodes, mnnvl=local.mnnvl)
+    return NcclTransport(network=network, devices=local.devices, channels=channels, nodes=local.nodes, mnnvl=local.mnnvl,
+                         ib_errors=values[2], ib_error_example=local.ib_error_example)
 
 
 def run(args: argparse.Namespace) -> int:

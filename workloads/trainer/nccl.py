@@ -4,8 +4,10 @@
 - rows of an nccl-tests style table (ours prints the same columns, so one parser reads both);
 - NCCL_DEBUG=INFO lines: which network NCCL chose, which transport each channel uses, how many
   nodes the communicator spans;
-- the verdict: pass, too slow for the declared link, or (RDMA declared) fell back to TCP sockets, left
-  no transport lines to tell, or never used RDMA at all (no channel over NET/IB).
+- NCCL_DEBUG WARN lines: InfiniBand/RoCE work completions with an error status (IBV_WC_*);
+- the verdict: pass, wrong results (#wrong, out-of-place or in-place), an IB completion error, too
+  slow for the declared link, or (RDMA declared) fell back to TCP sockets, left no transport lines
+  to tell, or never used RDMA at all (no channel over NET/IB).
 
 Exit codes (allreduce_bench's; components/training/launch.py mirrors them, a test keeps them equal):
   0  pass
@@ -19,7 +21,14 @@ Exit codes (allreduce_bench's; components/training/launch.py mirrors them, a tes
                              this is a run whose ranks all landed on one node (NCCL logs "nNodes 1"),
                              a communicator per node, or a multi-node NVLink domain (MNNVL 1, e.g.
                              GB200 NVL72), where the inter-node traffic is NVLink and RDMA is not tested
+  16 EXIT_WRONG_RESULTS      some size's #wrong (out-of-place or in-place) is not 0: the all-reduce
+                             returned wrong data. Worse than slowness, so it wins over every other code
+  17 EXIT_IB_COMPLETION_ERROR an `NCCL WARN` line reports an InfiniBand/RoCE work completion with an
+                             error status (`Got completion from peer ... status=IBV_WC_RETRY_EXC_ERR(12)`,
+                             or the older `with error 12` / `status=12` forms): the link dropped or
+                             corrupted traffic during the sweep, whatever the bandwidth looked like
   (3, the sweep's own configuration error, is trainer.EXIT_CONFIG_ERROR; 13 and 14 are trainer.rdma_link's.)
+  When several fail, the first of 16, 17, 11, 12, 15, 10 is the exit code; the reasons list them all.
 
 Units: algbw/busbw in GB/s (1e9 bytes/s, as nccl-tests prints them); link rates in Gbit/s.
 """
@@ -36,6 +45,12 @@ EXIT_LOW_BUSBW = 10
 EXIT_SOCKET_FALLBACK = 11
 EXIT_NO_TRANSPORT_INFO = 12
 EXIT_NO_RDMA_CHANNEL = 15
+EXIT_WRONG_RESULTS = 16
+EXIT_IB_COMPLETION_ERROR = 17
+# Which code a failing verdict exits with when several apply: data corruption first, then a broken
+# link, then the transport (the root cause of a slow run), then the bandwidth.
+_EXIT_PRECEDENCE = (EXIT_WRONG_RESULTS, EXIT_IB_COMPLETION_ERROR, EXIT_SOCKET_FALLBACK, EXIT_NO_TRANSPORT_INFO,
+                    EXIT_NO_RDMA_CHANNEL, EXIT_LOW_BUSBW)
 
 
 def bus_bandwidth(algbw: float, nranks: int) -> float:
@@ -71,14 +86,25 @@ class SweepRow:
     inplace_time_us: float | None = None
     inplace_algbw: float | None = None
     inplace_busbw: float | None = None
+    inplace_wrong: int | None = None
+
+    @property
+    def wrong_values(self) -> int:
+        """Wrong elements in both columns (N/A counts as 0: validation was off)."""
+        return (self.wrong or 0) + (self.inplace_wrong or 0)
 
 
+# nccl-tests prints #wrong with printf's %6g: from a million wrong elements up it reads "1e+06" or
+# "2.68435e+08" (exactly the runs that matter); ours prints an integer; "N/A" when validation is off.
+_WRONG = re.compile(r"\d+(?:\.\d+)?(?:e\+\d+)?|N/A")
 _DTYPE = re.compile(r"[A-Za-z][A-Za-z0-9_]*")  # float, half, bfloat16, int8, ...
 _REDOP = re.compile(r"[a-z]+")  # sum, prod, max, min, avg
 
 
 def _wrong(value: str) -> int | None:
-    return None if value.upper() == "N/A" else int(value)
+    if not _WRONG.fullmatch(value):
+        raise ValueError(f"not a #wrong count: {value!r}")
+    return None if value == "N/A" else int(float(value))
 
 
 def parse_sweep_line(line: str) -> SweepRow | None:
@@ -95,7 +121,8 @@ def parse_sweep_line(line: str) -> SweepRow | None:
         )
         if len(parts) == 13:
             row = SweepRow(**{**row.__dict__, "inplace_time_us": float(parts[9]),
-                              "inplace_algbw": float(parts[10]), "inplace_busbw": float(parts[11])})
+                              "inplace_algbw": float(parts[10]), "inplace_busbw": float(parts[11]),
+                              "inplace_wrong": _wrong(parts[12])})
         int(parts[4])  # root column: -1 for all-reduce
     except ValueError:
         return None
@@ -131,6 +158,38 @@ _NET_DEVICES = re.compile(r"NCCL INFO NET/(?P<net>[A-Za-z0-9_]+) ?: Using (?P<de
 _NO_DEVICE = re.compile(r"NCCL INFO NET/(?P<net>[A-Za-z0-9_]+) ?: No device found")
 # `NCCL INFO comm 0x55a7be5601c0 rank 0 nRanks 8 nNodes 1 localRanks 8 localRank 0 MNNVL 0` (2.19+).
 _COMM_NODES = re.compile(r"NCCL INFO comm \S+ rank \d+ nRanks \d+ nNodes (?P<nodes>\d+)(?:.*? MNNVL (?P<mnnvl>\d+))?")
+# An IB/RoCE work completion with an error status, in the forms NCCL's net_ib has printed it:
+#   `NCCL WARN NET/IB : Got completion from peer 10.2.0.5<33092> with error 12, opcode 0, len 0, vendor err 129 (Recv)`
+#   `NCCL WARN NET/IB: Got completion from peer 10.0.0.9<51161> with status=4 opcode=0 len=0 vendor err 81 (Send) ...`
+#   `NCCL WARN NET/IB: Got completion from peer 10.0.0.13<40554> with status=IBV_WC_RETRY_EXC_ERR(12) opcode=...`
+# (also NET/IB/GIN:); and any other WARN naming an error status as `status=IBV_WC_<NAME>(<n>)`.
+_IB_COMPLETION = re.compile(
+    r"NCCL WARN NET/IB[A-Za-z0-9_/]* ?: Got completion from peer (?P<peer>\S+) with "
+    r"(?:status=(?P<name>IBV_WC_[A-Z0-9_]+)\((?P<named>\d+)\)|status=(?P<status>\d+)|error (?P<error>\d+))")
+_WARN_WC_STATUS = re.compile(r"NCCL WARN .*?status=(?P<name>IBV_WC_[A-Z0-9_]+)\((?P<named>\d+)\)")
+# enum ibv_wc_status (libibverbs verbs.h), to name the numeric forms.
+_IBV_WC_STATUS = (
+    "IBV_WC_SUCCESS", "IBV_WC_LOC_LEN_ERR", "IBV_WC_LOC_QP_OP_ERR", "IBV_WC_LOC_EEC_OP_ERR", "IBV_WC_LOC_PROT_ERR",
+    "IBV_WC_WR_FLUSH_ERR", "IBV_WC_MW_BIND_ERR", "IBV_WC_BAD_RESP_ERR", "IBV_WC_LOC_ACCESS_ERR",
+    "IBV_WC_REM_INV_REQ_ERR", "IBV_WC_REM_ACCESS_ERR", "IBV_WC_REM_OP_ERR", "IBV_WC_RETRY_EXC_ERR",
+    "IBV_WC_RNR_RETRY_EXC_ERR", "IBV_WC_LOC_RDD_VIOL_ERR", "IBV_WC_REM_INV_RD_REQ_ERR", "IBV_WC_REM_ABORT_ERR",
+    "IBV_WC_INV_EECN_ERR", "IBV_WC_INV_EEC_STATE_ERR", "IBV_WC_FATAL_ERR", "IBV_WC_RESP_TIMEOUT_ERR",
+    "IBV_WC_GENERAL_ERR", "IBV_WC_TM_ERR", "IBV_WC_TM_RNDV_INCOMPLETE",
+)
+
+
+def ib_completion_error(line: str) -> str | None:
+    """`IBV_WC_RETRY_EXC_ERR(12) from peer 10.0.0.13<40554>` for an NCCL WARN line reporting a failed
+    IB/RoCE work completion; None for any other line (and for a success status)."""
+    m = _IB_COMPLETION.search(line) or _WARN_WC_STATUS.search(line)
+    if m is None:
+        return None
+    groups = m.groupdict()
+    code = int(next(v for k in ("named", "status", "error") if (v := groups.get(k)) is not None))
+    if code == 0:
+        return None
+    name = groups.get("name") or (_IBV_WC_STATUS[code] if code < len(_IBV_WC_STATUS) else "IBV_WC status")
+    return f"{name}({code})" + (f" from peer {groups['peer']}" if groups.get("peer") else "")
 
 
 def _net_family(name: str) -> str:
@@ -151,6 +210,8 @@ class NcclTransport:
     channels: dict[str, int] = field(default_factory=dict)  # "NET/IB", "NET/Socket", "P2P", "SHM" -> channel count
     nodes: int | None = None  # the most nodes a communicator spans ("nNodes"), where NCCL logs it
     mnnvl: bool = False  # a multi-node NVLink domain: nodes reach each other over NVLink, not the network
+    ib_errors: int = 0  # NCCL WARN lines reporting a failed IB/RoCE work completion
+    ib_error_example: str | None = None  # the first of them, e.g. "IBV_WC_RETRY_EXC_ERR(12) from peer ..."
 
     @property
     def uses_sockets(self) -> bool:
@@ -184,14 +245,18 @@ class NcclTransport:
         network = "Socket" if "Socket" in networks else (next(iter(networks)) if networks else None)
         nodes = max((n for n in (self.nodes, other.nodes) if n is not None), default=None)
         return NcclTransport(network=network, devices=self.devices + other.devices, channels=channels, nodes=nodes,
-                             mnnvl=self.mnnvl or other.mnnvl)
+                             mnnvl=self.mnnvl or other.mnnvl, ib_errors=self.ib_errors + other.ib_errors,
+                             ib_error_example=self.ib_error_example or other.ib_error_example)
 
 
 def parse_nccl_log(lines: Iterable[str]) -> NcclTransport:
     """The transports NCCL reports at NCCL_DEBUG=INFO (subsystems INIT and NET, NCCL's default set)."""
     result = NcclTransport()
     for line in lines:
-        if m := _CHANNEL.search(line):
+        if error := ib_completion_error(line):
+            result.ib_errors += 1
+            result.ib_error_example = result.ib_error_example or error
+        elif m := _CHANNEL.search(line):
             transport = m["transport"]
             key = f"NET/{_net_family(m['net'] or '')}" if transport == "NET" else transport
             result.channels[key] = result.channels.get(key, 0) + 1
@@ -258,6 +323,16 @@ def verdict(
         raise ValueError(f"min_busbw_fraction must be in (0, 1], got {min_busbw_fraction}")
     reasons: list[str] = []
     codes: list[int] = []
+    if wrong := [r for r in rows if r.wrong_values]:
+        codes.append(EXIT_WRONG_RESULTS)
+        sizes = ", ".join(f"{r.size} B: {r.wrong_values}" for r in wrong)
+        reasons.append(f"the all-reduce returned wrong values (#wrong, out-of-place + in-place, at {sizes}): "
+                       "data corruption, whatever the bandwidth")
+    if transport.ib_errors:
+        codes.append(EXIT_IB_COMPLETION_ERROR)
+        reasons.append(f"{transport.ib_errors} IB completion error(s) in NCCL WARN lines"
+                       + (f", first {transport.ib_error_example}" if transport.ib_error_example else "")
+                       + ": the RDMA link failed during the sweep")
     largest = max(rows, key=lambda r: r.size) if rows else None
     busbw_gbps = largest.busbw * 8 if largest else None
     threshold = link_gbps * min_busbw_fraction if link_gbps else None
@@ -278,6 +353,5 @@ def verdict(
     elif threshold is not None and busbw_gbps is not None and busbw_gbps < threshold:
         codes.append(EXIT_LOW_BUSBW)
         reasons.append(f"busbw {busbw_gbps:.2f} Gbit/s at {largest.size} B < {min_busbw_fraction} x {link_gbps} Gbit/s")
-    # The transport is the root cause when both fail: report its code.
-    return Verdict(exit_code=min(codes, key=lambda c: (c == EXIT_LOW_BUSBW, c)) if codes else EXIT_PASS,
+    return Verdict(exit_code=min(codes, key=_EXIT_PRECEDENCE.index) if codes else EXIT_PASS,
                    reasons=tuple(reasons), busbw_gbps=busbw_gbps, threshold_gbps=threshold)

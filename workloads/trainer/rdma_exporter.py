@@ -2,9 +2,13 @@
 
     python -m trainer.rdma_exporter --port 9879 [--sysfs-root /sys/class/infiniband] [--node NAME]
 
-Serves /metrics (any path) on --listen-address:--port with the `prometheus_client` package, each
-connection on its own thread with --client-timeout seconds in all and at most --max-connections at
-once (trainer/scrape_server.py: an idle or half-sent request never delays another scrape); every
+Serves /metrics (any path) on --listen-address:--port, rendered by the `prometheus_client` package,
+from one event loop: each connection has --client-timeout seconds in all, at most --max-connections
+are open at once, and when one more comes the oldest connection still waiting for its request makes
+room (trainer/scrape_server.py: clients that hold or re-open connections never delay a scrape). The
+DaemonSet on the host network passes the node's own address (status.hostIP) as --listen-address:
+Prometheus scrapes that address, and no other interface of the node (a storage or RDMA network, a
+public one) serves the exporter. Every
 scrape walks <sysfs-root>/<device>/ports/<port>/ once (no background thread, no cache), so a
 device that appears or disappears between scrapes (in RDMA exclusive netns mode the device moves
 into a training pod's namespace and vanishes from the host's view) simply appears in or drops out
@@ -67,6 +71,7 @@ per-port ones), the netdev counters of the RoCE interface (node-exporter has tho
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import os
 import re
 import sys
@@ -76,7 +81,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from prometheus_client import CollectorRegistry, generate_latest, make_wsgi_app
+from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -100,6 +105,8 @@ ACTIVE = 4
 _RATE = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([KMGT]?)b/sec")
 _RATE_UNIT = {"": 1.0, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
 _STATE = re.compile(r"\s*([0-9]+)\s*:\s*(.*?)\s*")
+_COUNTER = re.compile(r"[0-9]{1,20}", re.ASCII)
+MAX_COUNTER = (1 << 64) - 1  # the widest counter a driver keeps
 
 
 class ReadError(Exception):
@@ -149,12 +156,17 @@ def parse_rate(text: str) -> float:
 
 
 def parse_counter(text: str) -> int:
-    try:
-        value = int(text.strip())
-    except ValueError:
-        raise ReadError(f"not an integer: {text[:40]!r}") from None
-    if value < 0:
-        raise ReadError(f"negative counter: {value}")
+    """A counter file's decimal digits (a trailing newline allowed), at most 2**64 - 1.
+
+    Not int(): it also takes `1_000`, `+42`, ` 7 `, non-ASCII digits and numbers of any length, none
+    of which a kernel counter file holds; such a file is a read error, not a counter.
+    """
+    digits = text.removesuffix("\n")
+    if not _COUNTER.fullmatch(digits):
+        raise ReadError(f"not a counter's decimal digits: {text[:40]!r}")
+    value = int(digits)
+    if value > MAX_COUNTER:
+        raise ReadError(f"more than 64 bits: {digits[:40]}")
     return value
 
 
@@ -353,14 +365,16 @@ class RdmaCollector(Collector):
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m trainer.rdma_exporter", description=__doc__.split("\n\n")[0])
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"TCP port (default {DEFAULT_PORT}; 0: any free one)")
-    p.add_argument("--listen-address", default="0.0.0.0", help="address to listen on (default all IPv4)")
+    p.add_argument("--listen-address", default="0.0.0.0",
+                   help="IP address to listen on (default all IPv4; the DaemonSet gives the node's own, status.hostIP)")
     p.add_argument("--sysfs-root", type=Path, default=Path(DEFAULT_SYSFS_ROOT),
                    help=f"the RDMA devices' sysfs directory (default {DEFAULT_SYSFS_ROOT})")
     p.add_argument("--node", help="put node=NAME on every series (leave out under Kubernetes: relabel instead)")
     p.add_argument("--client-timeout", type=float, default=DEFAULT_TIMEOUT_SECONDS,
                    help=f"seconds a connection may take in all, request and answer (default {DEFAULT_TIMEOUT_SECONDS:g})")
     p.add_argument("--max-connections", type=int, default=DEFAULT_MAX_CONNECTIONS,
-                   help=f"connections served at once; more are closed unanswered (default {DEFAULT_MAX_CONNECTIONS})")
+                   help=f"connections open at once; one more closes the oldest still waiting for its request "
+                        f"(default {DEFAULT_MAX_CONNECTIONS})")
     p.add_argument("--once", action="store_true", help="print one scrape to stdout and exit")
     args = p.parse_args(argv)
     if not 0 <= args.port <= 65535:
@@ -369,6 +383,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         p.error(f"--client-timeout must be in (0, 3600] seconds, got {args.client_timeout:g}")
     if not 1 <= args.max_connections <= 1024:
         p.error(f"--max-connections must be in 1..1024, got {args.max_connections}")
+    try:
+        ipaddress.ip_address(args.listen_address)
+    except ValueError:
+        p.error(f"--listen-address must be an IPv4 or IPv6 address, got {args.listen_address!r} (under Kubernetes: "
+                "is the HOST_IP variable from the downward API's status.hostIP set?)")
     if args.node is not None and not args.node.strip():
         p.error("--node must not be empty")
     return args
@@ -382,13 +401,14 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.write(generate_latest(registry).decode())
         return 0
     try:
-        server = ScrapeServer((args.listen_address, args.port), make_wsgi_app(registry),
+        server = ScrapeServer((args.listen_address, args.port), registry,
                               timeout=args.client_timeout, max_connections=args.max_connections)
     except OSError as e:
         print(f"rdma_exporter: cannot listen on {args.listen_address}:{args.port}: {e}", file=sys.stderr)
         return 1
     # The tests (and a person) read the bound port here, --port 0 included.
-    print(f"rdma_exporter: serving http://{args.listen_address}:{server.server_port}/metrics from {args.sysfs_root}",
+    host = f"[{args.listen_address}]" if ":" in args.listen_address else args.listen_address
+    print(f"rdma_exporter: serving http://{host}:{server.server_port}/metrics from {args.sysfs_root}",
           flush=True)
     try:
         server.serve_forever()

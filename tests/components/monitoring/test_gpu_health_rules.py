@@ -1,6 +1,9 @@
 """GpuHealthReconcileStale (components/monitoring/gpu_health.py), as the lab plan's PrometheusRule
 carries it: `promtool check rules` accepts it, `promtool test rules` shows it firing for a service
 whose reconcile passes stopped, and quiet for one that keeps reconciling or stalled only briefly.
+Issue 30: it also fires while the liveness probe restarts the stuck service every few minutes, in
+place (a gap in the scrapes each time) or as a new pod (a new series each time), which reset the
+`for:` of the old `time() - gauge > x` rule for ever; and a healthy service that restarts stays quiet.
 It reads the metric the service exports (workloads/gpuhealth/metrics.py), is there only with the
 service, and its threshold is the service's own /healthz staleness.
 
@@ -67,21 +70,43 @@ def test_only_with_the_service() -> None:
     assert health_monitoring.GROUP not in [g["name"] for g in _groups("gke")]  # gpuHealth off by default there
 
 
-def _series(values: str) -> dict[str, str]:
-    labels = ", ".join(f'{k}="{v}"' for k, v in SERVICE.items())
-    return {"series": f"{service_metrics.LAST_SUCCESS}{{{labels}}}", "values": values}
+def _series(values: str, pod: int = 0) -> dict[str, str]:
+    """The service's gauge as scraped from its pod number `pod` (pod 0: SERVICE's own labels)."""
+    labels = {**SERVICE, **({"pod": f"gpu-health-7d9f-{pod}", "instance": f"10.0.0.{7 + pod}:8080"} if pod else {})}
+    text = ", ".join(f'{k}="{v}"' for k, v in labels.items())
+    return {"series": f"{service_metrics.LAST_SUCCESS}{{{text}}}", "values": values}
+
+
+# The liveness probe kills a stuck service after /healthz failed for a minute; here every 3 minutes.
+# A `stale` sample is a failed scrape (Prometheus writes a staleness marker), `_` no sample at all.
+MINUTES = 21
+STUCK_IN_PLACE = " ".join(["0 0 stale"] * (MINUTES // 3))  # same pod: up 2 scrapes, down 1
+STOPPED_THEN_RESTARTED = "0 60 120 180 stale " + " ".join(["0 0 stale"] * ((MINUTES - 5) // 3))
+
+
+def _new_pod_every_3_minutes(values: object) -> list[dict[str, str]]:
+    """A pod per 3 minutes, each scraped for 3 minutes then gone; `values(i, minute)` its samples."""
+    out = []
+    for i in range(MINUTES // 3):
+        samples = " ".join(str(values(i, 3 * i + k)) for k in range(3))  # type: ignore[operator]
+        out.append(_series(" ".join(["_"] * (3 * i) + [samples, "stale"]), pod=i + 1))
+    return out
 
 
 def _test_file(rules: Path) -> dict[str, Any]:
     (rule,) = _group("lab")["rules"]
     description = rule["annotations"]["description"].replace("{{ $labels.namespace }}", SERVICE["namespace"]).replace(
-        "{{ $labels.pod }}", SERVICE["pod"])
-    fired = [{"exp_labels": {**SERVICE, **rule["labels"]},
+        "{{ $labels.job }}", SERVICE["job"])
+    # one alert per service, whichever pod reported the gauge
+    fired = [{"exp_labels": {"namespace": SERVICE["namespace"], "job": SERVICE["job"], **rule["labels"]},
               "exp_annotations": {**rule["annotations"], "description": description}}]
 
-    def case(name: str, values: str, at: str, expected: list[dict[str, Any]]) -> dict[str, Any]:
-        return {"name": name, "interval": "1m", "input_series": [_series(values)],
-                "alert_rule_test": [{"eval_time": at, "alertname": health_monitoring.STALE_ALERT, "exp_alerts": expected}]}
+    def case(name: str, values: str | list[dict[str, str]], at: str | list[str],
+             expected: list[dict[str, Any]]) -> dict[str, Any]:
+        series = [_series(values)] if isinstance(values, str) else values
+        times = [at] if isinstance(at, str) else at
+        return {"name": name, "interval": "1m", "input_series": series, "alert_rule_test": [
+            {"eval_time": t, "alertname": health_monitoring.STALE_ALERT, "exp_alerts": expected} for t in times]}
 
     return {"rule_files": [str(rules)], "evaluation_interval": "1m", "tests": [
         # passes every minute until 3m, none after: stale (> 240 s) from 8m, firing 5m later
@@ -91,6 +116,21 @@ def _test_file(rules: Path) -> dict[str, Any]:
         case("quiet while it reconciles", "0+60x20", "14m", []),
         # stale from 8m, but not for 5m yet
         case("quiet during a short stall", "0 60 120 180x15", "11m", []),
+        # never a pass, restarted in place every 3 minutes: stale (> 240 s after promtool's epoch) from
+        # 5m, firing from 10m, and through every restart after (the old rule: never)
+        case("fires while the liveness probe restarts it in place", STUCK_IN_PLACE, ["10m", "14m", "17m", "20m"],
+             fired),
+        case("pending until then", STUCK_IN_PLACE, ["9m"], []),
+        # never a pass, each restart a new pod with a fresh series
+        case("fires while each restart is a new pod", _new_pod_every_3_minutes(lambda i, minute: 0),
+             ["10m", "14m", "17m", "20m"], fired),
+        # passes until 3m (stale from 8m), then stuck and restarted: fires 5m later and stays firing
+        case("fires once passes stop, through the restarts", STOPPED_THEN_RESTARTED, ["13m", "20m"], fired),
+        case("not before it was stale for 5m", STOPPED_THEN_RESTARTED, ["7m", "11m"], []),
+        # a healthy service restarted every 3 minutes: each new pod reports 0 until its first pass
+        case("quiet while a restarted service keeps reconciling",
+             _new_pod_every_3_minutes(lambda i, minute: 0 if minute % 3 == 0 else 60 * minute),
+             ["5m", "10m", "14m", "20m"], []),
     ]}
 
 
