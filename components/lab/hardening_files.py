@@ -56,8 +56,9 @@ class ControlPlaneFiles(pulumi.ComponentResource):
                 for key in names]
         config: pulumi.Input[str] = ""
         if keys:
+            plain_first = encryption.write_unencrypted
             config = pulumi.Output.secret(pulumi.Output.all(*[k.base64 for k in keys]).apply(
-                lambda secrets: _yaml(hardening.encryption_config(list(zip(names, secrets, strict=True))))))
+                lambda secrets: _yaml(hardening.encryption_config(list(zip(names, secrets, strict=True)), plain_first))))
         policy = _yaml(hardening.audit_policy()) if settings.audit_log.enabled else ""
         self.done = {}
         for host in args.control_planes:
