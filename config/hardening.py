@@ -52,7 +52,7 @@ class SecretsEncryption(Model):
         default=("key-1",),
         description="Names of the encryption keys (each a 32-byte Pulumi secret the program generates): the first "
                     "encrypts, the others only decrypt. Rotate: add a new name second, up; move it first, up, "
-                    "re-write every Secret; drop the old name, up.",
+                    "re-write every Secret; drop the old name and set rewrittenWith to the new, up.",
     )
 
     write_unencrypted: bool = Field(
@@ -81,6 +81,14 @@ class SecretsEncryption(Model):
                                  "give the key another name")
         if len(set(v)) != len(v):
             raise ValueError(f"names a key twice: {list(v)}")
+        return v
+
+    @field_validator("write_unencrypted")
+    @classmethod
+    def _write_unencrypted(cls, v: bool, info: ValidationInfo) -> bool:
+        if v and info.data.get("enabled") is False:
+            raise ValueError("does nothing with enabled false (the program writes no EncryptionConfiguration "
+                             "then): leave it out, or keep encryption on while Secrets are re-written")
         return v
 
     @field_validator("rewritten_with")

@@ -85,6 +85,11 @@ def test_a_rewrite_claim_that_cannot_be_true_is_refused(encryption: dict[str, An
     reported(lab_raw(hardening={"secretsEncryption": encryption}), "hardening.secretsEncryption.rewrittenWith", *words)
 
 
+def test_write_unencrypted_with_encryption_off_is_refused_as_inert() -> None:
+    reported(lab_raw(hardening={"secretsEncryption": {"enabled": False, "writeUnencrypted": True}}),
+             "hardening.secretsEncryption.writeUnencrypted", "does nothing with enabled false")
+
+
 def test_a_key_may_not_be_named_like_the_unencrypted_provider() -> None:
     reported(lab_raw(hardening={"secretsEncryption": {"keys": ["identity"]}}), "hardening.secretsEncryption.keys",
              "unencrypted provider")
