@@ -110,9 +110,27 @@ def _new_writer(before: Keys, after: Keys, control_planes: int) -> str:
     return ""
 
 
-def changes(older: Side, newer: Side, replaced: list[Any], control_planes: int) -> tuple[list[str], list[str]]:
-    """(the `!!` lines, the notes) of an update's changes to the encryption keys. `replaced`: the
-    update's replaced resources (update.Step.resource), `control_planes`: how many the newer side has."""
+def _remade(steps: list[Any], after: Keys) -> list[tuple[str, str]]:
+    """A key whose RandomBytes is replaced, or deleted while the newer side keeps its name (its
+    resource name or parent changed): new bytes under the old name."""
+    lines = []
+    for step in steps:
+        r, action = step.old, str(step.action)
+        if r is None or action not in ("replace", "delete") or r.type != _RANDOM_BYTES:
+            continue
+        parent_type, parent_name = r.parent.rsplit("::", 1) if "::" in r.parent else ("", "")
+        name = r.name.removeprefix(f"{parent_name}-key-")
+        if not parent_type.endswith(_FILES) or (action == "delete" and name not in after.names):
+            continue
+        how = "replaced" if action == "replace" else "deleted and made anew under another resource name"
+        lines.append(("!!", f"Secrets encryption key {name} is {how} ({r.name}): new random bytes under the old "
+                            f"name read nothing written with the old ones; {SAFE_ROTATION}"))
+    return lines
+
+
+def changes(older: Side, newer: Side, steps: list[Any], control_planes: int) -> tuple[list[str], list[str]]:
+    """(the `!!` lines, the notes) of an update's changes to the encryption keys. `steps`: the
+    update's (update.Step), `control_planes`: how many the newer side has."""
     before, after = keys_of(older), keys_of(newer)
     if before is None or after is None:
         return [], []
@@ -122,14 +140,12 @@ def changes(older: Side, newer: Side, replaced: list[Any], control_planes: int) 
         lines.append(_off(before, after))
     else:
         lines += [_dropped(name, before, after) for name in dropped]
-    for r in replaced:
-        if r.type == _RANDOM_BYTES and r.parent.rsplit("::", 1)[0].endswith(_FILES):
-            lines.append(("!!", f"Secrets encryption key {r.name} is replaced: new random bytes under the old name "
-                                f"read nothing written with the old ones; {SAFE_ROTATION}"))
+    lines += _remade(steps, after)
     note = _new_writer(before, after, control_planes)
     if note:
         lines.append(("note", note))
     if after.writer and after.rewritten_with and before.writer and after.rewritten_with != before.writer:
         lines.append(("note", f"{KEY}.rewrittenWith {after.rewritten_with} is set in the update that makes it "
-                              "write: the re-write can only run after this update, so the next preview relies on it"))
+                              "write, so no Secret can be re-written with it yet: the next preview trusts it, so "
+                              f"re-write every Secret ({REWRITE}) before the next update"))
     return [text for kind, text in lines if kind == "!!"], [text for kind, text in lines if kind == "note"]

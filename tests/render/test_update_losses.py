@@ -47,8 +47,7 @@ def _keys(stack: str = "lab", **encryption: Any) -> update_risks.Side:
 
 def _encryption(older: update_risks.Side, newer: update_risks.Side) -> tuple[list[str], list[str]]:
     plan = update.compare(older.resources, newer.resources, "lab", "old")
-    replaced = [s.resource for s in plan.steps if s.action is update.Action.REPLACE]
-    return update_encryption.changes(older, newer, replaced, len(update_risks.control_planes(newer)))
+    return update_encryption.changes(older, newer, plan.steps, len(update_risks.control_planes(newer)))
 
 
 def _older_stack_file(tmp_path: Path, stack: str, **changes: Any) -> Path:
@@ -159,7 +158,19 @@ def test_a_key_replaced_under_the_same_name_is_loud() -> None:
     resources = [dataclasses.replace(r, inputs={**r.inputs, "length": 33})
                  if r.type == "random:index/randomBytes:RandomBytes" else r for r in older.resources]
     loud, _ = _encryption(older, update_risks.Side(resources, older.outputs, older.config))
-    assert any("control-plane-files-key-key-1 is replaced" in line for line in loud), loud
+    assert any(line.startswith("Secrets encryption key key-1 is replaced (control-plane-files-key-key-1)")
+               for line in loud), loud
+
+
+def test_a_key_made_anew_under_another_resource_name_is_loud() -> None:
+    """A renamed component or key resource: the old bytes are deleted, new ones created, the
+    config's key names unchanged."""
+    older = _keys()
+    old_urn = next(r.urn for r in older.resources if r.type == "random:index/randomBytes:RandomBytes")
+    resources = [dataclasses.replace(r, urn=r.urn.replace("::control-plane-files-key-", "::control-plane-files-key-v2-"))
+                 if r.urn == old_urn else r for r in older.resources]
+    loud, _ = _encryption(older, update_risks.Side(resources, older.outputs, older.config))
+    assert any(line.startswith("Secrets encryption key key-1 is deleted and made anew") for line in loud), loud
 
 
 def test_nothing_changes_nothing_is_said() -> None:
