@@ -6,6 +6,10 @@ Every default is the secure choice; why each exists is one line in docs/security
 * secretsEncryption: Secrets are encrypted in etcd (and so in every etcd snapshot) with a key that
   the program generates and keeps as a Pulumi secret. `keys` names the keys: the first encrypts,
   the others only decrypt, which is how a rotation goes (docs/security/hardening.md, step by step).
+  `writeUnencrypted` puts the unencrypted provider first (the keys still decrypt): the step before
+  `enabled: false` (Kubernetes' "Decrypt all data"). `rewrittenWith` records that every Secret was
+  rewritten after a key (or `identity`) took over: the update preview (render/update_encryption.py)
+  then lets older keys go quietly, and is loud without it.
 * kubelet: the unauthenticated read-only port (10255) stays closed and anonymous requests to the
   kubelet's API are refused.
 * verifyAptKeys: an apt repository's signing key is used only if its fingerprint is the one pinned
@@ -19,13 +23,15 @@ turning one on or off changes the files on the control planes but not the API se
 
 from __future__ import annotations
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationInfo, field_validator
 
 from config.fields import DNS_LABEL, Model
 
 # Two keys at once is what a rotation needs (the new one beside the old); a third is allowed so that
 # a rotation can start before the previous one's old key is dropped.
 MAX_ENCRYPTION_KEYS = 3
+# The EncryptionConfiguration's unencrypted provider: what Secrets are written with under writeUnencrypted.
+IDENTITY = "identity"
 
 
 class AuditLog(Model):
@@ -46,7 +52,20 @@ class SecretsEncryption(Model):
         default=("key-1",),
         description="Names of the encryption keys (each a 32-byte Pulumi secret the program generates): the first "
                     "encrypts, the others only decrypt. Rotate: add a new name second, up; move it first, up, "
-                    "re-write every Secret; drop the old name, up.",
+                    "re-write every Secret; drop the old name and set rewrittenWith to the new, up.",
+    )
+
+    write_unencrypted: bool = Field(
+        default=False,
+        description="Write Secrets unencrypted (the identity provider first) while the keys still decrypt: the "
+                    "step before enabled false. Then re-write every Secret, set rewrittenWith identity, and only "
+                    "then turn encryption off.",
+    )
+    rewritten_with: str | None = Field(
+        default=None,
+        description="What every Secret was last re-written with (kubectl get secrets -A -o json | kubectl replace "
+                    "-f -, run after it took over): the first key, or identity with writeUnencrypted. Changes no "
+                    "resource: the update preview (--against) reads it to let the older keys go without a '!!'.",
     )
 
     @field_validator("keys")
@@ -57,9 +76,47 @@ class SecretsEncryption(Model):
         for name in v:
             if not DNS_LABEL.fullmatch(name):
                 raise ValueError(f"{name!r} is not a key name: a lowercase RFC 1123 label (a-z, 0-9, '-')")
+            if name == IDENTITY:
+                raise ValueError(f"{IDENTITY!r} names the unencrypted provider (rewrittenWith: {IDENTITY}): "
+                                 "give the key another name")
         if len(set(v)) != len(v):
             raise ValueError(f"names a key twice: {list(v)}")
         return v
+
+    @field_validator("write_unencrypted")
+    @classmethod
+    def _write_unencrypted(cls, v: bool, info: ValidationInfo) -> bool:
+        if v and info.data.get("enabled") is False:
+            raise ValueError("does nothing with enabled false (the program writes no EncryptionConfiguration "
+                             "then): leave it out, or keep encryption on while Secrets are re-written")
+        return v
+
+    @field_validator("rewritten_with")
+    @classmethod
+    def _rewritten_with(cls, v: str | None, info: ValidationInfo) -> str | None:
+        keys = info.data.get("keys")
+        if v is None or keys is None:  # keys refused: that error is the one to read
+            return v
+        if v not in (*keys, IDENTITY):
+            raise ValueError(f"{v!r} is neither one of keys {list(keys)} nor {IDENTITY!r}")
+        writer = _writer(info.data.get("enabled", True), keys, info.data.get("write_unencrypted", False))
+        if writer and v != writer:
+            raise ValueError(f"{v!r} is not what Secrets are written with now ({writer!r}: the first key, or "
+                             f"{IDENTITY!r} with writeUnencrypted): re-write every Secret after it took over, "
+                             "then name it")
+        return v
+
+    @property
+    def writer(self) -> str:
+        """What new Secrets are written with: the first key, IDENTITY, or "" (off: the API
+        server's flag is left as it was, docs/security/hardening.md)."""
+        return _writer(self.enabled, self.keys, self.write_unencrypted)
+
+
+def _writer(enabled: bool, keys: tuple[str, ...], write_unencrypted: bool) -> str:
+    if not enabled:
+        return ""
+    return IDENTITY if write_unencrypted else keys[0]
 
 
 class KubeletAccess(Model):

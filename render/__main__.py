@@ -49,8 +49,9 @@ nothing is written), an `--out` render may not clear (nothing is changed), or wi
 update `pulumi up` would refuse (REFUSED lines; the files are written); 3 something would not come
 up (each workload, node and reason on stderr and in summary.md); 1 the check could not run
 (upstream charts missing: --no-check skips it); 4 with --against, the plan comes up but the update
-has `!!` lines (a node drained, reset or deleted, a protected resource replaced or deleted, or the
-pod network, GPU stack or shared storage swapped), so a CI job can refuse it. 2, 1 and 3 come
+has `!!` lines (a node drained, reset or deleted, a protected resource replaced or deleted, the
+pod network, GPU stack or shared storage swapped, a Secrets encryption key or a team's namespace
+lost: render/update_encryption.py, render/update_teams.py), so a CI job can refuse it. 2, 1 and 3 come
 before 4.
 """
 
@@ -70,7 +71,7 @@ from config.gke_provisioning import reservation_warnings
 from config.network_policy_enforcement import unenforced_warning
 from config.queue_flavors import topology_warnings
 from config.roce_interface import roce_interface_warnings
-from render import out_dir, program, summary, update, update_risks, yaml_text
+from render import out_dir, program, summary, update, update_encryption, update_risks, update_teams, yaml_text
 
 if TYPE_CHECKING:
     from render.cluster import Report
@@ -240,6 +241,10 @@ def main(argv: list[str] | None = None) -> int:
         changes = update.compare(older.resources, newer.resources, args.stack, str(args.against))
         changes.refused = update_risks.refusals(older, plan.config)
         changes.risks = update_risks.whole_cluster_changes(older, newer)
+        changes.risks += update_teams.losses(changes.steps, plan.config)
+        loud, notes = update_encryption.changes(older, newer, changes.steps, len(update_risks.control_planes(newer)))
+        changes.risks += loud
+        changes.notes = notes + changes.notes
     report = None
     if not args.no_check:
         from render import cluster
@@ -275,7 +280,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"would come up: {report.objects} objects, {len(report.lines)} workloads placed")
     if changes is not None and changes.destructive:
         print(f"the update has {len(changes.loud)} '!!' lines (nodes drained, reset or deleted; protected "
-              "resources; the pod network, GPU stack or shared storage swapped): exit 4", file=sys.stderr)
+              "resources; the pod network, GPU stack or shared storage swapped; Secrets' keys or team namespaces "
+              "lost): exit 4", file=sys.stderr)
         return 4
     return 0
 

@@ -15,7 +15,8 @@ update_inputs.py), read from their sources:
   kubernetes  pulumi/pulumi-kubernetes (snapshot after v4.32; 4.34.2 is pinned):
               provider/pkg/provider/provider.go (kubeProvider.Diff, DiffConfig), diff.go (forceNew),
               helm_release.go (helmReleaseProvider.Diff)
-  random      hashicorp/terraform-provider-random v3.8.1 internal/provider/resource_password.go
+  random      hashicorp/terraform-provider-random v3.8.1 internal/provider/resource_password.go,
+              resource_bytes.go
 
 An input whose value comes from a resource created or replaced in the same update is unknown at
 preview (step_generator.go: the new resource's outputs are computed), so it counts as changed;

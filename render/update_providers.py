@@ -27,6 +27,7 @@ COMMAND_TYPES = ("command:remote:Command", "command:local:Command")
 K8S_PROVIDER = "pulumi:providers:kubernetes"
 HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
 RANDOM_PASSWORD = "random:index/randomPassword:RandomPassword"
+RANDOM_BYTES = "random:index/randomBytes:RandomBytes"
 # kubernetes types that are bundles expanded by the provider: their children are not in the plan.
 K8S_BUNDLES = ("kubernetes:kustomize/", "kubernetes:yaml/", "kubernetes:helm.sh/v4:")
 
@@ -277,6 +278,14 @@ def random_password_diff(old: Resource, new: Resource, inputs: dict[str, Any], l
     return ProviderDiff(_changes(leaves, unknown, lambda p, _k: "random: every input forces a new password"))
 
 
+def random_bytes_diff(old: Resource, new: Resource, inputs: dict[str, Any], leaves: list[tuple[PathT, str]],
+                      providers: dict[str, Resource]) -> ProviderDiff:
+    """terraform-provider-random (resource_bytes.go, bytesSchemaV0): its only inputs, `length` and
+    `keepers`, are RequiresReplace (keepers: when its values are not null): new bytes."""
+    unknown = {k for k, v in inputs.items() if v is UNKNOWN}
+    return ProviderDiff(_changes(leaves, unknown, lambda p, _k: "random: length and keepers force new bytes"))
+
+
 def unmodelled_diff(old: Resource, new: Resource, inputs: dict[str, Any], leaves: list[tuple[PathT, str]],
                     providers: dict[str, Resource]) -> ProviderDiff:
     unknown = {k for k, v in inputs.items() if v is UNKNOWN}
@@ -294,6 +303,8 @@ def provider_rule(type_: str) -> ProviderRule:
         return helm_release_diff
     if type_ == RANDOM_PASSWORD:
         return random_password_diff
+    if type_ == RANDOM_BYTES:
+        return random_bytes_diff
     if type_.startswith("kubernetes:") and not type_.startswith(K8S_BUNDLES) and not type_.endswith("List"):
         return k8s_object_diff
     return unmodelled_diff

@@ -45,12 +45,13 @@ class Side:
 
     resources: list[Any]
     outputs: dict[str, Any] = field(default_factory=dict)
+    config: Any = None  # the validated config it was rendered from; None for an older plan.json
 
 
 def plan_side(plan: program.Plan) -> Side:
     from render.update import Resource
 
-    return Side(Resource.from_plan(plan), dict(plan.outputs))
+    return Side(Resource.from_plan(plan), dict(plan.outputs), plan.config)
 
 
 def older_side(path: Path, stack: str) -> Side:

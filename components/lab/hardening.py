@@ -62,19 +62,18 @@ def audit_policy() -> dict[str, Any]:
     return {"apiVersion": "audit.k8s.io/v1", "kind": "Policy", "omitStages": ["RequestReceived"], "rules": rules}
 
 
-def encryption_config(keys: list[tuple[str, str]]) -> dict[str, Any]:
+def encryption_config(keys: list[tuple[str, str]], write_unencrypted: bool = False) -> dict[str, Any]:
     """Secrets encrypted with the first of `keys` (name, base64 of 32 bytes); the others, and
-    identity last, only read what was written before (plain Secrets from before encryption)."""
+    identity last, only read what was written before (plain Secrets from before encryption).
+
+    `write_unencrypted`: identity first, so new writes are plain and the keys only read (the
+    Kubernetes docs' "Decrypt all data": the first provider writes, every provider reads)."""
+    secretbox = {ENCRYPTION_PROVIDER: {"keys": [{"name": name, "secret": secret} for name, secret in keys]}}
+    providers = [{"identity": {}}, secretbox] if write_unencrypted else [secretbox, {"identity": {}}]
     return {
         "apiVersion": "apiserver.config.k8s.io/v1",
         "kind": "EncryptionConfiguration",
-        "resources": [{
-            "resources": ["secrets"],
-            "providers": [
-                {ENCRYPTION_PROVIDER: {"keys": [{"name": name, "secret": secret} for name, secret in keys]}},
-                {"identity": {}},
-            ],
-        }],
+        "resources": [{"resources": ["secrets"], "providers": providers}],
     }
 
 

@@ -9,7 +9,9 @@ server's hardening flags name (components/lab/hardening.py), written before kube
 
 A key rotation is a change of `keys` (docs/security/hardening.md): the step's stdin changes, the
 step runs again and writes the new file; the API servers re-read it (automatic reload). Removing a
-name deletes its key from the state for good: only once no Secret is encrypted with it.
+name deletes its key from the state for good: only once no Secret is encrypted with it (the update
+preview, render/update_encryption.py, is loud otherwise). `writeUnencrypted` writes the same keys
+after the identity provider: the step before encryption is turned off.
 
 Does not manage: re-writing the Secrets after a rotation (`kubectl replace`, in the docs), or the
 API server's flags on a cluster that was initialised before (kubeadm applies them at init and join).
@@ -56,8 +58,9 @@ class ControlPlaneFiles(pulumi.ComponentResource):
                 for key in names]
         config: pulumi.Input[str] = ""
         if keys:
+            plain_first = encryption.write_unencrypted
             config = pulumi.Output.secret(pulumi.Output.all(*[k.base64 for k in keys]).apply(
-                lambda secrets: _yaml(hardening.encryption_config(list(zip(names, secrets, strict=True))))))
+                lambda secrets: _yaml(hardening.encryption_config(list(zip(names, secrets, strict=True)), plain_first))))
         policy = _yaml(hardening.audit_policy()) if settings.audit_log.enabled else ""
         self.done = {}
         for host in args.control_planes:

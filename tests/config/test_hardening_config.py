@@ -57,3 +57,39 @@ def test_the_program_exits_2_naming_the_key(tmp_path) -> None:
     assert f"{NS}:hardening.secretsEncryption.keys:" in result.stderr and "twice" in result.stderr
     assert "Traceback" not in result.stderr
     assert not out.exists()
+
+
+# ------------------------------------------------------------------------------------------------
+# writeUnencrypted and rewrittenWith (issue 30): the steps of a safe rotation or turning off
+
+
+def test_the_safe_steps_are_accepted() -> None:
+    def enc(**s: Any) -> Any:
+        return accepted(lab_raw(hardening={"secretsEncryption": s})).hardening.secrets_encryption  # type: ignore[union-attr]
+
+    assert enc().writer == "key-1" and enc().rewritten_with is None and not enc().write_unencrypted
+    assert enc(keys=["key-2", "key-1"], rewrittenWith="key-2").writer == "key-2"
+    assert enc(writeUnencrypted=True).writer == "identity"
+    assert enc(writeUnencrypted=True, rewrittenWith="identity").rewritten_with == "identity"
+    assert enc(enabled=False, rewrittenWith="identity").writer == ""
+
+
+@pytest.mark.parametrize(("encryption", "words"), [
+    ({"keys": ["key-1"], "rewrittenWith": "key-9"}, ("'key-9' is neither one of keys",)),
+    # a key that only reads cannot be what every Secret was re-written with
+    ({"keys": ["key-2", "key-1"], "rewrittenWith": "key-1"}, ("not what Secrets are written with now", "'key-2'")),
+    ({"keys": ["key-1"], "rewrittenWith": "identity"}, ("not what Secrets are written with now",)),
+    ({"keys": ["key-1"], "writeUnencrypted": True, "rewrittenWith": "key-1"}, ("'identity'",)),
+])
+def test_a_rewrite_claim_that_cannot_be_true_is_refused(encryption: dict[str, Any], words: tuple[str, ...]) -> None:
+    reported(lab_raw(hardening={"secretsEncryption": encryption}), "hardening.secretsEncryption.rewrittenWith", *words)
+
+
+def test_write_unencrypted_with_encryption_off_is_refused_as_inert() -> None:
+    reported(lab_raw(hardening={"secretsEncryption": {"enabled": False, "writeUnencrypted": True}}),
+             "hardening.secretsEncryption.writeUnencrypted", "does nothing with enabled false")
+
+
+def test_a_key_may_not_be_named_like_the_unencrypted_provider() -> None:
+    reported(lab_raw(hardening={"secretsEncryption": {"keys": ["identity"]}}), "hardening.secretsEncryption.keys",
+             "unencrypted provider")

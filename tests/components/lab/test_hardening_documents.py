@@ -143,6 +143,17 @@ def test_the_encryption_config_loads_with_one_and_with_two_keys() -> None:
         assert [k["name"] for k in providers[0]["secretbox"]["keys"]] == [name for name, _ in keys]
 
 
+def test_write_unencrypted_puts_identity_first_and_keeps_every_key_for_reading() -> None:
+    """The Kubernetes docs' "Decrypt all data": identity first writes plain, the keys after it
+    still read; one identity provider only."""
+    keys = [("key-2", KEY_B), ("key-1", KEY_A)]
+    doc = hardening.encryption_config(keys, write_unencrypted=True)
+    assert apiserver_types.encryption_problems(doc) == []
+    providers = doc["resources"][0]["providers"]
+    assert [next(iter(p)) for p in providers] == ["identity", "secretbox"]
+    assert [k["name"] for k in providers[1]["secretbox"]["keys"]] == ["key-2", "key-1"]
+
+
 def test_the_encryption_checker_refuses_what_the_api_server_refuses() -> None:
     short = base64.b64encode(bytes(16)).decode()
     for doc in (hardening.encryption_config([("key-1", short)]),

@@ -82,3 +82,23 @@ def test_the_lab_stack_writes_the_files_before_kubeadm_init() -> None:
     assert "cp-1-kube-packages" in deps(files)
     assert files.inputs["stdin"] == SECRET_MARKER
     assert len(plan.of_type(RANDOM_BYTES)) == 1
+
+
+def test_write_unencrypted_reaches_the_encryption_config(mocks, monkeypatch) -> None:
+    """The file on the control planes is built with identity first (its text is a secret in the
+    plan, so the document builder's call is what is observed)."""
+    from components.lab import hardening
+
+    calls: list[tuple[list[str], bool]] = []
+    real = hardening.encryption_config
+
+    def recording(keys: list[tuple[str, str]], write_unencrypted: bool = False) -> dict[str, Any]:
+        calls.append(([name for name, _ in keys], write_unencrypted))
+        return real(keys, write_unencrypted)
+
+    monkeypatch.setattr(hardening, "encryption_config", recording)
+    for setting, expected in ((True, True), (False, False)):
+        calls.clear()
+        cfg = lab_config(hardening={"secretsEncryption": {"keys": ["key-2", "key-1"], "writeUnencrypted": setting}})
+        build(lambda cfg=cfg: _files(cfg))
+        assert calls == [(["key-2", "key-1"], expected)], calls
