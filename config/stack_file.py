@@ -170,16 +170,21 @@ def _text(path: Path) -> str:
 
 
 def read(path: Path) -> dict[str, Any]:
-    """The mapping a stack file (or Pulumi.yaml) holds, an empty file as {}; its `config:` is a
-    mapping (or empty: {}). Raises StackFileError (module docstring)."""
-    text = _text(path)
+    """The mapping a stack file (or Pulumi.yaml) holds; its `config:` is a mapping ({} when the file
+    or the section is empty). Raises StackFileError (module docstring)."""
+    return parse(_text(path), path)[0]
+
+
+def parse(text: str, path: Path) -> tuple[dict[str, Any], yaml.MappingNode | None]:
+    """read() of `text` (what `path` holds or would hold), with the mapping's node (its marks place
+    each key and value: config/reference.py rewrites lines by them); None for an empty file."""
     try:
         _check_events(text, path)
         loader = _Loader(text)
         try:
             node = loader.get_single_node()
             if node is None:
-                return {}
+                return {"config": {}}, None
             if not isinstance(node, yaml.MappingNode):
                 raise StackFileError(path, _line(node.start_mark), "the file must be a mapping (`config:` and its "
                                      "keys), not a list or a single value")
@@ -199,4 +204,4 @@ def read(path: Path) -> dict[str, Any]:
             if key_node.tag != "tag:yaml.org,2002:str" and key_node.value != "<<":
                 raise StackFileError(path, _line(key_node.start_mark), f"the key {key_node.value!r} under `config:` "
                                      "must be text (a key such as gpu-cluster:platform), not a number, boolean or null")
-    return data
+    return data, node
