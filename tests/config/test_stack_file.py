@@ -64,9 +64,11 @@ def test_an_alias_bomb_is_refused_before_it_expands(tmp_path: Path) -> None:
     assert "alias bomb" in result.stderr and "Pulumi.dev.yaml, line " in result.stderr
 
 
-def test_an_older_stack_file_goes_through_the_same_reader(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("text", "what"), [(BOMB, "alias bomb"), (BAD_FILES["not UTF-8"][0], "line 3: the byte 0xe9")],
+                         ids=["bomb", "not UTF-8"])
+def test_an_older_stack_file_goes_through_the_same_reader(tmp_path: Path, text: bytes, what: str) -> None:
     older = tmp_path / "Pulumi.dev.old.yaml"
-    older.write_bytes(BOMB)
+    older.write_bytes(text)
     result = render_text(tmp_path, "dev", (PROJECT_DIR / "Pulumi.dev.yaml").read_bytes(), timeout=60)
     assert result.returncode == 0, result.stderr[-2000:]
     project = tmp_path / "project"
@@ -74,7 +76,7 @@ def test_an_older_stack_file_goes_through_the_same_reader(tmp_path: Path) -> Non
                             "--out", str(tmp_path / "out")], cwd=project, capture_output=True, text=True,
                            timeout=60, check=False)
     assert again.returncode == 2 and "Traceback" not in again.stderr
-    assert "the older config" in again.stderr and "alias bomb" in again.stderr
+    assert "the older config" in again.stderr and what in again.stderr
 
 
 def test_anchors_within_the_budget_and_dates_read_as_pulumi_reads_them(tmp_path: Path) -> None:
