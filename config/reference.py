@@ -5,7 +5,9 @@ stack type: its path as a stack file writes it, type, default, allowed values, p
 description its Field carries) and the `description:` of every key in Pulumi.yaml (the model's
 description, prefixed with the platforms of a key that not every platform has). `--check` exits 1
 when either committed file differs from what the models generate; tests/config/test_reference.py
-runs it.
+runs it. Pulumi.yaml is read by the stack files' reader (config/stack_file.py); what --write would
+write is read back before a rename puts it in place, and a failure is a message and exit 2, with
+nothing written.
 """
 
 from __future__ import annotations
@@ -14,8 +16,9 @@ import argparse
 import enum
 import ipaddress
 import json
-import re
+import os
 import sys
+import tempfile
 import types
 import typing
 from collections.abc import Iterator
@@ -27,6 +30,7 @@ import yaml
 from pydantic import BaseModel
 
 import config
+from config import stack_file
 from config.addons import Addons, Platform
 from config.walk import Key, model_of, walk
 
@@ -81,8 +85,8 @@ def _shown_path(key: Key) -> str:
 
 
 def _project_defaults() -> dict[str, Any]:
-    decls = yaml.safe_load((ROOT / PROJECT).read_text())["config"]
-    return {key: decl.get("default") for key, decl in decls.items()}
+    decls = stack_file.read(ROOT / PROJECT)["config"]
+    return {key: decl.get("default") for key, decl in decls.items() if isinstance(decl, dict)}
 
 
 # --- cells --------------------------------------------------------------------------------------
@@ -278,57 +282,92 @@ def _outline(model: type[BaseModel]) -> str:
     return ", ".join(parts)
 
 
-_KEY_LINE = re.compile(r"  ([^\s#][^:]*):\s*$")
-_DESCRIPTION_LINE = re.compile(r"    description:")
-
-
-def project_file(text: str) -> str:
-    """Pulumi.yaml's text with every config key's description line set from the models."""
+def project_file(text: str, path: Path = PROJECT) -> str:
+    """Pulumi.yaml's text with every config key's description set from the models: the lines of each
+    `description:` (a value over several lines included) become one line of JSON text. Raises
+    ValueError (a StackFileError for a Pulumi.yaml that is no plain YAML) rather than return a text
+    that would not read back as the same Pulumi.yaml with only the descriptions changed."""
     wanted = project_descriptions()
-    lines, key, in_config, seen = text.splitlines(), None, False, set()
-    for i, line in enumerate(lines):
-        if line and not line[0].isspace() and not line.startswith("#"):
-            in_config = line.rstrip() == "config:"
+    before, root = stack_file.parse(text, path)
+    section = next((v for k, v in root.value if k.value == "config"), None) if root is not None else None
+    lines, spans = text.split("\n"), []
+    for key_node, decl in section.value if isinstance(section, yaml.MappingNode) else []:
+        key = key_node.value
+        if key not in wanted:
+            raise ValueError(f"Pulumi.yaml declares {key}, which no platform's model has")
+        found = [(k, v) for k, v in decl.value if k.value == "description"] if isinstance(decl, yaml.MappingNode) else []
+        if not found:
             continue
-        match = _KEY_LINE.fullmatch(line)
-        if in_config and match:
-            key = match.group(1)
-            if key not in wanted:
-                raise ValueError(f"Pulumi.yaml declares {key}, which no platform's model has")
-        elif in_config and key and _DESCRIPTION_LINE.match(line):
-            lines[i] = f"    description: {json.dumps(wanted[key], ensure_ascii=False)}"
-            seen.add(key)
-    missing = sorted(set(wanted) - seen)
+        name, value = found[0]
+        # A block scalar (`>`, `|`) ends at the start of the line after it.
+        first, last = name.start_mark.line, value.end_mark.line - (value.end_mark.column == 0)
+        rest = lines[last][value.end_mark.column:] if value.end_mark.column else ""
+        if lines[first][:name.start_mark.column].strip() or rest.strip(" \r"):
+            raise ValueError(f"{path}, line {first + 1}: {key}'s description shares its lines with other "
+                             "keys; give it lines of its own (`    description: ...`)")
+        spans.append((first, last, " " * name.start_mark.column, key))
+    missing = sorted(set(wanted) - {key for *_, key in spans})
     if missing:
         raise ValueError(f"Pulumi.yaml has no description line for {', '.join(missing)}: declare each key "
                          "with a `description:`")
-    return "\n".join(lines) + "\n"
+    for first, last, indent, key in sorted(spans, reverse=True):
+        lines[first:last + 1] = [f"{indent}description: {json.dumps(wanted[key], ensure_ascii=False)}"]
+    out = "\n".join(lines).rstrip("\n") + "\n"
+    after, _ = stack_file.parse(out, path)
+    for key, decl in before["config"].items():
+        if isinstance(decl, dict) and "description" in decl:
+            decl["description"] = wanted[key]
+    if after != before:
+        raise ValueError(f"{path} would read back differently with the new descriptions; it is left as it was")
+    return out
 
 
 # --- command line -------------------------------------------------------------------------------
 
 def generated(root: Path = ROOT) -> dict[Path, str]:
     """Each generated file (relative to `root`) and what it must hold."""
-    return {REFERENCE: reference(), PROJECT: project_file((root / PROJECT).read_text())}
+    return {REFERENCE: reference(), PROJECT: project_file((root / PROJECT).read_text(), root / PROJECT)}
+
+
+def _replace(target: Path, text: str) -> None:
+    """Write `text` to `target` whole or not at all: a file beside it, then a rename over it."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, temporary = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(temporary, target.stat().st_mode & 0o7777 if target.exists() else 0o644)
+        os.replace(temporary, target)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
 
 
 def main(argv: list[str] | None = None) -> int:
+    """0 done (or, with --check, both files current); 1 with --check, a file differs; 2 it could not
+    be done (a message, nothing written)."""
     parser = argparse.ArgumentParser(prog="python -m config.reference", description=__doc__.split("\n\n")[0])
     action = parser.add_mutually_exclusive_group()
     action.add_argument("--write", action="store_true", help="write docs/reference/config.md and Pulumi.yaml")
     action.add_argument("--check", action="store_true", help="exit 1 when a committed file differs")
     parser.add_argument("--root", type=Path, default=ROOT, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    stale = []
-    for path, text in generated(args.root).items():
-        target = args.root / path
-        if args.write:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(text)
-        elif args.check and (not target.exists() or target.read_text() != text):
-            stale.append(str(path))
+    try:
+        files = generated(args.root)  # all of it before anything is written
+        stale = []
+        for path, text in files.items():
+            target = args.root / path
+            if args.write:
+                _replace(target, text)
+            elif args.check and (not target.exists() or target.read_text() != text):
+                stale.append(str(path))
+    except (ValueError, OSError, stack_file.StackFileError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     if not (args.write or args.check):
-        sys.stdout.write(generated(args.root)[REFERENCE])
+        sys.stdout.write(files[REFERENCE])
     if stale:
         print(f"{', '.join(stale)} differ from the config models: run `{COMMAND}`", file=sys.stderr)
         return 1

@@ -44,8 +44,13 @@ a gke pool consuming a reservation whose size no offline check can know (config/
 gke jobs that require one topology domain on Google's labels, whose values no offline check knows
 (config/queue_flavors.py); a network.roce.interface that may be a node's own network interface, where
 the config does not say which that is (config/roce_interface.py).
+Every run first deletes the previous render's summary.md (render/out_dir.py): an interrupted or
+failed run never leaves the last run's verdict to be read as its own. A run that plans nothing
+(exit 2 for a config, exit 1) prints the error; in a DIR an earlier render wrote it also removes that
+render's files and leaves summary.md saying "No: bad config" (or why else) with the message; a
+missing or empty DIR stays as it is.
 Exit status: 0 the plan would come up; 2 a bad stack config (the config error, of either side;
-nothing is written), an `--out` render may not clear (nothing is changed), or with --against an
+nothing is planned), an `--out` render may not clear (nothing is changed), or with --against an
 update `pulumi up` would refuse (REFUSED lines; the files are written); 3 something would not come
 up (each workload, node and reason on stderr and in summary.md); 1 the check could not run
 (upstream charts missing: --no-check skips it); 4 with --against, the plan comes up but the update
@@ -218,25 +223,26 @@ def main(argv: list[str] | None = None) -> int:
     except out_dir.OutDirError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    out_dir.drop_verdict(out)  # the last run's answer is never read as this one's
+
+    def failed(status: int, verdict_line: str, message: str) -> int:
+        print(f"error: {message}", file=sys.stderr)
+        out_dir.leave_failure(out, summary.failure(args.stack, f"{verdict_line} (exit {status})", message))
+        return status
+
     try:
         plan = program.run(args.stack)
-    except ConfigError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    except FileNotFoundError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    except (ConfigError, FileNotFoundError) as err:
+        return failed(2, "**No: bad config**: nothing was planned", str(err))
     changes = None
     if args.against is not None:
         try:
             # After the new plan: rendering the older config replaces the program's root stack.
             older = update_risks.older_side(args.against, args.stack)
         except ConfigError as err:
-            print(f"error: the older config {args.against}: {err}", file=sys.stderr)
-            return 2
+            return failed(2, "**No: bad older config**: nothing was planned", f"the older config {args.against}: {err}")
         except (OSError, ValueError) as err:
-            print(f"error: --against {args.against}: {err}", file=sys.stderr)
-            return 2
+            return failed(2, "**No: bad --against**: nothing was planned", f"--against {args.against}: {err}")
         newer = update_risks.plan_side(plan)
         changes = update.compare(older.resources, newer.resources, args.stack, str(args.against))
         changes.refused = update_risks.refusals(older, plan.config)
@@ -252,8 +258,8 @@ def main(argv: list[str] | None = None) -> int:
         try:
             report = cluster.check(plan, plan.config, cluster.upstream_dir())
         except cluster.CheckSetupError as err:
-            print(f"error: the whole-cluster check cannot run: {err}", file=sys.stderr)
-            return 1
+            return failed(1, "**Not known: the whole-cluster check could not run** (--no-check plans without it)",
+                          f"the whole-cluster check cannot run: {err}")
     # Warnings do not change the exit status: the stack comes up, only not as the program means it.
     warnings = [w for w in [unenforced_warning(plan.config), *reservation_warnings(plan.config),
                             *topology_warnings(plan.config), *roce_interface_warnings(plan.config)] if w]

@@ -6,6 +6,10 @@ again. A directory without the marker is render's only when it is empty or missi
 anything else (a checkout, `--out .`, a home directory) is refused, and so is a path that is not a
 directory. A file the user added beside render's output survives the next render.
 
+The verdict: a render deletes its predecessor's summary.md as it starts (drop_verdict), and a run
+that plans nothing leaves, in a directory an earlier render wrote, only a summary.md saying why
+(leave_failure): the last run's "yes" is never read as the answer of a run that failed.
+
 Symlinks: render never writes one, so a listed path that is a symlink, or lies under one, was not
 written by render and is left alone (a marker cannot point the deletion outside the directory);
 a marker that is itself a symlink is no marker. The `--out` path itself may be a symlink to a
@@ -116,3 +120,36 @@ def mark(out: Path, written: list[Path]) -> None:
     if marker.is_symlink():
         marker.unlink()
     marker.write_text(_EXPLANATION + "".join(f"{name}\n" for name in names))
+
+
+SUMMARY = "summary.md"
+
+
+def _own(out: Path, name: str) -> bool:
+    """Whether `out`/name is a file the previous render's marker lists (never through a symlink)."""
+    marker = _marker(out) if out.is_dir() else None
+    rel = PurePosixPath(name)
+    return marker is not None and rel in _listed(marker) and not _under_symlink(out, rel) and (out / rel).is_file()
+
+
+def drop_verdict(out: Path) -> None:
+    """Delete the previous render's summary.md as this render starts, so that a run that stops early
+    (a bad config, a check that cannot run, an interrupt) never leaves the last run's verdict to be
+    read as its own. Only the summary.md the marker lists; the rest stays until the render clears it
+    (an `--against` of the previous plan.json still reads it)."""
+    if _own(out, SUMMARY):
+        (out / SUMMARY).unlink()
+
+
+def leave_failure(out: Path, summary: str) -> None:
+    """After a run that planned nothing: an earlier render's directory is cleared (its files only) and
+    holds `summary` as summary.md, saying why. A missing or empty directory stays as it is: a first
+    run that fails writes nothing. check(out) has passed: `out` is not a directory of anyone else's."""
+    if _marker(out) is None:
+        return
+    clear(out)
+    target = out / SUMMARY
+    if target.exists() or target.is_symlink():  # a file of the user's, not render's: left alone
+        return
+    target.write_text(summary)
+    mark(out, [target])

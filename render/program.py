@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import pulumi
-import yaml
 from pulumi.runtime import mocks as pulumi_mocks
 from pulumi.runtime import resource as sdk_resource
 from pulumi.runtime import rpc
@@ -27,12 +26,13 @@ from pulumi.runtime.config import set_all_config
 from pulumi.runtime.proto import source_pb2
 from pulumi.runtime.settings import get_root_resource, set_root_resource
 
+from config import stack_file as stack_file_reader
+
 # The project is the directory holding this package as imported (symlinks not resolved), so a
 # project dir that links render/ in (python -m render from that dir) reads its own stack files.
 PROJECT_DIR = Path(os.path.abspath(__file__)).parent.parent
 PROJECT = "gpu-cluster"
 SECRET_MARKER = "[secret]"
-_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's parser where PyYAML has it
 # The signature the SDK uses to tag a secret value in serialized properties.
 _SECRET_SIG = rpc._special_sig_key  # pylint: disable=protected-access
 _SECRET_VALUE = rpc._special_secret_sig  # pylint: disable=protected-access
@@ -252,20 +252,20 @@ def stack_config(
 
     `stack_file` reads the stack's values from another file (an older Pulumi.<stack>.yaml).
     """
-    project = yaml.load((project_dir / "Pulumi.yaml").read_text(), Loader=_SAFE_LOADER)
+    project = stack_file_reader.read(project_dir / "Pulumi.yaml")
     stack_file = stack_file or project_dir / f"Pulumi.{stack}.yaml"
     if not stack_file.exists():
         where = f"{stack_file.name} in {project_dir}" if stack_file.parent == project_dir else str(stack_file)
         raise FileNotFoundError(f"no stack file {where}")
     values: dict[str, Any] = {}
-    for key, decl in (project.get("config") or {}).items():
+    for key, decl in project["config"].items():
         full = key if ":" in key else f"{PROJECT}:{key}"
         if isinstance(decl, dict) and "default" in decl:
             values[full] = decl["default"]
         elif not isinstance(decl, dict):
             values[full] = decl
     secret_keys: list[str] = []
-    for key, value in ((yaml.load(stack_file.read_text(), Loader=_SAFE_LOADER) or {}).get("config") or {}).items():
+    for key, value in stack_file_reader.read(stack_file)["config"].items():
         full = key if ":" in key else f"{PROJECT}:{key}"
         if isinstance(value, dict) and set(value) == {"secure"}:
             values[full] = secret_value

@@ -12,6 +12,7 @@ with graphviz installed, cluster.svg.
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -39,6 +40,14 @@ def verdict(report: Report | None) -> list[str]:
     if report.problems:
         out += ["", "### What would not come up", ""] + [f"- {p}" for p in report.problems]
     return out
+
+
+def failure(stack: str, verdict_line: str, message: str) -> str:
+    """summary.md of a run that planned nothing (exit 2 or 1, render/out_dir.leave_failure): the answer
+    first, then the message as render printed it."""
+    fence = "`" * max(3, 1 + max((len(run) for run in re.findall("`+", message)), default=0))
+    return (f"# Plan of stack `{stack}`\n\n## Would it come up\n\n{verdict_line}\n\n{fence}\n{message.rstrip()}\n"
+            f"{fence}\n")
 
 
 def planned_cluster(report: Report | None, picture: str) -> list[str]:

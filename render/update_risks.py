@@ -61,7 +61,7 @@ def older_side(path: Path, stack: str) -> Side:
     """
     from render.update import Resource
 
-    text = path.read_text()
+    text = path.read_bytes().decode("utf-8", errors="replace")  # a stack file's bad bytes: its reader names the line
     if path.suffix == ".json" or text.lstrip().startswith("{"):
         data = json.loads(text)
         if data.get("stack") != stack:

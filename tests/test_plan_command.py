@@ -126,3 +126,33 @@ def test_the_venv_is_created_when_missing_and_refreshed_when_older_than_the_requ
     stamp = (venv / ".installed").stat().st_mtime
     os.utime(project / "requirements-dev.txt", (stamp + 10, stamp + 10))
     assert run() == [*install, render]  # a requirement changed since: refreshed
+
+
+def test_a_failed_plan_never_leaves_the_last_verdict(tmp_path: Path, upstream_dir: Path) -> None:
+    """The README says read summary.md first: after a run that says yes, a bad config (exit 2) or a
+    check that cannot run (exit 1) into the same out/ must not leave that yes behind."""
+    project = _copy_project(tmp_path)
+    _use_the_installed_venv(project)
+    env = {**os.environ, "GPU_CLUSTER_UPSTREAM": str(upstream_dir)}
+    summary, out = project / "out" / "dev" / "summary.md", project / "out" / "dev"
+    good = (project / "Pulumi.dev.yaml").read_text()
+    assert _plan(project, "dev", env=env).returncode == 0
+    assert "**yes**" in summary.read_text()
+    (out / "notes.md").write_text("mine\n")  # a file of the user's beside render's: it stays
+
+    _stack_file(project, "dev", "dev", cni="weave")
+    result = _plan(project, "dev", env=env)
+    assert result.returncode == 2, result.stderr
+    text = summary.read_text()
+    assert "**yes**" not in text and "No: bad config" in text and "gpu-cluster:cni" in text
+    assert sorted(p.name for p in out.iterdir()) == [".gpu-cluster-render", "notes.md", "summary.md"]
+
+    (project / "Pulumi.dev.yaml").write_text(good)
+    assert _plan(project, "dev", env=env).returncode == 0 and "**yes**" in summary.read_text()
+    empty = tmp_path / "no-upstream"
+    empty.mkdir()
+    result = _plan(project, "dev", env={**os.environ, "GPU_CLUSTER_UPSTREAM": str(empty)})
+    assert result.returncode == 1, result.stderr
+    text = summary.read_text()
+    assert "**yes**" not in text and "could not run" in text
+    assert (out / "notes.md").read_text() == "mine\n"

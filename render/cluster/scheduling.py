@@ -19,12 +19,12 @@ since they run one after another (gate, acceptance, training).
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from config import StackConfig
 from config.gpu import MigStrategy, SharingMode
+from config.quantities import parse_quantity
 from render.cluster.nodes import Node
 from render.cluster.workloads import Workload
 
@@ -41,18 +41,17 @@ GPU = "nvidia.com/gpu"
 HOSTNAME = "kubernetes.io/hostname"
 # GKE runs its own NVIDIA device plugin on GPU nodes unless the pool carries this label.
 GKE_NO_DEVICE_PLUGIN = "gke-no-default-nvidia-gpu-device-plugin"
-_QTY = re.compile(r"^([0-9.]+)([a-zA-Z]*)$")
-_SUFFIX = {"": 1, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18,
-           "Ki": 1024, "Mi": 1024**2, "Gi": 1024**3, "Ti": 1024**4, "Pi": 1024**5, "Ei": 1024**6}
 
 
 def quantity(value: Any) -> float:
+    """A resource quantity as the API server reads it, by the parser the config layer uses too
+    (config/quantities.py: so a quantity config accepts never stops the check); a JSON number as it
+    is. Quantity.UnmarshalJSON trims spaces before it parses. ValueError for what it would refuse."""
+    if isinstance(value, bool):
+        raise ValueError(f"not a quantity: {value!r}")
     if isinstance(value, int | float):
         return float(value)
-    m = _QTY.match(str(value).strip())
-    if not m or m.group(2) not in _SUFFIX:
-        raise ValueError(f"not a quantity: {value!r}")
-    return float(m.group(1)) * _SUFFIX[m.group(2)]
+    return float(parse_quantity(str(value).strip()))
 
 
 def _container_requests(c: dict[str, Any]) -> dict[str, float]:
