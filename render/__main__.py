@@ -166,7 +166,7 @@ def _dot(plan: program.Plan) -> str:
 
 
 def write(plan: program.Plan, out: Path, report: Report | None = None, update_section: str = "",
-          warnings: list[str] | None = None) -> None:
+          warnings: list[str] | None = None, update_refused: bool = False) -> None:
     """Write the plan's files under `out`. Only render's own earlier output there is deleted
     (render/out_dir.py); raises out_dir.OutDirError for a directory that holds anything else."""
     out_dir.clear(out)
@@ -203,7 +203,7 @@ def write(plan: program.Plan, out: Path, report: Report | None = None, update_se
                 if step == etcd_backup.INSTALL_STEP:  # its stdin is the control plane's restore script
                     put(base / "etcd-restore.sh", inputs["stdin"], 0o755)
     put(out / "graph.dot", _dot(plan))
-    summary.write(plan, out, put, report, update_section, steps, objects, releases, warnings or [])
+    summary.write(plan, out, put, report, update_section, steps, objects, releases, warnings or [], update_refused)
     out_dir.mark(out, put.written)
 
 
@@ -264,7 +264,8 @@ def main(argv: list[str] | None = None) -> int:
     warnings = [w for w in [unenforced_warning(plan.config), *reservation_warnings(plan.config),
                             *topology_warnings(plan.config), *roce_interface_warnings(plan.config)] if w]
     try:
-        write(plan, out, report, changes.markdown() if changes else "", warnings)
+        write(plan, out, report, changes.markdown() if changes else "", warnings,
+              update_refused=bool(changes is not None and changes.refused))
     except out_dir.OutDirError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

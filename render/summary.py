@@ -84,8 +84,11 @@ def _per_node(report: Report) -> list[str]:
 
 def markdown(plan: program.Plan, report: Report | None, update_section: str, picture: str,
              steps: dict[str, dict[str, Any]], objects: list[dict[str, Any]], releases: list[Any],
-             warnings: Sequence[str] = ()) -> str:
+             warnings: Sequence[str] = (), update_refused: bool = False) -> str:
     out = [f"# Plan of stack `{plan.stack}`", "", *verdict(report)]
+    if update_refused:  # the cluster would come up, but `pulumi up` stops before this update (exit 2)
+        out += ["", "**The update is refused**: `pulumi up` would stop before registering anything; the REFUSED "
+                "lines under \"Update from\" say why (exit 2)."]
     if warnings:  # what would come up but not as the program means it (render/__main__.py)
         out += ["", "## Warnings", ""] + [f"- {w}" for w in warnings]
     if update_section:
@@ -111,7 +114,7 @@ def markdown(plan: program.Plan, report: Report | None, update_section: str, pic
 
 def write(plan: program.Plan, out: Path, put: Callable[[Path, str], None], report: Report | None,
           update_section: str, steps: dict[str, dict[str, Any]], objects: list[dict[str, Any]],
-          releases: list[Any], warnings: Sequence[str] = ()) -> None:
+          releases: list[Any], warnings: Sequence[str] = (), update_refused: bool = False) -> None:
     """summary.md, and with the check's report the picture: cluster.dot, cluster.svg (graphviz)."""
     picture = ""
     if report is not None:
@@ -126,4 +129,5 @@ def write(plan: program.Plan, out: Path, put: Callable[[Path, str], None], repor
         except cluster_picture.PictureError as err:
             picture = (f"The picture of the planned cluster needs graphviz: {err}. Its source is "
                        "[cluster.dot](cluster.dot) (`dot -Tsvg cluster.dot > cluster.svg`).")
-    put(out / "summary.md", markdown(plan, report, update_section, picture, steps, objects, releases, warnings))
+    put(out / "summary.md", markdown(plan, report, update_section, picture, steps, objects, releases, warnings,
+                                     update_refused))

@@ -194,3 +194,16 @@ def test_the_membership_drain_is_loud_only_for_a_host_that_leaves() -> None:
                                    "deletes gpu-3 (left the host list or changed address)"]
     moved = _steps({}, {"hosts": [{**h, "address": "192.0.2.21"} if h["name"] == "gpu-2" else h for h in _hosts()]})
     assert "drains and deletes gpu-2" in moved[DRAIN].loud[0]
+
+
+def test_a_refused_update_says_so_in_the_answer_of_summary_md(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """summary.md is read first: a cluster that would come up must not read as a go-ahead when `up`
+    refuses the update (exit 2)."""
+    old = _older_stack_file(tmp_path, kubernetesVersion="1.32.4")
+    rc = render_main.main(["lab", "--out", str(tmp_path / "out"), "--against", str(old)])
+    capsys.readouterr()
+    assert rc == 2
+    summary = (tmp_path / "out" / "summary.md").read_text()
+    answer = summary.split("## Update from", 1)[0]
+    assert "**yes**" in answer and "**The update is refused**" in answer, answer
