@@ -1,12 +1,14 @@
 # The two commands on a fresh machine (README): `./plan` and `make test`. Each creates the
-# virtual environment first when it is missing or older than the requirements. CI (.ci/run)
-# installs the system tools and calls `./plan` and `make test` too.
+# virtual environment first when it is missing or older than the requirements: ./plan with
+# requirements-plan.txt only (no torch: it sets up .venv itself), make with requirements-dev.txt
+# (torch, the test and doc tools) on top of it. CI (.ci/run) installs the system tools and calls
+# `./plan` and `make test` too.
 VENV := .venv
 PY := $(VENV)/bin/python
 STACK ?= lab
 
 .PHONY: plan test lint render clean bench bench-smoke docs
-$(VENV)/.installed: requirements.txt requirements-dev.txt
+$(VENV)/.installed: requirements.txt requirements-plan.txt requirements-dev.txt
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -r requirements-dev.txt
@@ -14,8 +16,9 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt
 
 # The offline plan of a stack (default lab), with the whole-cluster check: out/<stack>/summary.md.
 # A shortcut for `./plan $(STACK)`: make exits 2 for any failed recipe, so render's 1, 3 and 4 all
-# read 2 here; ./plan exits with render's own status.
-plan: $(VENV)/.installed
+# read 2 here; ./plan exits with render's own status. No venv prerequisite: ./plan sets up its own
+# (requirements-plan.txt), so `make plan` downloads no torch either.
+plan:
 	./plan $(STACK)
 
 render: plan

@@ -213,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path,
                         help="output directory (default: out/<stack>): missing, empty or an earlier render's")
     parser.add_argument("--no-check", action="store_true",
-                        help="skip the whole-cluster check (it needs the upstream charts and requirements-dev.txt)")
+                        help="skip the whole-cluster check (it needs the upstream charts and requirements-plan.txt)")
     parser.add_argument("--against", type=Path, metavar="OLD",
                         help="an older Pulumi.<stack>.yaml or plan.json: print what an update from it would do")
     args = parser.parse_args(argv)

@@ -1,6 +1,7 @@
 """The README's plan command, `./plan [STACK] [render options]`, ends with render's own exit status
 (`make plan` cannot: GNU make exits 2 for any failed recipe), and sets up .venv first when it is
-missing or older than the requirements, as the Makefile does.
+missing or older than the requirements it installs: requirements-plan.txt only, never torch or the
+test tools (those come with `make`, requirements-dev.txt).
 
 Each test runs the script in a copy of the project in its own temporary directory, so the stack
 files it adds and the out/ it writes touch nothing shared (the tests may run in parallel)."""
@@ -15,8 +16,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from packaging.utils import canonicalize_name
 
 from tests.conftest import PROJECT_DIR
+from tests.plan_environment import closure, requirements
 
 NOT_COPIED = shutil.ignore_patterns(".venv", ".git", "out", "__pycache__", ".pytest_cache", ".mypy_cache",
                                     ".ruff_cache", "build")
@@ -34,7 +37,7 @@ def _use_the_installed_venv(project: Path) -> None:
     stamp = Path(sys.prefix) / ".installed"
     if not stamp.exists():
         pytest.skip(f"{stamp} is missing: this environment was not created by `make`/`./plan`")
-    for name in ("requirements.txt", "requirements-dev.txt"):  # older than the stamp, whatever the checkout did
+    for name in ("requirements.txt", "requirements-plan.txt", "requirements-dev.txt"):  # older than the stamp
         os.utime(project / name, (stamp.stat().st_mtime - 60,) * 2)
 
 
@@ -118,14 +121,51 @@ def test_the_venv_is_created_when_missing_and_refreshed_when_older_than_the_requ
         return log.read_text().splitlines()
 
     install = [f"python3 -m venv {venv}", "venv-python -m pip install -q --upgrade pip",
-               f"venv-python -m pip install -q -r {project}/requirements-dev.txt"]
+               f"venv-python -m pip install -q -r {project}/requirements-plan.txt"]
     render = "venv-python -m render dev --out out/dev --no-check"
     assert run() == [*install, render]  # no .venv: created first
-    assert (venv / ".installed").is_file()
+    assert (venv / ".plan-installed").is_file()
     assert run() == [render]  # up to date: used as it is
-    stamp = (venv / ".installed").stat().st_mtime
+    stamp = (venv / ".plan-installed").stat().st_mtime
     os.utime(project / "requirements-dev.txt", (stamp + 10, stamp + 10))
-    assert run() == [*install, render]  # a requirement changed since: refreshed
+    assert run() == [render]  # the test tools changed: not the plan's business
+    for name in ("requirements-plan.txt", "requirements.txt"):
+        stamp = (venv / ".plan-installed").stat().st_mtime
+        os.utime(project / name, (stamp + 10, stamp + 10))
+        assert run() == [*install, render]  # a requirement of the plan changed since: refreshed
+    stamp = (venv / ".plan-installed").stat().st_mtime
+    os.utime(project / "requirements-plan.txt", (stamp + 10, stamp + 10))
+    (venv / ".installed").touch()  # ... but `make` has installed everything since
+    os.utime(venv / ".installed", (stamp + 20, stamp + 20))
+    assert run() == [render]
+
+
+# What a fresh machine must not download for a plan: torch's CUDA build (several GB) and the rest.
+TRAINING_ONLY = {"torch", "numpy", "wandb", "triton"}
+
+
+def test_the_venv_that_plan_sets_up_holds_no_training_or_test_package(tmp_path: Path) -> None:
+    """What ./plan installs on a fresh checkout, followed through every dependency the installed
+    packages declare: none of requirements-dev.txt's own packages, nothing of torch's."""
+    project = _copy_project(tmp_path)
+    fake_bin = tmp_path / "bin"
+    fake_bin.mkdir()
+    (fake_bin / "python3").write_text(FAKE_PYTHON3)
+    (fake_bin / "python3").chmod(0o755)
+    log = tmp_path / "log"
+    env = {**os.environ, "PATH": f"{fake_bin}:{os.environ['PATH']}", "FAKE_LOG": str(log)}
+    assert _plan(project, "lab", "--no-check", env=env).returncode == 3
+    files = [line.split(" -r ", 1)[1] for line in log.read_text().splitlines() if " pip install " in line and " -r " in line]
+    assert files, log.read_text()
+    named = [req for file in files for req in requirements(Path(file))]
+    installed = closure(named)
+    heavy = {name for name in installed if name in TRAINING_ONLY or name.startswith(("nvidia-", "cuda-"))}
+    assert heavy == set(), f"./plan installs {files}, which bring in {sorted(heavy)}"
+    dev_only = {canonicalize_name(req.name) for req in requirements(project / "requirements-dev.txt")} - {
+        canonicalize_name(req.name) for req in named}
+    assert dev_only, "requirements-dev.txt adds nothing: where do the tests' packages come from?"
+    assert installed & dev_only == set()  # not even through a dependency of the plan's packages
+    assert {"pulumi", "kubernetes-validate", "helm-python-sdk", "jsonschema"} <= installed  # the plan and its check
 
 
 def test_a_failed_plan_never_leaves_the_last_verdict(tmp_path: Path, upstream_dir: Path) -> None:

@@ -150,7 +150,7 @@ def _render_chart(path: Path, values_json: str, name: str, namespace: str,
         from helm_python import _native  # the SDK's render entry point, which also takes kube_version
         from helm_python.chart import _dumps
     except ImportError as err:  # pragma: no cover - dev requirement
-        raise CheckSetupError(f"helm-python-sdk is not installed ({err}); pip install -r requirements-dev.txt") from err
+        raise CheckSetupError(f"helm-python-sdk is not installed ({err}); pip install -r requirements-plan.txt") from err
     # Chart.render() does not pass kube_version on; Helm's own options struct does (Capabilities
     # .KubeVersion, which charts compare against), so the native call is made with it directly.
     options = {"name": name, "namespace": namespace, "is_install": True, "kube_version": f"v{kube_version}"}
