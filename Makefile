@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STACK ?= lab
 
-.PHONY: plan test lint render clean bench bench-smoke docs
+.PHONY: plan test lint render clean bench bench-smoke docs toolchain
 $(VENV)/.installed: requirements.txt requirements-dev.txt
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
@@ -30,7 +30,7 @@ test: $(VENV)/.installed
 # CI (.ci/run) runs ruff and mypy too; pre-commit runs them the same way: .pre-commit-config.yaml.
 lint: $(VENV)/.installed
 	$(PY) -m ruff check .
-	shellcheck .ci/run plan
+	shellcheck .ci/run plan tools/toolchain/build.sh
 	$(PY) -m mypy
 
 clean:
@@ -55,3 +55,10 @@ bench-smoke: $(VENV)/.installed
 # page left out of the nav. Written to tmp/site (ignored by git); CI (.ci/run) runs it.
 docs: $(VENV)/.installed
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
+
+# The real components the tests run (kubeadm, kube-apiserver, etcd, KWOK...), built from their
+# pinned Go modules into ~/.cache/gpu-cluster/toolchain (GPU_CLUSTER_TOOLCHAIN); a second run builds
+# nothing. TOOLCHAIN=kubernetes builds only those named (docs/toolchain.md). Needs Go 1.26.
+TOOLCHAIN ?=
+toolchain:
+	tools/toolchain/build.sh $(TOOLCHAIN)
