@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STACK ?= lab
 
-.PHONY: plan test lint render clean bench bench-smoke docs toolchain
+.PHONY: plan test lint render clean bench bench-smoke docs toolchain e2e
 $(VENV)/.installed: requirements.txt requirements-dev.txt
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
@@ -24,8 +24,16 @@ render: plan
 # so a file's module fixtures are built once and its tests run in order, as in one process. Tests
 # share no fixed port, file or namespace name (each uses free ports, tmp_path, unique names).
 TEST_WORKERS ?= auto
+# The e2e tier (tests/e2e, the real control plane) is left out here: `make e2e` runs it.
 test: $(VENV)/.installed
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not e2e"
+
+# The e2e tier against a real control plane on loopback (docs/verification.md), made from the
+# toolchain (`make toolchain` first) and the lab stack's plan; writes out/e2e/report.json. One
+# process: the tests share one control plane. E2E_ARGS go to pytest (e.g. E2E_ARGS=-x).
+E2E_ARGS ?=
+e2e: $(VENV)/.installed
+	$(PY) -m e2e $(E2E_ARGS)
 
 # CI (.ci/run) runs ruff and mypy too; pre-commit runs them the same way: .pre-commit-config.yaml.
 lint: $(VENV)/.installed

@@ -60,6 +60,7 @@ class ControlPlane:
     components: list[processes.Component] = field(default_factory=list)
     started: dict[str, float] = field(default_factory=dict)  # component -> seconds until healthy
     nodes_ready_seconds: float = 0.0
+    total_seconds: float = 0.0  # PKI, every component healthy, the nodes Ready
     etcd_url: str = ""
     server: str = ""
     client: api.Client | None = None
@@ -172,6 +173,7 @@ class ControlPlane:
 
     def start(self) -> ControlPlane:
         """Every component up and healthy and the nodes Ready, or every started one stopped again."""
+        began = time.monotonic()
         self.logs.mkdir(parents=True, exist_ok=True)
         self.certs = pki.make(self.folder / "pki", self.lab.service_cidr)
         try:
@@ -181,7 +183,17 @@ class ControlPlane:
         except BaseException:
             self.stop()
             raise
+        self.total_seconds = round(time.monotonic() - began, 2)
         return self
+
+    def summary(self) -> dict[str, Any]:
+        """What came up and how fast (out/e2e/report.json)."""
+        return {"stack": self.lab.stack, "start_seconds": dict(self.started),
+                "nodes_ready_seconds": self.nodes_ready_seconds, "total_seconds": self.total_seconds,
+                "api_server_flags_from_stack": [f"--{name}" for name, _ in self.lab.api_server_args],
+                "nodes": {n["metadata"]["name"]: {"taints": n["spec"]["taints"], "allocatable": n["status"]["allocatable"]}
+                          for n in self.lab.node_objects()},
+                "not_advertised": list(self.lab.unadvertised)}
 
     def stop(self) -> None:
         while self.components:

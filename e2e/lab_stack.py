@@ -75,6 +75,7 @@ class LabControlPlane:
                 for name, value in self.api_server_args]
 
     def node_objects(self) -> list[dict[str, Any]]:
+        self.unadvertised = []
         return [node_object(n, self.unadvertised) for n in self.nodes]
 
 

@@ -8,6 +8,7 @@ a failure (tests/conftest.py): .ci/run builds the toolchain first.
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +17,7 @@ from typing import Any
 import pytest
 
 from components.toolchain_versions import ETCD, KUBERNETES, KWOK
-from e2e import api, lab_stack, processes
+from e2e import api, lab_stack, processes, report
 from e2e.control_plane import ControlPlane
 from tests.toolchain import toolchain_binary
 
@@ -48,11 +49,14 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory, upstream_dir: Path,
     except processes.StartFailed as err:
         pytest.fail(f"the control plane did not come up: {err}")
     groups = [c.proc.pid for c in plane.components]
+    facts = request.config.stash[report.CONTROL_PLANE] = plane.summary()
     yield plane
     if request.session.testsfailed:
         print(f"\ncontrol plane logs ({plane.logs}):\n{plane.log_tails()}")
+    began = time.monotonic()
     plane.stop()
     left = plane.left_behind(groups)
+    facts.update(stop_seconds=round(time.monotonic() - began, 2), left_behind=left)
     assert not left, f"processes left behind after the control plane stopped: groups {left}"
 
 
