@@ -13,7 +13,8 @@
 Each component is waited for with a deadline (its health endpoint), and `stop` ends all of them,
 newest first, each process group terminated and then killed. Differences from a kubeadm host, and
 why: etcd speaks plain HTTP on loopback (nothing else reaches it) and skips fsync (a throwaway
-store); every secure port is a free one; components bind 127.0.0.1 only.
+store); every secure port is a free one; components bind 127.0.0.1 only; the API server keeps no
+endpoint for the `kubernetes` Service (loopback addresses are refused there).
 """
 
 from __future__ import annotations
@@ -109,6 +110,9 @@ class ControlPlane:
             "proxy-client-cert-file": c("front-proxy-client.crt"), "proxy-client-key-file": c("front-proxy-client.key"),
             "etcd-servers": self.etcd_url,
             "authorization-mode": "Node,RBAC",
+            # The `kubernetes` Service's endpoint would be 127.0.0.1, which Endpoints refuse (loopback):
+            # no reconciler, rather than an error every 10 s (nothing in the cluster dials it; KWOK's pods run nothing).
+            "endpoint-reconciler-type": "none",
         }
         self.moved = moved = self.lab.write_files(self.folder / "host")
         argv = [str(binary_path(KUBERNETES, "kube-apiserver")), *(f"--{k}={v}" for k, v in kubeadm.items()),

@@ -128,10 +128,12 @@ def _cluster_configuration(plan: program.Plan) -> dict[str, Any]:
     raise StackInputError(f"the {plan.stack} plan sends no kubeadm ClusterConfiguration")
 
 
-def from_stack(stack: str = "lab", upstream: Path | None = None) -> LabControlPlane:
+def from_stack(stack: str = "lab", upstream: Path | None = None,
+               config: tuple[dict[str, str], list[str]] | None = None) -> LabControlPlane:
     """Evaluate `stack` (a lab stack) under mocks and run the whole-cluster check on it: its kubeadm
-    ClusterConfiguration and the check's node model are what the control plane is made from."""
-    plan = program.run(stack)
+    ClusterConfiguration and the check's node model are what the control plane is made from.
+    `config` overrides the stack file, as program.run's does."""
+    plan = program.run(stack, config=config)
     cfg = plan.config
     if not isinstance(cfg, LabStack):
         raise StackInputError(f"{stack} is not a lab stack: the loopback control plane is made from kubeadm's config")

@@ -4,6 +4,13 @@ KWOK run GPU pods and an Indexed Job on them as a lab cluster would."""
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
+from components.scheduling_contract import GPU_MODEL_LABEL, RACK_LABEL
+from e2e import lab_stack
+from render import program
+from tests.conftest import SEED_002_ROCE, stack_config_with
 from tests.e2e.conftest import gpu_toleration
 
 POD_TIMEOUT = 90
@@ -73,3 +80,36 @@ def test_an_indexed_job_of_two_gpu_pods_completes(control_plane, client, namespa
                            lambda j: _condition(j, "Complete").get("status") == "True", JOB_TIMEOUT)
     assert done["status"]["succeeded"] == 2
     assert done["status"].get("completedIndexes") == "0,1"
+
+
+def _variant() -> tuple[dict[str, str], list[str]]:
+    """lab-ha with racks, RoCE (the RDMA shared device plugin) and MIG under the operator."""
+    values, _ = program.stack_config("lab-ha")
+    hosts: list[dict[str, Any]] = json.loads(values["gpu-cluster:hosts"])
+    for h in hosts:
+        if h.get("gpus"):
+            h.update(rack="r1", gpuModel="NVIDIA-H100-80GB-HBM3")
+    return stack_config_with("lab-ha", hosts=hosts, network={"rdma": True, "linkGbps": 25, "roce": SEED_002_ROCE},
+                             gpu={"stack": "operator", "sharing": {"mode": "mig", "migStrategy": "mixed",
+                                                                   "migProfile": "all-1g.10gb"}})
+
+
+def test_rack_rdma_and_mig_nodes_of_a_lab_variant_are_nodes_the_api_server_accepts(client, upstream_dir):
+    """The Node objects made from a richer lab config carry its racks, GPU model, RDMA devices and
+    MIG slices, and the real API server accepts each as it is (server-side dry run: validation and
+    admission, nothing stored, so the shared control plane keeps the lab stack's nodes only)."""
+    variant = lab_stack.from_stack("lab-ha", upstream_dir, config=_variant())
+    objects = variant.node_objects()
+    assert variant.unadvertised == []
+    gpu = [o for o in objects if o["metadata"]["labels"].get(RACK_LABEL)]
+    assert len(gpu) == 2
+    for node in gpu:
+        assert node["metadata"]["labels"][GPU_MODEL_LABEL] == "NVIDIA-H100-80GB-HBM3"
+        assert node["status"]["allocatable"]["nvidia.com/mig-1g.10gb"] == "7"
+        assert any(r.startswith("rdma/") for r in node["status"]["allocatable"])
+    for node in objects:
+        node["metadata"]["name"] = f"variant-{node['metadata']['name']}"  # the lab's own nodes hold the names
+        response = client.request("POST", "/api/v1/nodes?dryRun=All", node)
+        assert response.status == 201, response.body
+        assert response.body["status"]["allocatable"] == node["status"]["allocatable"]
+        assert node["metadata"]["labels"].items() <= response.body["metadata"]["labels"].items()
