@@ -1,6 +1,6 @@
 """The control plane on loopback is the one a lab cluster runs: the pinned version, and the lab
 stack's own hardening taking effect in the real API server (its rendered audit policy and
-EncryptionConfiguration, e2e/lab_stack.py), and a ValidatingAdmissionPolicy enforced."""
+EncryptionConfiguration, e2e/lab_stack.py), and the program's own ValidatingAdmissionPolicy compiled and enforced."""
 
 from __future__ import annotations
 
@@ -10,8 +10,11 @@ import time
 import uuid
 
 from components.lab import hardening
+from components.queues import team_admission
 from components.toolchain_versions import KUBERNETES
+from config.queues import QUEUE_LABEL
 
+VAP = "/apis/admissionregistration.k8s.io/v1"
 VAP_TIMEOUT = 60  # a new policy is enforced once the API server has compiled it
 
 
@@ -77,38 +80,37 @@ def test_the_audit_policy_sets_each_requests_level(control_plane, client, namesp
     assert {e["stage"] for e in events} <= {"ResponseStarted", "ResponseComplete", "Panic"}
 
 
-def test_a_validating_admission_policy_is_enforced(client, namespace):
-    """ValidatingAdmissionPolicy is served and enforced (GA, on by default in 1.34): a policy with a
-    Deny binding refuses what its CEL expression rejects, and lets the rest through."""
-    policy = f"no-forbidden-{namespace}"
-    client.create("/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies", {
-        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": policy},
-        "spec": {"failurePolicy": "Fail",
-                 "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
-                                                         "operations": ["CREATE"], "resources": ["configmaps"]}]},
-                 "validations": [{"expression": "!has(object.data) || !('forbidden' in object.data)",
-                                  "message": "forbidden key"}]}})
-    client.create("/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings", {
-        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
-        "metadata": {"name": policy},
-        "spec": {"policyName": policy, "validationActions": ["Deny"],
-                 "matchResources": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}}}})
-    path = f"/api/v1/namespaces/{namespace}/configmaps"
-    deadline = time.monotonic() + VAP_TIMEOUT
+def _job(name: str, labels: dict[str, str]) -> dict:
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name, "labels": labels},
+            "spec": {"suspend": True, "template": {"spec": {"restartPolicy": "Never", "containers": [
+                {"name": "main", "image": "registry.example.com/trainer:0"}]}}}}
+
+
+def test_the_programs_team_queue_policy_is_type_checked_and_enforced(client, namespace):
+    """The program's own ValidatingAdmissionPolicy (components/queues/team_admission.py), compiled and
+    type-checked by the real API server's CEL against batch/v1 Job, and enforced in a team namespace:
+    a Job without the queue label, or naming another queue, is refused with the policy's message;
+    one naming the namespace's own LocalQueue is created."""
+    queue = "team-a-queue"
+    client.must("PATCH", f"/api/v1/namespaces/{namespace}",
+                {"metadata": {"labels": team_admission.team_namespace_labels(queue)}}, "application/merge-patch+json")
+    client.create(f"{VAP}/validatingadmissionpolicies", team_admission.queue_policy())
+    client.create(f"{VAP}/validatingadmissionpolicybindings", team_admission.queue_policy_binding([namespace]))
+    policy = client.wait_for("the policy type-checked", f"{VAP}/validatingadmissionpolicies/{team_admission.POLICY_NAME}",
+                             lambda p: "typeChecking" in (p.get("status") or {}), VAP_TIMEOUT)
+    assert policy["status"]["typeChecking"].get("expressionWarnings") is None, policy["status"]
+    jobs = f"/apis/batch/v1/namespaces/{namespace}/jobs"
     refused = None
-    for attempt in range(VAP_TIMEOUT * 2):
-        response = client.request("POST", path, {"apiVersion": "v1", "kind": "ConfigMap",
-                                                 "metadata": {"name": f"bad-{attempt}"}, "data": {"forbidden": "x"}})
-        if response.status == 422:
+    for attempt in range(VAP_TIMEOUT * 2):  # the binding takes effect within a moment
+        response = client.request("POST", jobs, _job(f"unlabelled-{attempt}", {}))
+        if response.status != 201:
             refused = response
             break
-        assert response.status == 201, response.body
-        if time.monotonic() > deadline:
-            break
         time.sleep(0.5)
-    assert refused is not None, "the policy was never enforced"
-    assert "forbidden key" in refused.body["message"] and policy in refused.body["message"]
-    ok = client.request("POST", path, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "good"},
-                                       "data": {"allowed": "x"}})
-    assert ok.status == 201, ok.body
+    # the messageExpression, naming the namespace's queue, is what the API server answers
+    says = f"in namespace {namespace} must carry the label {QUEUE_LABEL}: {queue} (its LocalQueue)"
+    assert refused is not None and refused.status == 403 and says in refused.body["message"], refused
+    other = client.request("POST", jobs, _job("other-queue", {QUEUE_LABEL: "team-b-queue"}))
+    assert other.status == 403 and says in other.body["message"], other
+    own = client.request("POST", jobs, _job("own-queue", {QUEUE_LABEL: queue}))
+    assert own.status == 201, own.body
