@@ -29,10 +29,11 @@ test: $(VENV)/.installed
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not e2e"
 
 # The e2e tier against a real control plane on loopback (docs/verification.md), made from the
-# toolchain (`make toolchain` first) and the lab stack's plan; writes out/e2e/report.json. One
-# process: the tests share one control plane. E2E_ARGS go to pytest (e.g. E2E_ARGS=-x).
+# toolchain (built first where missing: a built one is reused) and the lab stack's plan; writes
+# out/e2e/report.json. One process: the tests share one control plane. E2E_ARGS go to pytest
+# (e.g. E2E_ARGS=-x).
 E2E_ARGS ?=
-e2e: $(VENV)/.installed
+e2e: $(VENV)/.installed toolchain
 	$(PY) -m e2e $(E2E_ARGS)
 
 # CI (.ci/run) runs ruff and mypy too; pre-commit runs them the same way: .pre-commit-config.yaml.
