@@ -7,7 +7,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STACK ?= lab
 
-.PHONY: plan test lint render clean bench bench-smoke docs
+.PHONY: plan test lint render clean bench bench-smoke docs toolchain e2e
 $(VENV)/.installed: requirements.txt requirements-plan.txt requirements-dev.txt
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
@@ -27,13 +27,22 @@ render: plan
 # so a file's module fixtures are built once and its tests run in order, as in one process. Tests
 # share no fixed port, file or namespace name (each uses free ports, tmp_path, unique names).
 TEST_WORKERS ?= auto
+# The e2e tier (tests/e2e, the real control plane) is left out here: `make e2e` runs it.
 test: $(VENV)/.installed
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not e2e"
+
+# The e2e tier against a real control plane on loopback (docs/verification.md), made from the
+# toolchain (built first where missing: a built one is reused) and the lab stack's plan; writes
+# out/e2e/report.json. One process: the tests share one control plane. E2E_ARGS go to pytest
+# (e.g. E2E_ARGS=-x).
+E2E_ARGS ?=
+e2e: $(VENV)/.installed toolchain
+	$(PY) -m e2e $(E2E_ARGS)
 
 # CI (.ci/run) runs ruff and mypy too; pre-commit runs them the same way: .pre-commit-config.yaml.
 lint: $(VENV)/.installed
 	$(PY) -m ruff check .
-	shellcheck .ci/run plan
+	shellcheck .ci/run plan tools/toolchain/build.sh
 	$(PY) -m mypy
 
 clean:
@@ -58,3 +67,10 @@ bench-smoke: $(VENV)/.installed
 # page left out of the nav. Written to tmp/site (ignored by git); CI (.ci/run) runs it.
 docs: $(VENV)/.installed
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
+
+# The real components the tests run (kubeadm, kube-apiserver, etcd, KWOK...), built from their
+# pinned Go modules into ~/.cache/gpu-cluster/toolchain (GPU_CLUSTER_TOOLCHAIN); a second run builds
+# nothing. TOOLCHAIN=kubernetes builds only those named (docs/toolchain.md). Needs Go 1.26.
+TOOLCHAIN ?=
+toolchain:
+	tools/toolchain/build.sh $(TOOLCHAIN)

@@ -22,9 +22,10 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from config import StackConfig
-from config.gpu import MigStrategy, SharingMode
+from config import LabStack, StackConfig
+from config.gpu import GpuStack, MigStrategy, SharingMode
 from config.quantities import parse_quantity
+from config.queue_units import units_per_gpu
 from render.cluster.nodes import Node
 from render.cluster.workloads import Workload
 
@@ -220,11 +221,26 @@ def _advertise(cfg: StackConfig, node: Node) -> dict[str, float]:
     if sharing.mode is SharingMode.TIME_SLICING:
         return {GPU: count * sharing.replicas}
     if sharing.mode is SharingMode.MIG:
-        # Slices per GPU depend on the GPU model, which the config does not name: not bounded here.
+        # Slices per GPU depend on the GPU model: counted as Kueue's quotas count them where the lab
+        # config says (config/queue_units.py: hosts[].gpuModel, or a profile all candidate GPUs
+        # hold equally often), else not bounded. Under the single strategy the device plugin
+        # advertises each MIG device as nvidia.com/gpu.
+        profile = sharing.mig_profile.removeprefix("all-")
+        slices = _slices_per_gpu(cfg, node)
+        amount = count * slices if slices is not None else math.inf
         if sharing.mig_strategy is MigStrategy.MIXED:
-            return {f"nvidia.com/mig-{sharing.mig_profile.removeprefix('all-')}": math.inf}
-        return {GPU: math.inf}
+            return {f"nvidia.com/mig-{profile}": amount}
+        return {GPU: amount}
     return {GPU: count}
+
+
+def _slices_per_gpu(cfg: StackConfig, node: Node) -> int | None:
+    """MIG instances per GPU on a lab host under the operator's MIG manager, where the config sizes them."""
+    if not isinstance(cfg, LabStack) or cfg.gpu.stack is not GpuStack.OPERATOR:
+        return None
+    host = next((h for h in cfg.hosts if h.name == node.name), None)
+    units = units_per_gpu(cfg.gpu, host.gpu_model if host is not None else None)
+    return units if isinstance(units, int) else None
 
 
 def _gke_device_plugin(node: Node) -> bool:

@@ -1,0 +1,80 @@
+"""The real components the tests run, built from their published Go modules: each one's version and
+where it comes from. versions.py is the home of every version the program installs; this module
+holds only what the toolchain adds, and takes the rest from there (Kubernetes is the lab's default
+patch release, etcd the one kubeadm of that release runs).
+
+Each component is a small Go module under tools/toolchain/<name>/ whose go.mod requires the
+upstream module at `module_version` (a test keeps the two equal); tools/toolchain/build.sh builds it
+into <cache>/<name>-<version>/bin (docs/toolchain.md). `python -m components.toolchain_versions`
+prints one `name version` line per component for that script.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from components.versions import ETCD_KUBEADM, KUBERNETES_DEFAULT
+
+KUBERNETES_MINOR = ".".join(KUBERNETES_DEFAULT.split(".")[:2])
+
+
+@dataclass(frozen=True)
+class ToolchainComponent:
+    name: str  # tools/toolchain/<name>/ and the cache folder's prefix
+    version: str  # the version the binaries report
+    module: str  # the upstream Go module whose main packages are built
+    module_version: str  # what tools/toolchain/<name>/go.mod requires (tag or pseudo-version)
+    binaries: tuple[str, ...]
+    source: str  # where the version comes from, and what stands in where it is not served
+
+
+KUBERNETES = ToolchainComponent(
+    name="kubernetes",
+    version=f"v{KUBERNETES_DEFAULT}",
+    module="k8s.io/kubernetes",
+    module_version=f"v{KUBERNETES_DEFAULT}",
+    binaries=("kubeadm", "kube-apiserver", "kube-controller-manager", "kube-scheduler"),
+    source="versions.KUBERNETES_DEFAULT; the 29 k8s.io staging modules replaced by their v0.x of the same patch",
+)
+
+# kubeadm's DefaultEtcdVersion / SupportedEtcdVersion for the minor (read in the v1.34.2 module:
+# cmd/kubeadm/app/constants/constants.go says 3.6.5-0 for 1.34), the image tag without its "-0".
+ETCD = ToolchainComponent(
+    name="etcd",
+    version="v" + ETCD_KUBEADM[KUBERNETES_MINOR].split("-")[0],
+    module="go.etcd.io/etcd/server/v3",
+    module_version="v" + ETCD_KUBEADM[KUBERNETES_MINOR].split("-")[0],
+    binaries=("etcd", "etcdctl", "etcdutl"),
+    source="versions.ETCD_KUBEADM for the default minor: the etcd kubeadm runs on the lab clusters",
+)
+
+# Nodes and pod lifecycles without kubelets: the newest release (needs Go 1.26; k8s.io v0.36.1).
+KWOK = ToolchainComponent(
+    name="kwok",
+    version="v0.8.0",
+    module="sigs.k8s.io/kwok",
+    module_version="v0.8.0",
+    binaries=("kwok", "kwokctl"),
+    source="sigs.k8s.io/kwok's newest release; its default Kubernetes (consts.KubeVersion) set to ours",
+)
+
+COMPONENTS = (KUBERNETES, ETCD, KWOK)
+
+
+def cache_root() -> Path:
+    """Where build.sh puts the binaries: outside the checkout, kept across runs (GPU_CLUSTER_TOOLCHAIN)."""
+    configured = os.environ.get("GPU_CLUSTER_TOOLCHAIN")
+    if configured:
+        return Path(configured)
+    return Path.home() / ".cache" / "gpu-cluster" / "toolchain"
+
+
+def binary_path(component: ToolchainComponent, binary: str) -> Path:
+    return cache_root() / f"{component.name}-{component.version}" / "bin" / binary
+
+
+if __name__ == "__main__":
+    for component in COMPONENTS:
+        print(component.name, component.version)

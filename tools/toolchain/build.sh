@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# Builds the pinned real components (docs/toolchain.md) from their published Go modules into a cache
+# outside the checkout: <cache>/<name>-<version>/bin, cache = $GPU_CLUSTER_TOOLCHAIN or
+# ~/.cache/gpu-cluster/toolchain. Versions: components/toolchain_versions.py; what is built: the
+# `tool` directives of tools/toolchain/<name>/go.mod (its go.sum pins every module).
+#
+#   tools/toolchain/build.sh               every component
+#   tools/toolchain/build.sh kubernetes    only these (names as in toolchain_versions.py)
+#
+# A component is rebuilt only when its stamp (version, go.mod, go.sum, Go version and this script)
+# changed, so a second run builds nothing. Clear one with `rm -rf <cache>/<name>-<version>`, all
+# with `rm -rf <cache>`; Go's own caches (go env GOMODCACHE GOCACHE) make a rebuild faster.
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+root="$(cd "$here/../.." && pwd)"
+cache="${GPU_CLUSTER_TOOLCHAIN:-$HOME/.cache/gpu-cluster/toolchain}"
+python="${PYTHON:-python3}"
+# Static binaries as upstream releases them; go.sum must already hold every module (no edits).
+export CGO_ENABLED=0 GOFLAGS=-mod=readonly
+
+declare -A versions=()
+order=()
+while read -r name version; do
+  versions[$name]="$version"
+  order+=("$name")
+done < <(cd "$root" && "$python" -m components.toolchain_versions)
+
+wanted=("$@")
+[ "${#wanted[@]}" -gt 0 ] || wanted=("${order[@]}")
+for name in "${wanted[@]}"; do
+  if [ -z "${versions[$name]:-}" ]; then
+    echo "build.sh: unknown component '$name' (known: ${order[*]})" >&2
+    exit 2
+  fi
+done
+
+# The commit time of a module version, as the proxy reports it (RFC 3339): the build date stamped
+# into binaries, so that a rebuild of the same pin gives the same bytes.
+module_time() {
+  go list -m -json "$1" | "$python" -c 'import json, sys; print(json.load(sys.stdin)["Time"])'
+}
+
+# Version ldflags as each upstream's release build sets them.
+ldflags() {
+  local name="$1" version="$2" flags="-s -w" pkg
+  case "$name" in
+    kubernetes)
+      # hack/lib/version.sh (kube::version::ldflags): each key for client-go and component-base.
+      # gitCommit is left empty: the proxy's module zip does not say which commit it is.
+      local minor="${version#v*.}"
+      minor="${minor%%.*}"
+      local major="${version#v}"
+      major="${major%%.*}"
+      local date
+      date="$(module_time k8s.io/kubernetes)"
+      for pkg in k8s.io/client-go/pkg/version k8s.io/component-base/version; do
+        flags+=" -X '$pkg.gitVersion=$version' -X '$pkg.gitMajor=$major' -X '$pkg.gitMinor=$minor'"
+        flags+=" -X '$pkg.gitTreeState=clean' -X '$pkg.buildDate=$date' -X '$pkg.gitCommit='"
+      done
+      ;;
+    kwok)
+      # hack/releases.sh sets these; kwokctl's default Kubernetes is the one built here.
+      flags+=" -X 'sigs.k8s.io/kwok/pkg/consts.Version=${version#v}'"
+      flags+=" -X 'sigs.k8s.io/kwok/pkg/consts.KubeVersion=${versions[kubernetes]#v}'"
+      ;;
+  esac
+  printf '%s' "$flags"
+}
+
+# The binary go build names after a module path ending in a major version (server/v3 -> server)
+# gets the name upstream ships it under.
+rename_binaries() {
+  local name="$1" bin="$2"
+  case "$name" in
+    etcd) mv "$bin/server" "$bin/etcd" ;;
+  esac
+}
+
+stamp_of() {
+  local name="$1" version="$2"
+  {
+    echo "$name $version"
+    go version
+    cat "$here/$name/go.mod" "$here/$name/go.sum" "$here/build.sh"
+  } | sha256sum | cut -d' ' -f1
+}
+
+now() { date +%s; }
+total_start="$(now)"
+for name in "${wanted[@]}"; do
+  version="${versions[$name]}"
+  dir="$cache/$name-$version"
+  stamp="$(stamp_of "$name" "$version")"
+  if [ -f "$dir/stamp" ] && [ "$(cat "$dir/stamp")" = "$stamp" ]; then
+    echo "toolchain: $name $version: up to date in $dir/bin"
+    continue
+  fi
+  echo "toolchain: $name $version: building into $dir/bin"
+  rm -rf "$dir"
+  mkdir -p "$dir/bin.partial"
+  start="$(now)"
+  (cd "$here/$name" && go mod download)
+  downloaded="$(now)"
+  echo "toolchain: $name: download $((downloaded - start)) s"
+  flags="$(cd "$here/$name" && ldflags "$name" "$version")"
+  (cd "$here/$name" && go build -trimpath -ldflags "$flags" -o "$dir/bin.partial/" tool)
+  rename_binaries "$name" "$dir/bin.partial"
+  mv "$dir/bin.partial" "$dir/bin"
+  echo "$stamp" >"$dir/stamp"
+  echo "toolchain: $name: build $(($(now) - downloaded)) s ($(du -sh "$dir/bin" | cut -f1))"
+done
+echo "toolchain: done in $(($(now) - total_start)) s ($cache)"
