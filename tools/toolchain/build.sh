@@ -49,7 +49,7 @@ ldflags() {
       flags+=" -X 'sigs.k8s.io/kwok/pkg/consts.Version=${version#v}'"
       flags+=" -X 'sigs.k8s.io/kwok/pkg/consts.KubeVersion=${versions[kubernetes]#v}'"
       ;;
-    pulumi)
+    pulumi | pulumi-language-python)
       # goreleaser (.goreleaser.yml) and the Makefile's PULUMI_VERSION ldflag.
       flags+=" -X 'github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=$version'"
       ;;
@@ -60,16 +60,21 @@ ldflags() {
 # Build tags as upstream's release build passes them.
 buildtags() {
   case "$1" in
-    pulumi) printf '%s' osusergo,grpcnotrace ;;
+    pulumi | pulumi-language-python) printf '%s' osusergo,grpcnotrace ;;
   esac
 }
 
 # The binary go build names after a module path ending in a major version (server/v3 -> server)
-# gets the name upstream ships it under.
-rename_binaries() {
-  local name="$1" bin="$2"
+# gets the name upstream ships it under; files a binary needs beside it are copied from its module.
+finish_binaries() {
+  local name="$1" bin="$2" sdk
   case "$name" in
     etcd) mv "$bin/server" "$bin/etcd" ;;
+    pulumi-language-python)
+      # The host runs programs through this Python shim, found next to its own executable.
+      sdk="$(go list -m -f '{{.Dir}}' github.com/pulumi/pulumi/sdk/v3)"
+      install -m 0755 "$sdk/python/cmd/pulumi-language-python-exec" "$bin/"
+      ;;
   esac
 }
 
@@ -126,7 +131,7 @@ main() {
     # machine with other cores or load would take.
     local TIMEFORMAT="toolchain: $name: build %0R s (CPU %0U s user, %0S s system)"
     time (cd "$here/$name" && go build -trimpath -tags "$tags" -ldflags "$flags" -o "$dir/bin.partial/" tool)
-    rename_binaries "$name" "$dir/bin.partial"
+    (cd "$here/$name" && finish_binaries "$name" "$dir/bin.partial")
     mv "$dir/bin.partial" "$dir/bin"
     echo "$stamp" >"$dir/stamp"
     echo "toolchain: $name: $(du -sh "$dir/bin" | cut -f1) in $dir/bin"
@@ -134,4 +139,4 @@ main() {
   echo "toolchain: done in $(($(now) - total_start)) s ($cache)"
 }
 
-main "$@"
+main "$@"; exit  # on one line: nothing after it is read, even if the file changed meanwhile
