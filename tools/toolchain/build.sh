@@ -15,8 +15,9 @@ here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 cache="${GPU_CLUSTER_TOOLCHAIN:-$HOME/.cache/gpu-cluster/toolchain}"
 python="${PYTHON:-python3}"
-# Static binaries as upstream releases them; go.sum must already hold every module (no edits).
-export CGO_ENABLED=0 GOFLAGS=-mod=readonly
+# Static binaries as upstream releases them; go.sum must already hold every module (no edits); no
+# stamp of this checkout's git state (the binaries depend on the pins only).
+export CGO_ENABLED=0 GOFLAGS="-mod=readonly -buildvcs=false"
 declare -A versions=()  # component -> version (components/toolchain_versions.py)
 order=()
 
