@@ -60,7 +60,34 @@ KWOK = ToolchainComponent(
     source="sigs.k8s.io/kwok's newest release; its default Kubernetes (consts.KubeVersion) set to ours",
 )
 
-COMPONENTS = (KUBERNETES, ETCD, KWOK)
+# The Pulumi CLI of the SDK in requirements.txt (pulumi==3.272.0). The proxy does not serve
+# github.com/pulumi/pulumi/pkg/v3 v3.272.0 (403, "not available"); v3.274.0 is the nearest it serves
+# (then v3.260.0 below). A CLI reads programs of older SDKs.
+PULUMI_SDK = "3.272.0"
+PULUMI = ToolchainComponent(
+    name="pulumi",
+    version="v3.274.0",
+    module="github.com/pulumi/pulumi/pkg/v3",
+    module_version="v3.274.0",
+    binaries=("pulumi",),
+    source=f"the Python SDK's {PULUMI_SDK}, not served; the nearest served pkg/v3 (v3.274.0)",
+)
+
+# The Python language host: a stand-in. Since pulumi#13819 (2023-08-31) it is its own module,
+# github.com/pulumi/pulumi/sdk/python/cmd/pulumi-language-python/v3, which has no tags and which the
+# proxy refuses (403 for the version list, @latest and v3.259.0's pseudo-version). Before, it was a
+# package of sdk/v3; v3.68.0 (2023-05) is the newest served sdk/v3 that has it. Whether it runs the
+# 3.272.0 SDK's programs under the 3.274.0 CLI is for `pulumi up` to show.
+PULUMI_LANGUAGE_PYTHON = ToolchainComponent(
+    name="pulumi-language-python",
+    version="v3.68.0",
+    module="github.com/pulumi/pulumi/sdk/v3",
+    module_version="v3.68.0",
+    binaries=("pulumi-language-python", "pulumi-language-python-exec"),
+    source="stand-in: the newest served sdk/v3 that still holds the host; its own module is not served",
+)
+
+COMPONENTS = (KUBERNETES, ETCD, KWOK, PULUMI, PULUMI_LANGUAGE_PYTHON)
 
 
 def cache_root() -> Path:

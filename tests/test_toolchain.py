@@ -6,6 +6,7 @@ without them Kubernetes says v0.0.0-master)."""
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -59,12 +60,13 @@ VERSION_CHECKS = {
     "etcdutl": (("version",), lambda v: f"etcdutl version: {v.removeprefix('v')}"),
     "kwok": (("--version",), lambda v: v.removeprefix("v")),
     "kwokctl": (("--version",), lambda v: v.removeprefix("v")),
+    "pulumi": (("version",), lambda v: v),
 }
 
 
 @pytest.mark.parametrize(
     ("component", "binary"),
-    [(c, b) for c in tv.COMPONENTS for b in c.binaries],
+    [(c, b) for c in tv.COMPONENTS for b in c.binaries if b in VERSION_CHECKS],
     ids=lambda x: x if isinstance(x, str) else x.name,
 )
 def test_built_binary_reports_the_pinned_version(component, binary):
@@ -73,5 +75,40 @@ def test_built_binary_reports_the_pinned_version(component, binary):
     assert expected(component.version) in output
 
 
+# Binaries with no version flag: the language host tells its version over gRPC only, and its exec
+# shim is a Python script from the same module (checked by test_built_binary_is_built_from_the_pin).
+NO_VERSION_FLAG = {"pulumi-language-python", "pulumi-language-python-exec"}
+
+
 def test_every_binary_has_a_version_check():
-    assert {b for c in tv.COMPONENTS for b in c.binaries} <= set(VERSION_CHECKS)
+    assert {b for c in tv.COMPONENTS for b in c.binaries} <= set(VERSION_CHECKS) | NO_VERSION_FLAG
+
+
+@pytest.mark.parametrize(
+    ("component", "binary"),
+    [(c, b) for c in tv.COMPONENTS for b in c.binaries],
+    ids=lambda x: x if isinstance(x, str) else x.name,
+)
+def test_built_binary_is_built_from_the_pinned_module(component, binary):
+    """Go's build info in each binary (`go version -m`) names the module version it was built from."""
+    path = toolchain_binary(component, binary)
+    if binary == "pulumi-language-python-exec":  # the host's Python shim, copied from the module
+        assert path.read_text().startswith("#!/usr/bin/env python")
+        return
+    go = shutil.which("go")
+    if go is None:
+        pytest.skip("go is not on PATH (make toolchain needs it too)")
+    info = subprocess.run([go, "version", "-m", str(path)], capture_output=True, text=True, timeout=TIMEOUT,
+                          check=False)
+    assert info.returncode == 0, info.stderr
+    # The main package's module ("mod"): one the component's go.mod requires, at the pinned version
+    # (etcd's three binaries come from three modules of one release).
+    main_module, main_version = re.findall(r"^\s+mod\s+(\S+)\s+(\S+)", info.stdout, re.MULTILINE)[0]
+    assert main_version == component.module_version
+    assert main_module == component.module or f"{main_module} {main_version}" in _go_mod(component)
+
+
+def test_pulumi_sdk_is_the_one_the_program_runs_with():
+    """The CLI is chosen for the SDK in requirements.txt: a new SDK pin must revisit it."""
+    requirements = (Path(__file__).resolve().parent.parent / "requirements.txt").read_text()
+    assert re.search(rf"^pulumi=={re.escape(tv.PULUMI_SDK)}$", requirements, re.MULTILINE)

@@ -7,32 +7,19 @@
 #   tools/toolchain/build.sh               every component
 #   tools/toolchain/build.sh kubernetes    only these (names as in toolchain_versions.py)
 #
-# A component is rebuilt only when its stamp (version, go.mod, go.sum, Go version and this script)
-# changed, so a second run builds nothing. Clear one with `rm -rf <cache>/<name>-<version>`, all
+# A component is rebuilt only when its stamp (version, go.mod, go.sum, Go version, ldflags and build
+# tags) changed, so a second run builds nothing. Clear one with `rm -rf <cache>/<name>-<version>`, all
 # with `rm -rf <cache>`; Go's own caches (go env GOMODCACHE GOCACHE) make a rebuild faster.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 cache="${GPU_CLUSTER_TOOLCHAIN:-$HOME/.cache/gpu-cluster/toolchain}"
 python="${PYTHON:-python3}"
-# Static binaries as upstream releases them; go.sum must already hold every module (no edits).
-export CGO_ENABLED=0 GOFLAGS=-mod=readonly
-
-declare -A versions=()
+# Static binaries as upstream releases them; go.sum must already hold every module (no edits); no
+# stamp of this checkout's git state (the binaries depend on the pins only).
+export CGO_ENABLED=0 GOFLAGS="-mod=readonly -buildvcs=false"
+declare -A versions=()  # component -> version (components/toolchain_versions.py)
 order=()
-while read -r name version; do
-  versions[$name]="$version"
-  order+=("$name")
-done < <(cd "$root" && "$python" -m components.toolchain_versions)
-
-wanted=("$@")
-[ "${#wanted[@]}" -gt 0 ] || wanted=("${order[@]}")
-for name in "${wanted[@]}"; do
-  if [ -z "${versions[$name]:-}" ]; then
-    echo "build.sh: unknown component '$name' (known: ${order[*]})" >&2
-    exit 2
-  fi
-done
 
 # The commit time of a module version, as the proxy reports it (RFC 3339): the build date stamped
 # into binaries, so that a rebuild of the same pin gives the same bytes.
@@ -63,50 +50,94 @@ ldflags() {
       flags+=" -X 'sigs.k8s.io/kwok/pkg/consts.Version=${version#v}'"
       flags+=" -X 'sigs.k8s.io/kwok/pkg/consts.KubeVersion=${versions[kubernetes]#v}'"
       ;;
+    pulumi | pulumi-language-python)
+      # goreleaser (.goreleaser.yml) and the Makefile's PULUMI_VERSION ldflag.
+      flags+=" -X 'github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=$version'"
+      ;;
   esac
   printf '%s' "$flags"
 }
 
-# The binary go build names after a module path ending in a major version (server/v3 -> server)
-# gets the name upstream ships it under.
-rename_binaries() {
-  local name="$1" bin="$2"
-  case "$name" in
-    etcd) mv "$bin/server" "$bin/etcd" ;;
+# Build tags as upstream's release build passes them.
+buildtags() {
+  case "$1" in
+    pulumi | pulumi-language-python) printf '%s' osusergo,grpcnotrace ;;
   esac
 }
 
+# The binary go build names after a module path ending in a major version (server/v3 -> server)
+# gets the name upstream ships it under; files a binary needs beside it are copied from its module.
+finish_binaries() {
+  local name="$1" bin="$2" sdk
+  case "$name" in
+    etcd) mv "$bin/server" "$bin/etcd" ;;
+    pulumi-language-python)
+      # The host runs programs through this Python shim, found next to its own executable.
+      sdk="$(go list -m -f '{{.Dir}}' github.com/pulumi/pulumi/sdk/v3)"
+      install -m 0755 "$sdk/python/cmd/pulumi-language-python-exec" "$bin/"
+      ;;
+  esac
+}
+
+# What decides the bytes of a component's binaries: its pins, Go, and the flags it is built with.
 stamp_of() {
-  local name="$1" version="$2"
+  local name="$1" version="$2" flags="$3" tags="$4"
   {
     echo "$name $version"
     go version
-    cat "$here/$name/go.mod" "$here/$name/go.sum" "$here/build.sh"
+    echo "ldflags: $flags"
+    echo "tags: $tags"
+    cat "$here/$name/go.mod" "$here/$name/go.sum"
   } | sha256sum | cut -d' ' -f1
 }
 
 now() { date +%s; }
-total_start="$(now)"
-for name in "${wanted[@]}"; do
-  version="${versions[$name]}"
-  dir="$cache/$name-$version"
-  stamp="$(stamp_of "$name" "$version")"
-  if [ -f "$dir/stamp" ] && [ "$(cat "$dir/stamp")" = "$stamp" ]; then
-    echo "toolchain: $name $version: up to date in $dir/bin"
-    continue
-  fi
-  echo "toolchain: $name $version: building into $dir/bin"
-  rm -rf "$dir"
-  mkdir -p "$dir/bin.partial"
-  start="$(now)"
-  (cd "$here/$name" && go mod download)
-  downloaded="$(now)"
-  echo "toolchain: $name: download $((downloaded - start)) s"
-  flags="$(cd "$here/$name" && ldflags "$name" "$version")"
-  (cd "$here/$name" && go build -trimpath -ldflags "$flags" -o "$dir/bin.partial/" tool)
-  rename_binaries "$name" "$dir/bin.partial"
-  mv "$dir/bin.partial" "$dir/bin"
-  echo "$stamp" >"$dir/stamp"
-  echo "toolchain: $name: build $(($(now) - downloaded)) s ($(du -sh "$dir/bin" | cut -f1))"
-done
-echo "toolchain: done in $(($(now) - total_start)) s ($cache)"
+
+# The whole file is read before main runs: editing it during a long build cannot change what the
+# running build does next.
+main() {
+  while read -r name version; do
+    versions[$name]="$version"
+    order+=("$name")
+  done < <(cd "$root" && "$python" -m components.toolchain_versions)
+
+  local wanted=("$@")
+  [ "${#wanted[@]}" -gt 0 ] || wanted=("${order[@]}")
+  for name in "${wanted[@]}"; do
+    if [ -z "${versions[$name]:-}" ]; then
+      echo "build.sh: unknown component '$name' (known: ${order[*]})" >&2
+      exit 2
+    fi
+  done
+
+  total_start="$(now)"
+  for name in "${wanted[@]}"; do
+    version="${versions[$name]}"
+    dir="$cache/$name-$version"
+    flags="$(cd "$here/$name" && ldflags "$name" "$version")"
+    tags="$(buildtags "$name")"
+    stamp="$(stamp_of "$name" "$version" "$flags" "$tags")"
+    if [ -d "$dir/bin" ] && [ -f "$dir/stamp" ] && [ "$(cat "$dir/stamp")" = "$stamp" ]; then
+      echo "toolchain: $name $version: up to date in $dir/bin"
+      continue
+    fi
+    echo "toolchain: $name $version: building into $dir/bin"
+    rm -rf "$dir"
+    mkdir -p "$dir/bin.partial"
+    start="$(now)"
+    (cd "$here/$name" && go mod download)
+    downloaded="$(now)"
+    echo "toolchain: $name: download $((downloaded - start)) s"
+    # Wall time and the CPU time it took (user + system, all cores): the CPU time says what a
+    # machine with other cores or load would take.
+    local TIMEFORMAT="toolchain: $name: build %0R s (CPU %0U s user, %0S s system)"
+    time (cd "$here/$name" && go build -trimpath -tags "$tags" -ldflags "$flags" -o "$dir/bin.partial/" tool)
+    (cd "$here/$name" && finish_binaries "$name" "$dir/bin.partial")
+    mv "$dir/bin.partial" "$dir/bin"
+    echo "$stamp" >"$dir/stamp"
+    echo "toolchain: $name: $(du -sh "$dir/bin" | cut -f1) in $dir/bin"
+  done
+  echo "toolchain: done in $(($(now) - total_start)) s ($cache)"
+}
+
+main "$@"; exit  # on one line: nothing after it is read, even if the file changed meanwhile

@@ -7,7 +7,8 @@ k8s.io/kubernetes by tools/toolchain/build.sh; tests/toolchain.py finds it):
     join file (made at `up` from the token, the CA pin and the certificate key, which are secrets, so
     here with values of their form);
   - `kubeadm init --dry-run` on the init file, with only the preflight checks ignored that need a
-    real host (DRY_RUN_IGNORED, each with why) and the flags the init script passes; kubeadm writes
+    real host (DRY_RUN_IGNORED, each with why) and the flags the init script passes; kubeadm runs in
+    a network namespace of its own (loopback only) and writes
     what it would install into a temporary folder (KUBEADM_INIT_DRYRUN_DIR), and the test checks
     that this machine's /etc/kubernetes and /var/lib were left alone. What kubeadm would install
     is then held to the program's intent: the API server's flags and mounts, the etcd and pause
@@ -88,9 +89,12 @@ def kubeadm_binary() -> Path:
 
 
 def _run(args: list[str], timeout: int = TIMEOUT, **env_extra: str) -> subprocess.CompletedProcess[str]:
+    """kubeadm in a network namespace of its own (loopback only): its preflight looks the node name
+    up in DNS, and nothing it does may reach beyond this machine."""
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/root"),
            "LANG": "C.UTF-8", **env_extra}
-    return subprocess.run(args, capture_output=True, text=True, timeout=timeout, check=False, env=env)
+    return subprocess.run(["unshare", "--net", "--", *args], capture_output=True, text=True, timeout=timeout,
+                          check=False, env=env)
 
 
 @pytest.mark.parametrize("stack", STACKS)
