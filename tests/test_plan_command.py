@@ -104,14 +104,19 @@ chmod +x "$3/bin/python"
 """
 
 
-def test_the_venv_is_created_when_missing_and_refreshed_when_older_than_the_requirements(tmp_path: Path) -> None:
-    project = _copy_project(tmp_path)
+def _fake_python3(tmp_path: Path) -> tuple[dict[str, str], Path]:
+    """An environment whose python3 only logs what ./plan asks of it (FAKE_PYTHON3), and that log."""
     fake_bin = tmp_path / "bin"
     fake_bin.mkdir()
     (fake_bin / "python3").write_text(FAKE_PYTHON3)
     (fake_bin / "python3").chmod(0o755)
     log = tmp_path / "log"
-    env = {**os.environ, "PATH": f"{fake_bin}:{os.environ['PATH']}", "FAKE_LOG": str(log)}
+    return {**os.environ, "PATH": f"{fake_bin}:{os.environ['PATH']}", "FAKE_LOG": str(log)}, log
+
+
+def test_the_venv_is_created_when_missing_and_refreshed_when_older_than_the_requirements(tmp_path: Path) -> None:
+    project = _copy_project(tmp_path)
+    env, log = _fake_python3(tmp_path)
     venv = project / ".venv"
 
     def run() -> list[str]:
@@ -148,12 +153,7 @@ def test_the_venv_that_plan_sets_up_holds_no_training_or_test_package(tmp_path: 
     """What ./plan installs on a fresh checkout, followed through every dependency the installed
     packages declare: none of requirements-dev.txt's own packages, nothing of torch's."""
     project = _copy_project(tmp_path)
-    fake_bin = tmp_path / "bin"
-    fake_bin.mkdir()
-    (fake_bin / "python3").write_text(FAKE_PYTHON3)
-    (fake_bin / "python3").chmod(0o755)
-    log = tmp_path / "log"
-    env = {**os.environ, "PATH": f"{fake_bin}:{os.environ['PATH']}", "FAKE_LOG": str(log)}
+    env, log = _fake_python3(tmp_path)
     assert _plan(project, "lab", "--no-check", env=env).returncode == 3
     files = [line.split(" -r ", 1)[1] for line in log.read_text().splitlines() if " pip install " in line and " -r " in line]
     assert files, log.read_text()
