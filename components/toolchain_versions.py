@@ -89,6 +89,28 @@ PULUMI_LANGUAGE_PYTHON = ToolchainComponent(
 
 COMPONENTS = (KUBERNETES, ETCD, KWOK, PULUMI, PULUMI_LANGUAGE_PYTHON)
 
+# The Kubernetes provider of the Python SDK in requirements.txt (pulumi-kubernetes==4.34.2). Its
+# module has no provider/ tags, so only pseudo-versions name it, and the proxy serves two: tag
+# v4.18.1's and tag v4.25.0's commits; it refuses every release commit tried from v4.26.0 to v4.34.0
+# (docs/toolchain.md, "Providers: what the proxy serves"). v4.25.0 is the nearest; its whole module
+# graph resolves (tools/toolchain/pulumi-kubernetes/go.mod and go.sum). The engine takes a provider
+# found on PATH whatever version the SDK asks for.
+PULUMI_KUBERNETES_SDK = "4.34.2"
+PULUMI_KUBERNETES = ToolchainComponent(
+    name="pulumi-kubernetes",
+    version="v4.25.0",
+    module="github.com/pulumi/pulumi-kubernetes/provider/v4",
+    module_version="v4.0.0-20260115033456-f47bc2d6f199",
+    binaries=("pulumi-resource-kubernetes",),
+    source=f"the Python SDK's {PULUMI_KUBERNETES_SDK}, not served; tag v4.25.0's commit, the nearest served",
+)
+
+# Resolved but not built: not in COMPONENTS, so build.sh neither lists nor builds them. Building
+# pulumi-kubernetes needs a step of its own first: its main package embeds schema-embed.json and
+# terraform-mapping-embed.json, which upstream's generate.go makes from the module's schema.json
+# (setting .version) and terraform-mapping.json; neither is in the module.
+NOT_YET_BUILT = (PULUMI_KUBERNETES,)
+
 
 def cache_root() -> Path:
     """Where build.sh puts the binaries: outside the checkout, kept across runs (GPU_CLUSTER_TOOLCHAIN)."""
