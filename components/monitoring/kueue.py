@@ -10,6 +10,8 @@ the chart's ServiceMonitor scrapes them when monitoring is on):
   kueue_cluster_queue_status{cluster_queue, status}  1 for the ClusterQueue's one status
                                                      (pending, active, terminating)
   kueue_cluster_queue_resource_usage / _nominal_quota{cluster_queue, flavor, resource}
+                                                     only with the manager's metrics.enableClusterQueueResources
+                                                     (components/queues/kueue.py turns it on)
 
 Kueue exports no age per pending workload, so "a workload pending longer than pendingAlertMinutes"
 is read as: the ClusterQueue had workloads pending for that whole time and admitted none of them in
@@ -120,10 +122,12 @@ def panel_group(gpu_resource: str = GPU_RESOURCE) -> PanelGroup:
         Panel("Admitted workloads", ((f"sum by (cluster_queue) ({ADMITTED_ACTIVE})", _PER_QUEUE),), "short",
               "Admitted and not finished, per ClusterQueue."),
         Panel("GPU quota used", ((
+            # A nominal of 0 (a team that only borrows) has no ratio: filtered out, not drawn as +Inf or NaN.
             f"sum by (cluster_queue, flavor) ({USAGE}{{{gpu}}}) "
-            f"/ on (cluster_queue, flavor) sum by (cluster_queue, flavor) ({NOMINAL}{{{gpu}}})",
+            f"/ on (cluster_queue, flavor) (sum by (cluster_queue, flavor) ({NOMINAL}{{{gpu}}}) > 0)",
             _PER_QUEUE + " {{flavor}}"),), "percentunit",
-              "GPUs in use over the nominal quota, per ClusterQueue and flavor (above 1: borrowing from the cohort)."),
+              "GPUs in use over the nominal quota, per ClusterQueue and flavor (above 1: borrowing from the cohort; "
+              "a queue with no nominal GPUs is left out)."),
         Panel("Time waiting for admission (p90)", ((
             f"histogram_quantile(0.9, sum by (cluster_queue, le) (rate({WAIT_TIME}_bucket[1h])))", _PER_QUEUE),),
               "s", "90th percentile of the time from a workload's creation to its admission, over the last hour."),

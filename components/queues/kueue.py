@@ -34,6 +34,9 @@ config.kueue.x-k8s.io/v1beta2 Configuration: the chart's defaults, then these ch
 * resources.excludeResourcePrefixes: the RDMA device resource (`rdma/...`): one per node from the
   RDMA device plugin, which no ClusterQueue covers; a workload asking for an uncovered resource
   would never be admitted.
+* metrics.enableClusterQueueResources: on, so Kueue exports each ClusterQueue's quota and usage per
+  flavor and resource (the dashboard's "GPU quota used"; off by default, and the chart only has it
+  commented out).
 * metrics: with monitoring, the chart's ServiceMonitor (enablePrometheus) in kueue-system, scraped
   over HTTPS with Prometheus' own ServiceAccount token (kube-prometheus-stack's Prometheus role may
   get /metrics); the chart's prometheus-k8s RoleBinding names kube-prometheus' accounts, which do
@@ -65,7 +68,9 @@ def manager_config(timeout_minutes: int, managed_namespaces: list[str]) -> dict[
         "apiVersion": "config.kueue.x-k8s.io/v1beta2",
         "kind": "Configuration",
         "health": {"healthProbeBindAddress": ":8081"},
-        "metrics": {"bindAddress": ":8443"},
+        # Kueue exports kueue_cluster_queue_resource_usage and _nominal_quota (the dashboard's "GPU quota
+        # used") only with this on (pkg/controller/core: WithReportResourceMetrics(cfg.Metrics.EnableClusterQueueResources)).
+        "metrics": {"bindAddress": ":8443", "enableClusterQueueResources": True},
         "webhook": {"port": 9443},
         "leaderElection": {"leaderElect": True, "resourceName": "c1f6bfd2.kueue.x-k8s.io"},
         "controller": {"groupKindConcurrency": {

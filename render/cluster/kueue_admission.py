@@ -6,8 +6,9 @@ What it follows (kueue v0.19.2 sources; docs "Cluster Queue" and "Topology Aware
 - A queued workload's LocalQueue must exist in its namespace and name an existing ClusterQueue whose
   namespaceSelector matches the namespace (null matches none, {} every one); a ClusterQueue that
   names a ResourceFlavor (or a flavor a Topology) that does not exist is inactive and admits nothing.
-- Every resource a pod set requests must be covered by a resource group (quotaCheckStrategy
-  BlockUndeclared, the default), minus resources.excludeResourcePrefixes.
+- Every resource a pod set requests (every name: ephemeral-storage and hugepages-* too) must be
+  covered by a resource group (quotaCheckStrategy BlockUndeclared, the default), minus
+  resources.excludeResourcePrefixes; a zero request needs no cover.
 - Flavor assignment (pkg/scheduler/flavorassigner/flavorassigner.go, findFlavorForPodSets): per
   pod set and resource group, the group's flavors in order; a flavor whose nodeTaints the pods do
   not tolerate (with the flavor's own tolerations) or whose nodeLabels contradict the pods' node
@@ -282,9 +283,12 @@ def evaluate(world: KueueWorld, book: QuotaBook, wl: QueuedWorkload, free: list[
         for resource, v in requests.items():
             group = cq.group_of(resource)
             if group is None:
+                # Kueue v0.19.2 pkg/scheduler/flavorassigner/flavorassigner.go, findFlavorForPodSetResource:
+                # no resource group covers it -> "resource X unavailable in ClusterQueue", never admitted.
                 if not world.config.ignore_undeclared:
                     return Verdict(wl, NEVER, cq.name, [f"pod set {ps.name} asks for {resource}, which ClusterQueue "
-                                                        f"{cq.name} does not cover (coveredResources)"])
+                                                        f"{cq.name} does not cover (coveredResources): Kueue "
+                                                        f"reports \"resource {resource} unavailable in ClusterQueue\""])
                 continue
             by_group.setdefault(cq.groups.index(group), {})[resource] = v
         names = []

@@ -55,13 +55,11 @@ def judge(report: Report, objects: list[Obj], nodes: list[Node], placements: lis
     if plan is not None:
         ancestors, no_wait = created_after(plan)
         report.problems += kueue_webhook_order.problems(world, objects, ancestors, no_wait.__contains__)
-    classes = kueue_preemption.read(objects).workload_classes
+    rules = kueue_preemption.read(objects)
     for wl in world.workloads:
-        name = ((wl.obj.body.get("metadata") or {}).get("labels") or {}).get(kueue_preemption.PRIORITY_LABEL)
-        if name is not None and world.config is not None and name not in classes:
-            report.problems.append(f"{wl.ref} ({wl.obj.origin}): its label {kueue_preemption.PRIORITY_LABEL}: {name} "
-                                   "names no WorkloadPriorityClass of the plan: Kueue makes no Workload for it, it "
-                                   f"stays suspended (classes: {', '.join(sorted(classes)) or 'none'})")
+        missing = rules.missing_class(wl)
+        if missing is not None and world.config is not None:
+            report.problems.append(f"{wl.ref} ({wl.obj.origin}): {missing}")
     capacity = kueue_admission.capacity_after(nodes, placements)
     provisioning = kueue_provisioning.read(objects)
     verdicts = kueue_admission.each_alone(world, capacity)

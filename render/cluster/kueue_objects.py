@@ -7,7 +7,8 @@ workloads that ask for a queue.
   at most completions), a CronJob's jobTemplate (each Job it makes), a kubeflow.org PyTorchJob (one
   pod set per replica type: Master, Worker). Requests per pod are the scheduler's (containers
   summed, init containers' maximum, overhead; limits where requests are unset), as Kueue computes
-  them (pkg/workload/resources.go).
+  them (pkg/workload/resources.go), every resource name included (ephemeral-storage, hugepages-*),
+  where the scheduler model keeps only CPU, memory and extended resources.
 - ClusterQueue spec in both served versions: v1beta1 `cohort`, v1beta2 `cohortName`.
 - Namespaces get the label kubernetes.io/metadata.name the API server sets, so a ClusterQueue's
   namespaceSelector can match it.
@@ -173,7 +174,9 @@ def _flavor(o: Obj) -> ResourceFlavor:
 
 def _pod_set(name: str, template: dict[str, Any], count: int) -> PodSet:
     spec = template.get("spec") or {}
-    return PodSet(name, count, spec, template.get("metadata") or {}, pod_requests(spec))
+    # Every resource name counts (pkg/resources: NewRequestsFromPodSpec takes component-helpers'
+    # PodRequests whole), so ephemeral-storage or hugepages-2Mi a queue does not cover blocks admission.
+    return PodSet(name, count, spec, template.get("metadata") or {}, pod_requests(spec, every_resource=True))
 
 
 def _queued(o: Obj) -> QueuedWorkload | None:

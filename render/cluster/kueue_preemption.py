@@ -10,7 +10,8 @@ classical/candidate_generator.go and hierarchical_preemption.go, common/ordering
 preemption_policy.go, flavorassigner.go fitsResourceQuota), for one cohort level:
 
 - Priority: the workload's WorkloadPriorityClass (label kueue.x-k8s.io/priority-class), else its
-  pods' PriorityClass (priorityClassName), else a globalDefault PriorityClass, else 0.
+  pods' PriorityClass (priorityClassName), else a globalDefault PriorityClass, else 0. A label
+  naming no WorkloadPriorityClass gets no Workload at all: never admitted, it evicts no one.
 - A waiting workload may preempt for the (flavor, resource) pairs its request does not fit in
   what is unused (`frsNeedPreemption`), only when it fits the ClusterQueue's most (nominal +
   borrowingLimit, what the cohort lends) and: its request is within the nominal quota, or the
@@ -68,6 +69,16 @@ class Rules:
 
     def policy(self, cq: ClusterQueue) -> Preemption:
         return self.policies.get(cq.name, Preemption())
+
+    def missing_class(self, wl: QueuedWorkload) -> str | None:
+        """Why Kueue makes no Workload for `wl`: its label names no WorkloadPriorityClass
+        (jobframework's GetPriorityFromWorkloadPriorityClass fails, the reconciler retries and the
+        job stays suspended), so it is never admitted and preempts nothing."""
+        name = ((wl.obj.body.get("metadata") or {}).get("labels") or {}).get(PRIORITY_LABEL)
+        if name is None or str(name) in self.workload_classes:
+            return None
+        return (f"its label {PRIORITY_LABEL}: {name} names no WorkloadPriorityClass of the plan: Kueue makes no "
+                f"Workload for it, it stays suspended (classes: {', '.join(sorted(self.workload_classes)) or 'none'})")
 
     def priority(self, wl: QueuedWorkload) -> int:
         labels = (wl.obj.body.get("metadata") or {}).get("labels") or {}
@@ -233,6 +244,10 @@ def admit_in_order(world: KueueWorld, rules: Rules, workloads: list[QueuedWorklo
     queue = _Queue(world, capacity)
     out = []
     for wl in workloads:
+        missing = rules.missing_class(wl)
+        if missing is not None:  # no Workload: it takes no quota and evicts no one
+            out.append(ka.Verdict(wl, ka.NEVER, reasons=[missing]))
+            continue
         v = queue.admit(wl)
         if v.state == ka.WAITING:
             alone = ka.evaluate(world, ka.QuotaBook(world), wl, ka._scratch(capacity))

@@ -55,19 +55,22 @@ def quantity(value: Any) -> float:
     return float(parse_quantity(str(value).strip()))
 
 
-def _container_requests(c: dict[str, Any]) -> dict[str, float]:
+def _container_requests(c: dict[str, Any], every_resource: bool) -> dict[str, float]:
     res = c.get("resources") or {}
     merged = {**(res.get("limits") or {}), **(res.get("requests") or {})}
-    return {k: quantity(v) for k, v in merged.items() if k in ("cpu", "memory") or "/" in k}
+    return {k: quantity(v) for k, v in merged.items() if every_resource or k in ("cpu", "memory") or "/" in k}
 
 
-def pod_requests(spec: dict[str, Any]) -> dict[str, float]:
+def pod_requests(spec: dict[str, Any], every_resource: bool = False) -> dict[str, float]:
+    """One pod's requests. The scheduler model judges CPU, memory and extended resources only (a
+    node's ephemeral-storage and hugepages are not modelled); `every_resource` keeps every name, as
+    Kueue counts them against quota (ephemeral-storage, hugepages-2Mi, ...)."""
     total: dict[str, float] = {}
     for c in spec.get("containers") or []:
-        for k, v in _container_requests(c).items():
+        for k, v in _container_requests(c, every_resource).items():
             total[k] = total.get(k, 0.0) + v
     for c in spec.get("initContainers") or []:
-        for k, v in _container_requests(c).items():
+        for k, v in _container_requests(c, every_resource).items():
             total[k] = max(total.get(k, 0.0), v)
     for k, v in (spec.get("overhead") or {}).items():
         total[k] = total.get(k, 0.0) + quantity(v)

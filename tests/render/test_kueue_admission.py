@@ -265,6 +265,25 @@ def test_a_resource_the_cluster_queue_does_not_cover() -> None:
     assert v.state == ka.NEVER and "no rdma/hca on the node" in v.reasons[0]
 
 
+def test_ephemeral_storage_and_hugepages_the_queue_does_not_cover_block_admission() -> None:
+    """Kueue counts every resource name a pod asks for (pkg/resources NewRequestsFromPodSpec), and
+    one no resource group covers is "unavailable in ClusterQueue" (flavorassigner.go): the job is
+    never admitted, though the scheduler model would place its pods."""
+    for resource, amount in (("ephemeral-storage", "10Gi"), ("hugepages-2Mi", "1Gi")):
+        objects = one_team(2, job("j", 1))
+        objects[-1].body["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"] = {resource: amount}
+        (v,) = _alone(objects, *NODES)
+        assert v.state == ka.NEVER, (resource, v)
+        assert f'Kueue reports "resource {resource} unavailable in ClusterQueue"' in v.reasons[0]
+        # Covered by the queue's resource group, it is admitted.
+        objects[3] = cluster_queue("team-a", [("gpu", [quota(GPU, 2), quota(resource, "100Gi")])], covered=(GPU, resource))
+        assert _alone(objects, *NODES)[0].state == ka.ADMITTED, resource
+    # A zero request needs no cover (Kueue skips it, #8079).
+    objects = one_team(2, job("j", 1))
+    objects[-1].body["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"] = {"ephemeral-storage": "0"}
+    assert _alone(objects, *NODES)[0].state == ka.ADMITTED
+
+
 def test_pytorchjob_needs_its_integration_and_counts_every_replica() -> None:
     objects = one_team(3, pytorch_job("pt", master_gpus=1, workers=3))
     (v,) = _alone(objects, *NODES)

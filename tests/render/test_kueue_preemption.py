@@ -92,6 +92,19 @@ def test_only_what_is_needed_is_preempted_lowest_priority_and_latest_first() -> 
     assert out["new-low"].state == kp.PREEMPTED and out["old-low"].state == ka.ADMITTED
 
 
+def test_a_job_whose_priority_class_is_missing_is_never_admitted_and_preempts_no_one() -> None:
+    """Kueue makes no Workload for a job whose kueue.x-k8s.io/priority-class names no
+    WorkloadPriorityClass (jobframework: GetPriorityFromWorkloadPriorityClass fails): it stays
+    suspended, takes no quota and evicts no one, as the whole-cluster check says elsewhere."""
+    out = _run(_one_queue(PROGRAM, prio(job("batch", 2), "low"), prio(job("ghost", 2), "missing"),
+                          prio(job("next", 2), "low")), *NODES[:2])
+    assert out["ghost"].state == ka.NEVER and "names no WorkloadPriorityClass" in out["ghost"].reasons[0], out["ghost"]
+    assert out["batch"].state == ka.ADMITTED and out["next"].state == ka.WAITING
+    # Alone in its queue it still gets no quota.
+    (v,) = _run(_one_queue(PROGRAM, prio(job("ghost", 1), "missing")), *NODES[:2]).values()
+    assert v.state == ka.NEVER and "stays suspended (classes: high, low)" in v.reasons[0]
+
+
 # --- cohorts ----------------------------------------------------------------------------------------
 
 def _cohort(a: dict[str, Any], b: dict[str, Any], a_preemption: dict[str, Any], b_preemption: dict[str, Any],

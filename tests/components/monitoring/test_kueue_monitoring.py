@@ -130,6 +130,26 @@ def test_rules_and_row_queries_parse(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+@needs_promtool
+def test_quota_used_panel_skips_a_nominal_of_zero(tmp_path: Path) -> None:
+    """The "GPU quota used" panel evaluated by promtool: usage over nominal per queue and flavor; a
+    queue with no nominal GPUs (a team that only borrows) gives no sample, not +Inf (x/0) or NaN (0/0)."""
+    (panel,) = [p for p in kueue.panel_group().panels if p.title == "GPU quota used"]
+    ((expr, _),) = panel.exprs
+    gpu = 'resource="nvidia.com/gpu"'
+    series = [{"series": f'{metric}{{cluster_queue="{cq}", flavor="gpu", {gpu}}}', "values": f"{value}x5"}
+              for cq, usage, nominal in (("team-a", 3, 2), ("team-b", 1, 0), ("team-c", 0, 0))
+              for metric, value in ((kueue.USAGE, usage), (kueue.NOMINAL, nominal))]
+    (tmp_path / "test.yaml").write_text(yaml.safe_dump({
+        "rule_files": [], "evaluation_interval": "1m",
+        "tests": [{"interval": "1m", "input_series": series, "promql_expr_test": [
+            {"expr": expr, "eval_time": "2m",
+             "exp_samples": [{"labels": '{cluster_queue="team-a", flavor="gpu"}', "value": 1.5}]}]}],
+    }))
+    result = _promtool(tmp_path, "test", "rules", "test.yaml")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
 def _groups_and_rows(stack: str) -> tuple[set[str], set[str]]:
     objects = kubernetes_objects(program.run(stack))
     groups = {g["name"] for o in objects if o["kind"] == "PrometheusRule" for g in o["spec"]["groups"]}

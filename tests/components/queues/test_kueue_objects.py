@@ -150,6 +150,17 @@ def test_the_manager_runs_the_programs_integrations_and_all_or_nothing_admission
     assert not cfg.get("manageJobsWithoutQueueName")
 
 
+def test_the_manager_exports_quota_metrics_the_dashboard_reads(chart, upstream_dir: Path):
+    """Kueue exports kueue_cluster_queue_resource_usage / _nominal_quota (the "GPU quota used" panel)
+    only with metrics.enableClusterQueueResources; the pinned chart's default config leaves it out."""
+    assert _manager_config(chart)["metrics"] == {"bindAddress": ":8443", "enableClusterQueueResources": True}
+    values = (chart_dir(upstream_dir, versions.KUEUE_CHART, versions.KUEUE_CHART_VERSION) / "values.yaml").read_text()
+    default = yaml.safe_load(yaml.safe_load(values)["managerConfig"]["controllerManagerConfigYaml"])
+    assert "enableClusterQueueResources" not in default["metrics"]
+    # The chart names the field only in a comment (its example), the key Kueue's ControllerMetrics reads.
+    assert "# enableClusterQueueResources: true" in values
+
+
 def test_the_chart_renders_the_pinned_image_on_a_control_plane_toleration(chart):
     (deploy,) = [d for d in chart if d["kind"] == "Deployment"]
     pod = deploy["spec"]["template"]["spec"]
