@@ -2,18 +2,24 @@
 read from the rules as the Monitoring component builds them (components/monitoring: the GPU and
 cluster groups, the RDMA group, the GPU health service's group), each saying what the alert means,
 what the service does and what a human does; and what it says the service does matches the route
-and the service's own action table (routed or not; acting or only counting)."""
+and the service's own action table (routed or not; acting or only counting). Each rule carries its
+section's `What a human does.` text (written only there) and a `runbook_url` whose anchor the page has."""
 
 from __future__ import annotations
 
+import ast
 import importlib
 import pkgutil
 import re
 import sys
 from typing import Any
 
+import markdown
+import pytest
+import yaml
+
 import components.monitoring as monitoring
-from components.monitoring import etcd_backup, gpu_health, kueue, prometheus_rule, rdma
+from components.monitoring import alerts, etcd_backup, gpu_health, kueue, prometheus_rule, rdma
 from config.monitoring import MonitoringConfig
 from tests.conftest import PROJECT_DIR
 
@@ -86,3 +92,57 @@ def test_what_the_service_does_follows_the_route_and_its_actions() -> None:
             assert "cordon" in said.lower() and "not routed" not in said and "changes nothing" not in said, name
         else:
             assert "counts it" in said and "changes nothing" in said, name
+
+
+# --- One source per alert: the rule's remedy is its runbook section's, and its runbook_url resolves ---
+
+HUMAN = "**What a human does.**"
+
+
+def _heading_ids() -> set[str]:
+    """The ids MkDocs gives the page's headings: Python-Markdown's toc extension, as mkdocs.yml configures it."""
+    html = markdown.markdown(RUNBOOK.read_text(), extensions=["toc", "attr_list", "tables", "admonition"],
+                             extension_configs={"toc": {"permalink": True}})
+    return set(re.findall(r'<h[1-6] id="([^"]+)"', html))
+
+
+def test_every_alert_links_its_own_runbook_section() -> None:
+    # The URL is repo-relative because mkdocs.yml names no site the docs are served at; a site_url
+    # added there should become the links' base (components/monitoring/runbook.py RUNBOOK_URL).
+    assert "site_url" not in yaml.safe_load((PROJECT_DIR / "mkdocs.yml").read_text())
+    ids = _heading_ids()
+    for name, rule in _rules().items():
+        link = rule["annotations"].get("runbook_url")
+        assert link, f"{name} has no runbook_url annotation"
+        path, _, anchor = link.partition("#")
+        assert (PROJECT_DIR / path).resolve() == RUNBOOK.resolve(), f"{name}: {link} is not docs/runbook.md"
+        assert anchor in ids, f"{name}: {link}: docs/runbook.md has no heading with id {anchor!r}"
+        assert re.search(rf'<h2 id="{re.escape(anchor)}">{name}\b', markdown.markdown(
+            RUNBOOK.read_text(), extensions=["toc"])), f"{name}: #{anchor} is another alert's section"
+
+
+def test_the_remedy_is_the_runbook_text() -> None:
+    """Each rule's `runbook` annotation says what its section's `What a human does.` paragraph says, word
+    for word (a link kept as its words and its target): a second, diverging text in the rule fails here."""
+    sections = _sections(RUNBOOK.read_text())
+    for name, rule in _rules().items():
+        paragraph = sections[name].split(HUMAN, 1)[1].split("\n\n", 1)[0]
+        words = " ".join(re.sub(r"\[([^\]]+)\]\([^)]*\)", r"\1", paragraph).split())
+        said = re.sub(r" \((?:docs/|https?://)[^ ()]*\)", "", rule["annotations"]["runbook"])
+        assert said == words, f"{name}: the rule's remedy differs from docs/runbook.md:\n{said}\n{words}"
+
+
+def test_no_remedy_sentence_is_also_written_in_the_rules() -> None:
+    """No string in components/monitoring repeats a runbook remedy: the rule reads it, never copies it."""
+    remedies = " ".join(" ".join(s.split(HUMAN, 1)[1].split()) for s in _sections(RUNBOOK.read_text()).values()
+                        if HUMAN in s)
+    for source in (PROJECT_DIR / "components" / "monitoring").glob("*.py"):
+        for node in ast.walk(ast.parse(source.read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and len(node.value) >= 40:
+                text = " ".join(node.value.split())
+                assert text not in remedies, f"{source.name} repeats a runbook remedy: {text!r}"
+
+
+def test_an_alert_without_a_section_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"docs/runbook.md has no '## NoSuchAlert' section"):
+        alerts._alert("NoSuchAlert", "vector(1)", "0m", "warning", "summary", "description")

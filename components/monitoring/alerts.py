@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from components.monitoring import runbook
 from components.scheduling_contract import GPU_RESOURCE, metric_label_name
 from components.scheduling_contract import METRICS_NODE_LABEL as NODE
 from config.monitoring import MonitoringAlerts
@@ -67,12 +68,14 @@ def _new_xid_expr() -> str:
             f"unless ({_fatal_xid_expr()})")
 
 
-def _alert(name: str, expr: str, for_: str, severity: str, summary: str, description: str, runbook: str) -> dict[str, Any]:
+def _alert(name: str, expr: str, for_: str, severity: str, summary: str, description: str) -> dict[str, Any]:
+    """One alerting rule; what a human does comes from its runbook section (components/monitoring/runbook.py)."""
     rule: dict[str, Any] = {"alert": name, "expr": expr}
     if for_ != "0m":
         rule["for"] = for_
     rule["labels"] = {"severity": severity}
-    rule["annotations"] = {"summary": summary, "description": description, "runbook": runbook}
+    rule["annotations"] = {"summary": summary, "description": description,
+                           "runbook": runbook.remedy(name), "runbook_url": runbook.url(name)}
     return rule
 
 
@@ -84,31 +87,22 @@ def gpu_rules(thresholds: MonitoringAlerts) -> list[dict[str, Any]]:
             "GpuFatalXidError", _fatal_xid_expr(), "0m", "critical",
             "GPU reported a fatal XID error",
             f"{gpu} reported XID {{{{ $value }}}}; the GPU needs a reset.",
-            "Cordon and drain the node, check `dmesg | grep -i xid`, reset the GPU (nvidia-smi -r) or reboot; "
-            "replace the GPU if it repeats. This alert stays firing on purpose until the GPU is reset: DCGM "
-            "keeps reporting the last XID, and a fatal one means the GPU is unusable until then.",
         ),
         _alert(
             "GpuXidError", _new_xid_expr(), "0m", "warning",
             "GPU reported an XID error",
             f"{gpu} reported XID {{{{ $value }}}} (often an application fault such as 13, 31 or 43).",
-            "Look up the XID in NVIDIA's XID catalogue; check the logs of the pod that used the GPU. The alert "
-            f"clears {XID_WINDOW} after the XID was reported (DCGM keeps the last XID, which is no ongoing "
-            "fault); the same XID reported again right after is not a change and does not re-fire it.",
         ),
         _alert(
             "GpuUncorrectableMemoryError", "increase(DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS[10m]) > 0", "0m",
             "critical",
             "GPU memory had an uncorrectable (double-bit) error",
             f"{gpu} remapped rows after uncorrectable ECC errors.",
-            "Drain the node and reset the GPU so the remapping takes effect; replace the GPU if it repeats.",
         ),
         _alert(
             "GpuEccDoubleBitError", "increase(DCGM_FI_DEV_ECC_DBE_VOL_TOTAL[10m]) > 0", "0m", "critical",
             "GPU memory had a double-bit (uncorrectable) ECC error",
             f"{gpu} counted {{{{ $value | humanize }}}} double-bit ECC errors in 10 minutes.",
-            "Drain the node and reset the GPU (nvidia-smi -r): the error is uncorrectable and the data it hit "
-            "is lost; replace the GPU if it repeats (NVIDIA's memory error guide: row remapping).",
         ),
         _alert(
             "GpuEccSingleBitErrorRate",
@@ -116,8 +110,6 @@ def gpu_rules(thresholds: MonitoringAlerts) -> list[dict[str, Any]]:
             "GPU memory corrects many single-bit ECC errors",
             f"{gpu} corrected {{{{ $value | humanize }}}} single-bit ECC errors an hour for an hour (threshold "
             f"{thresholds.ecc_sbe_per_hour}).",
-            "Corrected errors cost nothing yet, but a rising rate precedes row remapping and XID 92/48: plan a "
-            "GPU reset at the next idle window (the remap applies then) and watch the remapped-row counts.",
         ),
         _alert(
             "GpuNvlinkErrorRate",
@@ -129,9 +121,6 @@ def gpu_rules(thresholds: MonitoringAlerts) -> list[dict[str, Any]]:
             "GPU's NVLink keeps retrying",
             f"{gpu} counts {{{{ $value | humanize }}}} NVLink CRC, replay or recovery errors a minute (threshold "
             f"{thresholds.nvlink_errors_per_minute}) for 10 minutes.",
-            "Retries are corrected but cost bandwidth; the NCCL pair check (gpuHealth.ncclCheck) measures whether "
-            "they do, and takes the node out if so. Run `nvidia-smi nvlink -e` on the node; reseat or replace "
-            "the GPU/baseboard if the count keeps rising. XID 74 is the fatal form.",
         ),
         _alert(
             "GpuPcieReplayRate",
@@ -140,8 +129,6 @@ def gpu_rules(thresholds: MonitoringAlerts) -> list[dict[str, Any]]:
             "GPU's PCIe link keeps replaying",
             f"{gpu} replays {{{{ $value | humanize }}}} PCIe transfers a minute (threshold "
             f"{thresholds.pcie_replays_per_minute}) for 10 minutes.",
-            "Check `nvidia-smi -q -d PCIE` (link width and generation) and `dmesg` for AER errors; reseat the "
-            "card or riser. A GPU that falls off the bus reports XID 79.",
         ),
         _alert(
             "GpuPowerThrottled",
@@ -149,7 +136,6 @@ def gpu_rules(thresholds: MonitoringAlerts) -> list[dict[str, Any]]:
             "GPU throttled by its power limit",
             f"{gpu} spent {{{{ $value | humanize }}}}% of the time throttled by power limits (threshold "
             f"{thresholds.throttle_percent}%) for 15 minutes.",
-            "Check the power limit (`nvidia-smi -q -d POWER`) and the node's power supply and capping policy.",
         ),
         _alert(
             "GpuThermalThrottled",
@@ -158,13 +144,11 @@ def gpu_rules(thresholds: MonitoringAlerts) -> list[dict[str, Any]]:
             "GPU throttled by temperature",
             f"{gpu} spent {{{{ $value | humanize }}}}% of the time throttled by thermal limits (threshold "
             f"{thresholds.throttle_percent}%) for 15 minutes.",
-            "Check fans, airflow and inlet temperature; `nvidia-smi -q -d TEMPERATURE,PERFORMANCE` shows the reason.",
         ),
         _alert(
             "GpuRowRemapFailure", "DCGM_FI_DEV_ROW_REMAP_FAILURE > 0", "0m", "critical",
             "GPU memory row remapping failed",
             f"{gpu} could not remap a faulty memory row.",
-            "Drain the node and take the GPU out of service (RMA).",
         ),
         _alert(
             "GpuClocksThrottled",
@@ -176,13 +160,11 @@ def gpu_rules(thresholds: MonitoringAlerts) -> list[dict[str, Any]]:
             "Busy GPU running far below its clock for 15 minutes",
             f"{gpu} is busy but its SM clock is under 70% of its maximum of the last day: thermal, "
             "power or reliability throttling.",
-            "Check temperature, power draw and cooling of the node (`nvidia-smi -q -d PERFORMANCE` shows the reason).",
         ),
         _alert(
             "GpuTemperatureHigh", f"DCGM_FI_DEV_GPU_TEMP > {thresholds.gpu_temp_celsius}", "10m", "warning",
             "GPU temperature high",
             f"{gpu} is at {{{{ $value }}}} C (threshold {thresholds.gpu_temp_celsius} C) for 10 minutes.",
-            "Check fans, airflow and the data-centre cooling; the GPU throttles and may shut down when hotter.",
         ),
         _alert(
             "GpuAllocatedButIdle",
@@ -192,8 +174,6 @@ def gpu_rules(thresholds: MonitoringAlerts) -> list[dict[str, Any]]:
             "GPU allocated to a running pod but idle",
             f"{gpu} is held by {{{{ $labels.exported_namespace }}}}/{{{{ $labels.exported_pod }}}} and has been "
             f"at 0% for {thresholds.idle_minutes} minutes.",
-            "Ask the owner whether the job is stuck (waiting on data, a dead peer, a hung collective) or "
-            "should be deleted to free the GPU.",
         ),
         _alert(
             "GpuNodeAllocatableBelowCapacity",
@@ -203,7 +183,6 @@ def gpu_rules(thresholds: MonitoringAlerts) -> list[dict[str, Any]]:
             "Node offers fewer GPUs than it has",
             "{{ $labels.node }} has fewer allocatable " + GPU_RESOURCE + " than its capacity: the device plugin "
             "marked a GPU unhealthy.",
-            "Check the device plugin logs and `nvidia-smi` on the node; reset or replace the unhealthy GPU.",
         ),
         _alert(
             "GpuNodeNotReady",
@@ -213,15 +192,12 @@ def gpu_rules(thresholds: MonitoringAlerts) -> list[dict[str, Any]]:
             "GPU node not Ready",
             "{{ $labels.node }} (a GPU node) has not been Ready for 5 minutes: its GPU pods are evicted by the "
             "node lifecycle controller and nothing new lands there.",
-            "Check the kubelet and container runtime on the node (`journalctl -u kubelet`), its network and disk "
-            "pressure (`kubectl describe node`).",
         ),
         _alert(
             "DcgmExporterDown", f'up{{job=~"{DCGM_JOBS}"}} == 0', "5m", "critical",
             "DCGM exporter is down",
             "Prometheus cannot scrape {{ $labels.namespace }}/{{ $labels.pod }}: no GPU metrics or GPU alerts "
             "for that node.",
-            "Check the exporter pod's logs and events (`kubectl -n <namespace> describe pod <pod>`).",
         ),
         _alert(
             "GpuNodeWithoutGpuMetrics",
@@ -231,7 +207,6 @@ def gpu_rules(thresholds: MonitoringAlerts) -> list[dict[str, Any]]:
             "15m", "warning",
             "GPU node without GPU metrics",
             "{{ $labels.node }} has GPUs but no DCGM exporter reports them: no GPU alerts for that node.",
-            "Check that a DCGM exporter pod runs on the node (tolerations, node selector) and is scraped.",
         ),
     ]
 
@@ -259,9 +234,6 @@ def cluster_rules() -> list[dict[str, Any]]:
             f"A client certificate of the cluster expires within {CERTIFICATE_WARNING_DAYS} days",
             "A client of the API server {{ $labels.instance }} presents a certificate that expires in less than "
             f"{CERTIFICATE_WARNING_DAYS} days (kubeadm issues them for one year).",
-            "lab: run `pulumi up` (it renews kubeadm's certificates within 30 days of expiry and refreshes the "
-            "kubeconfig output; the stack output `certificates` says when they expire); further control-plane "
-            "hosts: `sudo kubeadm certs renew all` there. gke and managed clusters rotate their own.",
         ),
     ]
 

@@ -57,9 +57,6 @@ def rule_group(interval_seconds: int) -> dict[str, Any]:
             "The newest etcd snapshot of a control plane is too old",
             "The newest etcd snapshot on {{ $labels.etcd_member }} is {{ $value | humanizeDuration }} old, more than "
             f"twice the schedule's interval ({_duration(limit)}); {LAST_RUN_OK} says whether the last run failed.",
-            "On that control plane: `journalctl -t gpu-cluster-etcd-backup` (or /var/log/syslog) shows each run; "
-            "run `sudo /usr/local/sbin/gpu-cluster-etcd-snapshot` to see the error (etcd down, disk full, the "
-            "tools image not pullable). docs/operations/etcd-backup.md.",
         ),
         _alert(
             MISSING_ALERT,
@@ -69,7 +66,5 @@ def rule_group(interval_seconds: int) -> dict[str, Any]:
             "Fewer control planes report etcd backup metrics than there are control planes, for "
             f"{_duration(limit)}: a backup job is not installed, or node-exporter does not read "
             f"{NODE_EXPORTER_TEXTFILE_DIR}.",
-            "Check /etc/cron.d/gpu-cluster-etcd-backup and /var/lib/gpu-cluster/node-exporter/etcd_backup.prom on "
-            "each control plane, and that the node-exporter pod there runs. docs/operations/etcd-backup.md.",
         ),
     ]}

@@ -129,6 +129,4 @@ def rule_group(reconcile_seconds: float) -> dict[str, Any]:
         "The GPU health service {{ $labels.namespace }}/{{ $labels.job }} has had no successful reconcile pass "
         f"for more than {stale:g} s ({STALE_RECONCILES} intervals), in any of its pods or restarts: GPU faults are "
         "not acted on and no node returns to service.",
-        "kubectl -n gpu-health logs deploy/gpu-health (\"cannot list nodes\": the API server or its RBAC; "
-        "\"reconcile failed\": a bug, with its traceback); its /healthz fails too, so the kubelet restarts it.",
     )]}

@@ -45,7 +45,6 @@ INADMISSIBLE_ALERT = "KueueWorkloadInadmissible"
 # A ClusterQueue is inactive while a flavor or admission check it names is missing: right after an
 # install or a change that is seconds; 10 minutes of it is a broken queue.
 INACTIVE_FOR = "10m"
-DOCS = "docs/queues.md#why-it-waits"
 
 
 def pending_too_long_expr(pending_minutes: int) -> str:
@@ -77,9 +76,6 @@ def rule_group(pending_minutes: int) -> dict[str, Any]:
             "Workloads have waited in a queue and none was admitted",
             "ClusterQueue {{ $labels.cluster_queue }} has had at least {{ $value }} workload(s) pending for "
             f"{window} and admitted none of them in that time.",
-            "`kubectl get workloads -A` and `kubectl describe workload` in the job's namespace say why "
-            "(the quota it is short of, a flavor whose nodes are full or tainted). Free quota, raise the "
-            f"team's quota or borrowing limit, or delete the job. {DOCS}.",
         ),
         _alert(
             INACTIVE_ALERT,
@@ -88,8 +84,6 @@ def rule_group(pending_minutes: int) -> dict[str, Any]:
             "A ClusterQueue is not active: it admits nothing",
             "ClusterQueue {{ $labels.cluster_queue }} is not active (a ResourceFlavor or admission check it "
             "names is missing, or it is stopped); every job queued to it waits.",
-            "`kubectl describe clusterqueue <name>`: the Active condition's reason names what is missing "
-            f"(FlavorNotFound, AdmissionCheckNotFound, Stopped). {DOCS}.",
         ),
         _alert(
             INADMISSIBLE_ALERT,
@@ -99,9 +93,6 @@ def rule_group(pending_minutes: int) -> dict[str, Any]:
             "ClusterQueue {{ $labels.cluster_queue }} has {{ $value }} workload(s) Kueue found inadmissible "
             f"for {window}: as the quotas and flavors are, they do not fit (a job larger than the queue's "
             "quota plus what it may borrow never will).",
-            "`kubectl describe workload` shows the message Kueue left (e.g. \"insufficient quota for "
-            "nvidia.com/gpu in flavor ...\"); `./plan` would have reported a job that can never fit. Shrink "
-            f"the job or raise the quota. {DOCS}.",
         ),
     ]}
 

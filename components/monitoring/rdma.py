@@ -150,34 +150,24 @@ def rule_group(link_gbps: float | None = None) -> dict[str, Any]:
             "RDMA port is not active",
             f"{_port()} is in state {{{{ $value }}}} (1 DOWN, 2 INIT, 3 ARMED; 4 is ACTIVE): NCCL on this node "
             "falls back to sockets or fails.",
-            "On the node: `rdma link show`, `ibv_devinfo -d <device>`, `ip link show <netdev>`; check the cable, "
-            "the switch port and the NIC firmware. A port that is not cabled on purpose also fires: disable it "
-            "in the NIC or keep its device off the node.",
         ),
         _alert(
             "RdmaLinkRateDegraded", rate_expr, "10m", "warning",
             "RDMA link runs below its expected rate",
             f"{_port()} is ACTIVE at a rate {rate_text}: the link renegotiated down (cable, transceiver, "
             "switch port).",
-            "Compare `cat /sys/class/infiniband/<device>/ports/<port>/rate` and `ethtool <netdev>` with the "
-            "switch port; reseat or replace the cable or transceiver. network.linkGbps is per node: this "
-            "holds each ACTIVE port to it (one RDMA port per node, as in seed 002).",
         ),
         _alert(
             "RdmaPacketSequenceErrors", f"{summed_rate(OUT_OF_SEQUENCE)} > {LOSS_PER_SECOND}", "15m", "warning",
             "RDMA port sees sustained out-of-sequence packets",
             f"{_port()} receives over {LOSS_PER_SECOND} out-of-sequence packet or sequence NAK a second "
             f"({', '.join(OUT_OF_SEQUENCE)}) for 15 minutes: packets are lost on the fabric.",
-            "Check PFC and ECN on the switches and NICs (the RoCE priority must be lossless), drops on the "
-            "switch ports, and symbol/link errors on the path.",
         ),
         _alert(
             "RdmaRetransmits", f"{summed_rate(RETRANSMITS)} > {LOSS_PER_SECOND}", "15m", "warning",
             "RDMA port retransmits or times out",
             f"{_port()} retransmits or times out over {LOSS_PER_SECOND} time a second "
             f"({', '.join(RETRANSMITS)}) for 15 minutes.",
-            "Look for loss (see RdmaPacketSequenceErrors), a slow or stuck peer (RNR), or a peer that went "
-            "away; check the training pods' NCCL logs for timeouts.",
         ),
         _alert(
             "RdmaCongestionHeavy",
@@ -186,8 +176,6 @@ def rule_group(link_gbps: float | None = None) -> dict[str, Any]:
             "RDMA port under heavy congestion",
             f"{_port()} receives over {CONGESTION_PER_SECOND} ECN-marked packets or handles over "
             f"{CONGESTION_PER_SECOND} CNPs a second for 15 minutes: DCQCN keeps throttling its traffic.",
-            "Check for oversubscribed uplinks or incast (many senders to one port), ECN thresholds on the "
-            "switches, and whether other traffic shares the RoCE priority.",
         ),
         _alert(
             "RdmaExporterReadErrors",
@@ -195,7 +183,5 @@ def rule_group(link_gbps: float | None = None) -> dict[str, Any]:
             "RDMA exporter cannot read some counters",
             "The RDMA exporter on {{ $labels." + NODE + " }} keeps failing to read or parse sysfs files: "
             "the RDMA panels and alerts miss those counters.",
-            "See which files in the dashboard's 'Exporter read errors' panel (rdma_exporter_read_errors_total's "
-            "`file` label); check the exporter's sysfs mount and the driver version.",
         ),
     ]}

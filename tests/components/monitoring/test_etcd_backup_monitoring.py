@@ -65,7 +65,7 @@ def test_too_old_fires_past_twice_the_interval(tmp_path: Path) -> None:
         {"eval_time": "13h05m", "alertname": too_old, "exp_alerts": []},
         {"eval_time": "13h20m", "alertname": too_old, "exp_alerts": [
             {"exp_labels": {"severity": "warning", "etcd_member": "cp-1"}, "exp_annotations": {
-                "summary": _annotations(too_old)["summary"], "runbook": _annotations(too_old)["runbook"],
+                **_annotations(too_old),
                 "description": "The newest etcd snapshot on cp-1 is 12h 20m 0s old, more than twice the schedule's "
                                f"interval (12h); {etcd_backup.LAST_RUN_OK} says whether the last run failed."}}]},
     ])

@@ -315,6 +315,7 @@ def test_every_alert_has_severity_and_runbook() -> None:
     for name, rule in _rules().items():
         assert rule["labels"]["severity"] in ("critical", "warning", "info"), name
         assert rule["annotations"]["runbook"].strip(), name
+        assert rule["annotations"]["runbook_url"].startswith("docs/runbook.md#"), name
         assert {"summary", "description"} <= set(rule["annotations"]), name
 
 

@@ -153,7 +153,7 @@ def test_every_alert_has_cases_severity_and_runbook() -> None:
     for name, rule in _rules().items():
         assert name.startswith("Rdma")
         assert rule["labels"]["severity"] in ("critical", "warning")
-        assert {"summary", "description", "runbook"} == set(rule["annotations"]), name
+        assert {"summary", "description", "runbook", "runbook_url"} == set(rule["annotations"]), name
         assert all(v.strip() for v in rule["annotations"].values()), name
 
 
