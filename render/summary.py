@@ -18,6 +18,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from config.control_planes import failures_survived
+from config.lab import LabStack
 from render import program
 
 if TYPE_CHECKING:
@@ -40,6 +42,21 @@ def verdict(report: Report | None) -> list[str]:
     if report.problems:
         out += ["", "### What would not come up", ""] + [f"- {p}" for p in report.problems]
     return out
+
+
+def control_plane_spares(config: object) -> list[str]:
+    """On lab: how many control planes may fail while the API and etcd stay up (each runs an etcd
+    member; config/control_planes.py). Other platforms' control planes are not the stack's to count."""
+    if not isinstance(config, LabStack):
+        return []
+    n = len(config.control_planes)
+    spare = failures_survived(n)
+    if spare == 0:
+        return [f"**Control planes**: {_plural(n, 'control plane')}, none to spare: if "
+                f"{'it' if n == 1 else 'one'} fails, the API and etcd are down until it is back "
+                "(docs/operations/high-availability.md)."]
+    return [f"**Control planes**: {spare} of the {n} control planes can fail while the API and etcd stay up "
+            f"(etcd keeps a quorum of {n // 2 + 1} of its {n} members); {spare + 1} down stop them."]
 
 
 def failure(stack: str, verdict_line: str, message: str) -> str:
@@ -86,6 +103,8 @@ def markdown(plan: program.Plan, report: Report | None, update_section: str, pic
              steps: dict[str, dict[str, Any]], objects: list[dict[str, Any]], releases: list[Any],
              warnings: Sequence[str] = (), update_refused: bool = False) -> str:
     out = [f"# Plan of stack `{plan.stack}`", "", *verdict(report)]
+    if spares := control_plane_spares(plan.config):
+        out += ["", *spares]
     if update_refused:  # the cluster would come up, but `pulumi up` stops before this update (exit 2)
         out += ["", "**The update is refused**: `pulumi up` would stop before registering anything; the REFUSED "
                 "lines under \"Update from\" say why (exit 2)."]
