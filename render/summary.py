@@ -146,7 +146,7 @@ def write(plan: program.Plan, out: Path, put: Callable[[Path, str], None], repor
             picture = ("![The planned cluster: each node and what the check placed on it](cluster.svg)\n\n"
                        "[cluster.svg](cluster.svg), drawn by graphviz from [cluster.dot](cluster.dot).")
         except cluster_picture.PictureError as err:
-            picture = (f"The picture of the planned cluster needs graphviz: {err}. Its source is "
+            picture = (f"The picture of the planned cluster was not drawn: it needs graphviz: {err}. Its source is "
                        "[cluster.dot](cluster.dot) (`dot -Tsvg cluster.dot > cluster.svg`).")
     put(out / "summary.md", markdown(plan, report, update_section, picture, steps, objects, releases, warnings,
                                      update_refused))
