@@ -2,7 +2,7 @@
 
 Order, as a reader asks: would it come up (the whole-cluster check's verdict and every problem),
 the warnings (e.g. NetworkPolicies that the stack's pod network does not enforce), what an update from an older config would do (with --against: refusals and `!!` lines), then what
-was planned (the picture, the nodes, the workloads on each node, the jobs, the host steps, the
+was planned (the picture, the nodes, the workloads on each node, the jobs, the team quotas, the host steps, the
 releases, the objects, the outputs), and last the count of resources by type.
 
 The picture of the planned cluster (render/cluster_picture.py) lands beside it as cluster.dot and,
@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from config.control_planes import failures_survived
 from config.lab import LabStack
-from render import program
+from render import program, quota_table
 
 if TYPE_CHECKING:
     from render.cluster import Report
@@ -113,6 +113,7 @@ def markdown(plan: program.Plan, report: Report | None, update_section: str, pic
     if update_section:
         out += ["", update_section.rstrip("\n")]
     out += planned_cluster(report, picture)
+    out += quota_table.section(objects)  # with queues on: who may use and borrow what
     if steps:
         out += ["", "## Host steps", ""]
         for host in sorted(steps):
