@@ -83,6 +83,12 @@ class KubeVip(Model):
         return f"{self.address}:{API_SERVER_PORT}"
 
 
+def failures_survived(members: int) -> int:
+    """How many of `members` etcd members (one per control plane) may fail while a quorum
+    (members // 2 + 1) stays up to commit writes, and the API servers with it: (members - 1) // 2."""
+    return (members - 1) // 2
+
+
 def count_problems(control_planes: Sequence[Host], kube_vip: KubeVip | None, endpoint: str | None) -> Problems:
     """1, 3 or 5 control planes; with more than one, exactly one of kubeVip and controlPlaneEndpoint."""
     n = len(control_planes)
@@ -192,7 +198,7 @@ def membership_problems(deployed: str, control_planes: Sequence[Host]) -> Proble
     stay = len(was) - len(removed)
     if not removed or stay > len(was) // 2:
         return []
-    most = (len(was) - 1) // 2
+    most = failures_survived(len(was))
     return [("hosts", f"removes {len(removed)} of the {len(was)} deployed control planes ({', '.join(removed)}): "
                       f"etcd must agree to each removal with a majority ({len(was) // 2 + 1}) of its {len(was)} "
                       f"members, and only {stay} would stay to agree if the removed hosts are down; remove at most "

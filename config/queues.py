@@ -97,10 +97,14 @@ class Team(Model):
                                "own sharing counted alike. A number, in every GPU flavor; or a mapping GPU model -> "
                                "count (lab: hosts[].gpuModel; gke: the accelerator type), in every flavor of the "
                                "models it names (on demand and flex-start alike), capped at each.")
+    # Required on every platform: the ClusterQueue covers cpu and memory because the jobs' pods request
+    # them, and Kueue (quotaCheckStrategy BlockUndeclared, its default) never admits a request it does not cover.
     cpu: str = Field(description="Nominal CPU quota in every GPU flavor, a Kubernetes quantity above zero (e.g. "
-                                 "'64'); gke: at most what the largest flavor's nodes leave to pods.")
+                                 "'64'); required everywhere, as Kueue admits no job whose pods request CPU its "
+                                 "queue does not cover; gke: at most what the largest flavor's nodes leave to pods.")
     memory: str = Field(description="Nominal memory quota in every GPU flavor, a Kubernetes quantity above zero "
-                                    "(e.g. '512Gi'); gke: at most what the largest flavor's nodes leave to pods.")
+                                    "(e.g. '512Gi'); required everywhere, like cpu; gke: at most what the largest "
+                                    "flavor's nodes leave to pods.")
     borrowing_limit_gpus: int = Field(
         default=0, ge=0, description="GPUs the team may borrow beyond its nominal quota from the cohort's unused quota "
                                      "(in the units of `gpus`: replicas or MIG slices where GPUs are shared)."

@@ -30,7 +30,10 @@ if TYPE_CHECKING:
 
 ROW = 4  # boxes per row: a 128-worker lab stays a tall picture, not a 129-box-wide line
 DOT_SECONDS = 120  # dot on a few hundred boxes takes seconds; a hung dot must not hang render
-GRAPHVIZ_HINT = "install graphviz (Debian: apt-get install graphviz) and render again"
+# The install lines README's "The two commands" and docs/commands.md give too (tests/test_docs_graphviz.py).
+GRAPHVIZ_INSTALL = ("apt-get install graphviz", "brew install graphviz")
+GRAPHVIZ_HINT = (f"install graphviz (Debian, Ubuntu: {GRAPHVIZ_INSTALL[0]}; macOS: {GRAPHVIZ_INSTALL[1]}) "
+                 "and render again")
 
 
 class PictureError(Exception):

@@ -2,7 +2,7 @@
 
 Order, as a reader asks: would it come up (the whole-cluster check's verdict and every problem),
 the warnings (e.g. NetworkPolicies that the stack's pod network does not enforce), what an update from an older config would do (with --against: refusals and `!!` lines), then what
-was planned (the picture, the nodes, the workloads on each node, the jobs, the host steps, the
+was planned (the picture, the nodes, the workloads on each node, the jobs, the team quotas, the host steps, the
 releases, the objects, the outputs), and last the count of resources by type.
 
 The picture of the planned cluster (render/cluster_picture.py) lands beside it as cluster.dot and,
@@ -18,7 +18,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from render import program
+from config.control_planes import failures_survived
+from config.lab import LabStack
+from render import program, quota_table
 
 if TYPE_CHECKING:
     from render.cluster import Report
@@ -40,6 +42,21 @@ def verdict(report: Report | None) -> list[str]:
     if report.problems:
         out += ["", "### What would not come up", ""] + [f"- {p}" for p in report.problems]
     return out
+
+
+def control_plane_spares(config: object) -> list[str]:
+    """On lab: how many control planes may fail while the API and etcd stay up (each runs an etcd
+    member; config/control_planes.py). Other platforms' control planes are not the stack's to count."""
+    if not isinstance(config, LabStack):
+        return []
+    n = len(config.control_planes)
+    spare = failures_survived(n)
+    if spare == 0:
+        return [f"**Control planes**: {_plural(n, 'control plane')}, none to spare: if "
+                f"{'it' if n == 1 else 'one'} fails, the API and etcd are down until it is back "
+                "(docs/operations/high-availability.md)."]
+    return [f"**Control planes**: {spare} of the {n} control planes can fail while the API and etcd stay up "
+            f"(etcd keeps a quorum of {n // 2 + 1} of its {n} members); {spare + 1} down stop them."]
 
 
 def failure(stack: str, verdict_line: str, message: str) -> str:
@@ -86,6 +103,8 @@ def markdown(plan: program.Plan, report: Report | None, update_section: str, pic
              steps: dict[str, dict[str, Any]], objects: list[dict[str, Any]], releases: list[Any],
              warnings: Sequence[str] = (), update_refused: bool = False) -> str:
     out = [f"# Plan of stack `{plan.stack}`", "", *verdict(report)]
+    if spares := control_plane_spares(plan.config):
+        out += ["", *spares]
     if update_refused:  # the cluster would come up, but `pulumi up` stops before this update (exit 2)
         out += ["", "**The update is refused**: `pulumi up` would stop before registering anything; the REFUSED "
                 "lines under \"Update from\" say why (exit 2)."]
@@ -94,6 +113,7 @@ def markdown(plan: program.Plan, report: Report | None, update_section: str, pic
     if update_section:
         out += ["", update_section.rstrip("\n")]
     out += planned_cluster(report, picture)
+    out += quota_table.section(objects)  # with queues on: who may use and borrow what
     if steps:
         out += ["", "## Host steps", ""]
         for host in sorted(steps):
@@ -127,7 +147,7 @@ def write(plan: program.Plan, out: Path, put: Callable[[Path, str], None], repor
             picture = ("![The planned cluster: each node and what the check placed on it](cluster.svg)\n\n"
                        "[cluster.svg](cluster.svg), drawn by graphviz from [cluster.dot](cluster.dot).")
         except cluster_picture.PictureError as err:
-            picture = (f"The picture of the planned cluster needs graphviz: {err}. Its source is "
+            picture = (f"The picture of the planned cluster was not drawn: it needs graphviz: {err}. Its source is "
                        "[cluster.dot](cluster.dot) (`dot -Tsvg cluster.dot > cluster.svg`).")
     put(out / "summary.md", markdown(plan, report, update_section, picture, steps, objects, releases, warnings,
                                      update_refused))

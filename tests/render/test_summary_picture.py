@@ -119,7 +119,10 @@ def test_render_goes_on_without_graphviz(dot: str | None, lab: tuple[program.Pla
     summary = (out / "summary.md").read_text()
     assert not (out / "cluster.svg").exists()
     assert (out / "cluster.dot").read_text() == cluster_picture.dot_source(lab[1])
-    assert "The picture of the planned cluster needs graphviz" in summary
+    assert "The picture of the planned cluster was not drawn: it needs graphviz" in summary
+    assert "[cluster.dot](cluster.dot)" in summary
     assert ("not on PATH" in summary) if dot is None else ("syntax error in line 1" in summary)
+    if dot is None:  # the install lines README's "The two commands" gives too (tests/test_docs_graphviz.py)
+        assert all(line in summary for line in cluster_picture.GRAPHVIZ_INSTALL), summary
     assert "](cluster.svg)" not in summary
     assert "cluster.svg" not in (out / ".gpu-cluster-render").read_text()
