@@ -283,7 +283,7 @@ def evaluate(world: KueueWorld, book: QuotaBook, wl: QueuedWorkload, free: list[
         for resource, v in requests.items():
             group = cq.group_of(resource)
             if group is None:
-                # Kueue (MODELLED_VERSION) pkg/scheduler/flavorassigner/flavorassigner.go, findFlavorForPodSetResource:
+                # Kueue kueue_objects.MODELLED_VERSION, pkg/scheduler/flavorassigner/flavorassigner.go, findFlavorForPodSetResource:
                 # no resource group covers it -> "resource X unavailable in ClusterQueue", never admitted.
                 if not world.config.ignore_undeclared:
                     return Verdict(wl, NEVER, cq.name, [f"pod set {ps.name} asks for {resource}, which ClusterQueue "

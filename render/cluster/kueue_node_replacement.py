@@ -43,7 +43,7 @@ REPLACED, REQUEUED, PINNED = "replaced", "requeued", "pinned"
 GPU_UNHEALTHY_TAINTS = ({"key": TAINT_KEY, "value": "xid-79", "effect": "NoSchedule"},
                         {"key": UNSCHEDULABLE_TAINT, "effect": "NoSchedule"})
 HOSTNAME = "kubernetes.io/hostname"
-# The modelled Kueue's (MODELLED_VERSION) defaults (pkg/features/kube_features.go: Beta, on since 0.14; OnNodeTaints since 0.17).
+# The modelled Kueue's (kueue_objects.MODELLED_VERSION) defaults (pkg/features/kube_features.go: Beta, on since 0.14; OnNodeTaints since 0.17).
 DEFAULT_GATES = {"TopologyAwareScheduling": True, "TASFailedNodeReplacement": True, "TASReplaceNodeOnNodeTaints": True,
                  "TASReplaceNodeOnPodTermination": True, "TASFailedNodeReplacementFailFast": True}
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(h|ms|m|s)")
