@@ -1,7 +1,7 @@
-"""Would Kueue admit it? Quota, flavors, cohorts and topology, as Kueue 0.19.2 decides, on the nodes
+"""Would Kueue admit it? Quota, flavors, cohorts and topology, as the modelled Kueue decides, on the nodes
 the whole-cluster check models.
 
-What it follows (kueue v0.19.2 sources; docs "Cluster Queue" and "Topology Aware Scheduling"):
+What it follows (the sources of Kueue kueue_objects.MODELLED_VERSION; docs "Cluster Queue" and "Topology Aware Scheduling"):
 
 - A queued workload's LocalQueue must exist in its namespace and name an existing ClusterQueue whose
   namespaceSelector matches the namespace (null matches none, {} every one); a ClusterQueue that
@@ -283,7 +283,7 @@ def evaluate(world: KueueWorld, book: QuotaBook, wl: QueuedWorkload, free: list[
         for resource, v in requests.items():
             group = cq.group_of(resource)
             if group is None:
-                # Kueue v0.19.2 pkg/scheduler/flavorassigner/flavorassigner.go, findFlavorForPodSetResource:
+                # Kueue kueue_objects.MODELLED_VERSION, pkg/scheduler/flavorassigner/flavorassigner.go, findFlavorForPodSetResource:
                 # no resource group covers it -> "resource X unavailable in ClusterQueue", never admitted.
                 if not world.config.ignore_undeclared:
                     return Verdict(wl, NEVER, cq.name, [f"pod set {ps.name} asks for {resource}, which ClusterQueue "

@@ -1,7 +1,7 @@
-"""A host under an admitted topology-placed workload is tainted and its pod evicted: what Kueue
-0.19.2 does with the replacement pod (kueue#9616: pinned to the tainted host, Pending forever).
+"""A host under an admitted topology-placed workload is tainted and its pod evicted: what the modelled
+Kueue does with the replacement pod (kueue#9616: pinned to the tainted host, Pending forever).
 
-What it follows (kueue v0.19.2: pkg/controller/tas/node_controller.go, pkg/scheduler/scheduler.go,
+What it follows (Kueue kueue_objects.MODELLED_VERSION: pkg/controller/tas/node_controller.go, pkg/scheduler/scheduler.go,
 pkg/features/kube_features.go, apis/config/v1beta2 waitForPodsReady):
 
 - TAS pins each pod of an admitted workload to the host of its topology assignment (a nodeSelector
@@ -17,7 +17,7 @@ pkg/features/kube_features.go, apis/config/v1beta2 waitForPodsReady):
   it off) evicts the workload once PodsReady has been false that long, requeued after the backoff.
 - Gates off: the pod stays pinned; only recoveryTimeout ends the wait. Both off: Pending forever.
 
-The gates take Kueue 0.19.2's defaults (all on) unless the manager's Configuration.featureGates
+The gates take the modelled Kueue's defaults (all on) unless the manager's Configuration.featureGates
 says otherwise; the chart's --feature-gates flag is not read (components/queues/kueue.py keeps it
 empty: Kueue refuses both at once).
 """
@@ -43,7 +43,7 @@ REPLACED, REQUEUED, PINNED = "replaced", "requeued", "pinned"
 GPU_UNHEALTHY_TAINTS = ({"key": TAINT_KEY, "value": "xid-79", "effect": "NoSchedule"},
                         {"key": UNSCHEDULABLE_TAINT, "effect": "NoSchedule"})
 HOSTNAME = "kubernetes.io/hostname"
-# Kueue 0.19.2's defaults (pkg/features/kube_features.go: Beta, on since 0.14; OnNodeTaints since 0.17).
+# The modelled Kueue's (kueue_objects.MODELLED_VERSION) defaults (pkg/features/kube_features.go: Beta, on since 0.14; OnNodeTaints since 0.17).
 DEFAULT_GATES = {"TopologyAwareScheduling": True, "TASFailedNodeReplacement": True, "TASReplaceNodeOnNodeTaints": True,
                  "TASReplaceNodeOnPodTermination": True, "TASFailedNodeReplacementFailFast": True}
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(h|ms|m|s)")

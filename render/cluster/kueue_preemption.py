@@ -1,11 +1,11 @@
-"""Preemption in Kueue's admission model: which admitted workloads Kueue 0.19.2 evicts to admit a
+"""Preemption in Kueue's admission model: which admitted workloads the modelled Kueue evicts to admit a
 waiting one, with ClusterQueue `spec.preemption` as configured (components/queues/objects.py sets
 withinClusterQueue LowerPriority and reclaimWithinCohort Any, and leaves borrowWithinCohort at its
 default, Never). Fair sharing is not modelled: the program's Kueue configuration does not enable it
 (no `fairSharing` in the manager's Configuration, components/queues/kueue.py), and Kueue then uses
 this classical preemption.
 
-What it follows (kueue v0.19.2, pkg/scheduler/preemption/preemption.go classicalPreemptions,
+What it follows (Kueue kueue_objects.MODELLED_VERSION, pkg/scheduler/preemption/preemption.go classicalPreemptions,
 classical/candidate_generator.go and hierarchical_preemption.go, common/ordering.go and
 preemption_policy.go, flavorassigner.go fitsResourceQuota), for one cohort level:
 

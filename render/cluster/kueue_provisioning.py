@@ -1,5 +1,6 @@
 """Kueue's ProvisioningRequest admission check in the whole-cluster check: GKE queued provisioning
-(a flexStart pool, components/queues/provisioning.py), as Kueue 0.19.2 and GKE run it.
+(a flexStart pool, components/queues/provisioning.py), as the modelled Kueue
+(kueue_objects.MODELLED_VERSION) and GKE run it.
 
 - A ClusterQueue's admission checks (spec.admissionChecks, or admissionChecksStrategy with
   onFlavors: empty means every flavor) must exist, or the ClusterQueue is inactive and admits

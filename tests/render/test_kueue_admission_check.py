@@ -1,5 +1,5 @@
-"""Kueue in the whole-cluster check: Kueue's custom resources held to the CRDs of the pinned chart
-(kueue 0.19.2, rendered offline like every chart), and queued jobs of a real lab plan judged on
+"""Kueue in the whole-cluster check: Kueue's custom resources held to the CRDs of the chart of the
+release the model follows (rendered offline like every chart), and queued jobs of a real lab plan judged on
 its modelled nodes: a job Kueue would never admit is a problem naming the job, its queue and what
 is short; one it admits is a line of the report."""
 
@@ -13,6 +13,7 @@ import pytest
 
 from render import __main__ as render_main
 from render import cluster, program
+from render.cluster import kueue_objects
 from render.cluster import objects as cluster_objects
 from render.cluster.admission import Admission
 from render.cluster.objects import Obj, parse_documents, render_chart
@@ -28,7 +29,7 @@ from tests.render.kueue_builders import (
     topology,
 )
 
-KUEUE_CHART, KUEUE_VERSION = "kueue", "0.19.2"
+KUEUE_CHART, KUEUE_VERSION = "kueue", kueue_objects.MODELLED_VERSION  # the chart of the release modelled
 RELEASE_URN = "urn:pulumi:lab::gpu-cluster::kubernetes:helm.sh/v3:Release::kueue"
 
 
