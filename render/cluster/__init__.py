@@ -20,7 +20,7 @@ from pathlib import Path
 
 from config import DevStack, GkeStack, LabStack, StackConfig
 from render import program
-from render.cluster import kueue_check
+from render.cluster import kueue_admitted_pods, kueue_check
 from render.cluster import nodes as node_model
 from render.cluster.admission import Admission, plan_dependencies
 from render.cluster.objects import CheckSetupError, collect
@@ -114,6 +114,7 @@ def check(plan: program.Plan, cfg: StackConfig, upstream: Path) -> Report:
 
     loads = workloads(collected.objects)
     placements = schedule(cfg, nodes, loads, gke=isinstance(cfg, GkeStack))
+    placements = kueue_admitted_pods.as_admitted(collected.objects, nodes, placements)  # queued jobs as Kueue starts them
     report.placements = placements
     for p in placements:
         w = p.workload

@@ -59,6 +59,7 @@ from render.cluster.kueue_objects import (
     PodSet,
     QueuedWorkload,
     ResourceFlavor,
+    admitted_pod_spec,
 )
 from render.cluster.network_policy import selector_matches
 from render.cluster.nodes import Node
@@ -216,10 +217,8 @@ def _flavor_mismatch(ps: PodSet, rf: ResourceFlavor) -> str | None:
 def on_flavor(ps: PodSet, rf: ResourceFlavor, obj_ref: QueuedWorkload) -> Workload:
     """The pod set as its pods run once admitted: Kueue adds the flavor's nodeLabels to their
     nodeSelector and its tolerations to theirs."""
-    spec = {**ps.spec,
-            "nodeSelector": {**(ps.spec.get("nodeSelector") or {}), **rf.node_labels},
-            "tolerations": [*(ps.spec.get("tolerations") or []), *rf.tolerations]}
-    return Workload(obj_ref.obj.kind, obj_ref.namespace, f"{obj_ref.obj.name}/{ps.name}", obj_ref.obj, spec,
+    return Workload(obj_ref.obj.kind, obj_ref.namespace, f"{obj_ref.obj.name}/{ps.name}", obj_ref.obj,
+                    admitted_pod_spec(ps.spec, [rf]),
                     ps.metadata, ps.count, job=True)
 
 

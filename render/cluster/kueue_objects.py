@@ -176,6 +176,18 @@ def _flavor(o: Obj) -> ResourceFlavor:
                           spec.get("topologyName"))
 
 
+def admitted_pod_spec(spec: dict[str, Any], flavors: list[ResourceFlavor]) -> dict[str, Any]:
+    """The pod spec as Kueue starts the pods once it admits the pod set on `flavors`: each flavor's
+    nodeLabels merged into the nodeSelector (the pod's own value kept on a shared key) and its
+    tolerations appended, none twice (Kueue pkg/podset/podset.go: FromAssignment, then Merge)."""
+    selector = dict(spec.get("nodeSelector") or {})
+    tolerations = list(spec.get("tolerations") or [])
+    for rf in flavors:
+        selector = {**rf.node_labels, **selector}
+        tolerations += [t for t in rf.tolerations if t not in tolerations]
+    return {**spec, "nodeSelector": selector, "tolerations": tolerations}
+
+
 def _pod_set(name: str, template: dict[str, Any], count: int) -> PodSet:
     spec = template.get("spec") or {}
     # Every resource name counts (pkg/resources: NewRequestsFromPodSpec takes component-helpers'
