@@ -1,8 +1,8 @@
 """Where a queued job's pods run: as Kueue starts them, not as they are written.
 
 A Job or PyTorchJob with the label kueue.x-k8s.io/queue-name is created suspended; its pods exist
-only once Kueue admits it, and then carry what the admitting ResourceFlavors add (Kueue v0.19.2
-pkg/podset/podset.go: FromAssignment takes each assigned flavor's spec.nodeLabels and
+only once Kueue admits it, and then carry what the admitting ResourceFlavors add (the modelled
+Kueue, kueue_objects.MODELLED_VERSION, pkg/podset/podset.go: FromAssignment takes each assigned flavor's spec.nodeLabels and
 spec.tolerations, Merge writes them into the pod template before unsuspending). docs/queues.md's
 team job tolerates no GPU taint and selects no GPU node, and is right not to: the flavor does both.
 So the scheduler model (scheduling.schedule) places a queued job Kueue's model admits
