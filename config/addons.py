@@ -20,7 +20,6 @@ from config.gpu import GpuConfig, gpu_problems
 from config.health import GpuHealthConfig, gpu_health_problems
 from config.monitoring import MonitoringConfig, monitoring_problems
 from config.queues import QueuesConfig, queues_problems
-from config.roce_interface import roce_interface_problems
 from config.training import AcceptanceConfig, NetworkConfig, TrainingConfig, training_problems
 from config.wandb import WandbConfig, wandb_problems
 from config.wandb_teams import wandb_team_problems
@@ -160,9 +159,13 @@ class Addons(Model):
                                  self.network.link_gbps),
             *queues_problems(self.queues, self),
             *wandb_team_problems(self.wandb, self.queues),
-            *roce_interface_problems(self),
             *self._platform_problems(secrets),
         ]
+
+    def roce_interface_warning(self) -> str | None:
+        """Where the plan cannot tell whether network.roce.interface is a node's own interface: render's
+        warning (config/roce_interface.py). gke takes no network.roce, so by default there is none."""
+        return None
 
     @abstractmethod
     def _capacity_problems(self) -> Problems:

@@ -23,6 +23,7 @@ from config.gpu_inventory import MAX_GPUS_PER_NODE, fit_problems
 from config.inert_keys import inert_dev_problems
 from config.lab import NFS_EXPORT_DESCRIPTION, LabStack, NfsExport
 from config.network_policy_enforcement import DEV_CNI_DESCRIPTION, DevCni
+from config.roce_interface import dev_roce_interface_problems, unknown_interface_warning
 
 # minikube's defaults: its service range (pkg/minikube/constants/constants.go, DefaultServiceCIDR
 # "10.96.0.0/12", which kubeadm's own default matches) and the docker network of its first cluster
@@ -180,4 +181,14 @@ class DevStack(Addons):
             )
         problems += [("gpuNodeGpus", f"{node} is not in gpuNodes") for node in self.gpu_node_gpus
                      if node not in self.gpu_nodes]
+        problems += dev_roce_interface_problems(self.network.roce)
         return problems + self._address_problems() + inert_dev_problems(self, secrets)
+
+    def roce_interface_warning(self) -> str | None:
+        """Another cluster's node may be reached on any interface name (config/roce_interface.py)."""
+        roce = self.network.roce
+        if roce is None or dev_roce_interface_problems(roce):
+            return None
+        return unknown_interface_warning(roce, "the existing cluster's nodes are not known offline",
+                                         f"`ip -br -4 addr show {roce.interface}` on each of gpuNodes must not show "
+                                         "the node's InternalIP (`kubectl get nodes -o wide`)")

@@ -24,6 +24,7 @@ from config.addons import Addons, Platform
 from config.errors import Problems
 from config.fields import Model, check_display_name, empty_to_none
 from config.gcp import accelerators, locations, machine_types
+from config.gcp.managed_namespaces import team_namespace_problems
 from config.gke_pools import (  # the pool model, re-exported: components and tests import it from here
     GkeAccelerator,
     GkeAutoscaling,
@@ -281,6 +282,7 @@ class GkeStack(Addons):
         if operator and self.gpu.sharing.mode is SharingMode.MIG:
             problems += mig_profiles.gke_pool_problems(self.gpu.sharing.mig_profile,
                                                        [p.accelerator.type for p in gke.gpu_pools])
+        problems += team_namespace_problems(self.queues)
         problems += inert_gke_problems(self)
         if operator:
             installer = {p.driver.installer for p in gke.gpu_pools if not p.driver.gke_managed}

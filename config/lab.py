@@ -55,6 +55,7 @@ from config.gpu_inventory import fit_problems
 from config.hardening import Hardening
 from config.inert_keys import inert_lab_problems
 from config.lab_hosts import Host, Role, host_list_problems
+from config.roce_interface import lab_roce_interface_problems, unknown_interface_warning
 
 
 class Cni(enum.StrEnum):
@@ -344,9 +345,19 @@ class LabStack(Addons):
         if self.network.rdma and self.network.roce is None:
             problems.append(("network.roce", "network.rdma on lab moves each GPU node's RoCE NIC into its training pod: "
                                              "set network.roce {interface, pciAddress, hca, driver, range} (docs/rdma.md)"))
+        problems += lab_roce_interface_problems(self.network.roce, self.kube_vip, self.control_planes)
         problems += inert_lab_problems(self)
         problems += etcd_backup_problems(self.etcd_backup, self.storage.export_path if self.storage.provision else None)
         return problems
+
+    def roce_interface_warning(self) -> str | None:
+        """hosts[] do not name their interfaces: the plan cannot tell (config/roce_interface.py)."""
+        roce = self.network.roce
+        if roce is None or lab_roce_interface_problems(roce, self.kube_vip, self.control_planes):
+            return None
+        return unknown_interface_warning(roce, "hosts[] do not name their interfaces",
+                                         f"`ip -br -4 addr show {roce.interface}` on each GPU host must show none of "
+                                         "hosts[].address")
 
     def _address_problems(self) -> Problems:
         """The service, pod and RoCE ranges against each other and every host, the API endpoint and the

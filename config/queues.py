@@ -38,7 +38,6 @@ from pydantic import Field, field_validator
 from components.scheduling_contract import GKE_ACCELERATOR_LABEL, GPU_NODE_LABEL
 from config.errors import Problems
 from config.fields import DNS_LABEL, Model, check_quantity
-from config.gcp.managed_namespaces import GKE_MANAGED_NAMESPACES, GKE_MANAGED_PREFIX, gke_managed
 from config.queue_flavors import (
     TopologyLevel,
     lab_flavors,
@@ -236,13 +235,6 @@ def queues_problems(q: QueuesConfig, stack: Any) -> Problems:
         if t.namespace in RESERVED_NAMESPACES:
             problems.append((f"{key}.namespace", f"{t.namespace!r} is the program's own (or Kubernetes'); "
                                                  f"not one of {', '.join(sorted(RESERVED_NAMESPACES))}"))
-        elif str(stack.platform) == "gke" and gke_managed(t.namespace):
-            problems.append((f"{key}.namespace", f"{t.namespace!r} is one of GKE's own namespaces (GKE runs its "
-                                                 "components there, reconciles them and on Autopilot refuses "
-                                                 "writes: config/gcp/managed_namespaces.py); not "
-                                                 f"{', '.join(sorted(GKE_MANAGED_NAMESPACES - RESERVED_NAMESPACES))} "
-                                                 f"nor {GKE_MANAGED_PREFIX}*: give the team a namespace of its own, "
-                                                 f"e.g. 'team-{t.name}'"))
         if not t.group:
             problems.append((f"{key}.group", "is required: the group whose members may submit the team's jobs"))
     units = unit_problems(stack)  # a flavor of unknown units is not sized: its quotas are not judged

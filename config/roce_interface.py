@@ -15,45 +15,43 @@ pod ends. Refused where the program knows the node's primary interface, said lou
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
 
+from config.control_planes import KubeVip
 from config.errors import Problems
+from config.lab_hosts import Host
+from config.training import RoceConfig
 
 # The interface minikube's and kind's nodes are reached on (see above).
 DEV_PRIMARY_INTERFACE = "eth0"
 _MOVED = "the host-device CNI moves it into the training pod and the node drops off the network until the pod ends"
 
 
-def roce_interface_problems(stack: Any) -> Problems:
-    """network.roce.interface that is a node's primary interface, where the config tells."""
-    roce, platform = stack.network.roce, str(stack.platform)
-    if roce is None:
+def dev_roce_interface_problems(roce: RoceConfig | None) -> Problems:
+    """DevStack's part: eth0 is the node's own interface on minikube and kind."""
+    if roce is None or roce.interface != DEV_PRIMARY_INTERFACE:
         return []
-    if platform == "dev" and roce.interface == DEV_PRIMARY_INTERFACE:
-        return [("network.roce.interface", f"{DEV_PRIMARY_INTERFACE} is the node's own interface on minikube "
-                                           f"(docker, podman and kvm2 drivers) and kind: {_MOVED}; name the RoCE "
-                                           "NIC's own netdev as the node sees it, e.g. 'ens192' (docs/rdma.md)")]
-    if platform == "lab" and stack.kube_vip is not None and roce.interface == stack.kube_vip.interface:
-        gpu_cps = [h.name for h in stack.control_planes if h.is_gpu]
-        if gpu_cps:
-            return [("network.roce.interface", f"{roce.interface} is kubeVip.interface, the control planes' own "
-                                               f"network, and GPU control plane {', '.join(gpu_cps)} would hand it "
-                                               f"over: {_MOVED} (and the API's virtual IP with it); name the RoCE "
-                                               "NIC's own netdev (docs/rdma.md)")]
-    return []
+    return [("network.roce.interface", f"{DEV_PRIMARY_INTERFACE} is the node's own interface on minikube "
+                                       f"(docker, podman and kvm2 drivers) and kind: {_MOVED}; name the RoCE "
+                                       "NIC's own netdev as the node sees it, e.g. 'ens192' (docs/rdma.md)")]
 
 
-def roce_interface_warnings(stack: Any) -> list[str]:
+def lab_roce_interface_problems(roce: RoceConfig | None, kube_vip: KubeVip | None,
+                                control_planes: Sequence[Host]) -> Problems:
+    """LabStack's part: kubeVip.interface is the control planes' own network, refused where a GPU
+    control plane would hand it over."""
+    if roce is None or kube_vip is None or roce.interface != kube_vip.interface:
+        return []
+    gpu_cps = [h.name for h in control_planes if h.is_gpu]
+    if not gpu_cps:
+        return []
+    return [("network.roce.interface", f"{roce.interface} is kubeVip.interface, the control planes' own "
+                                       f"network, and GPU control plane {', '.join(gpu_cps)} would hand it "
+                                       f"over: {_MOVED} (and the API's virtual IP with it); name the RoCE "
+                                       "NIC's own netdev (docs/rdma.md)")]
+
+
+def unknown_interface_warning(roce: RoceConfig, why_unknown: str, check: str) -> str:
     """render's warning where the plan cannot tell whether network.roce.interface is a node's own."""
-    roce, platform = stack.network.roce, str(stack.platform)
-    if roce is None or platform not in ("lab", "dev") or roce_interface_problems(stack):
-        return []
-    if platform == "lab":
-        where, check = ("hosts[] do not name their interfaces",
-                        f"`ip -br -4 addr show {roce.interface}` on each GPU host must show none of hosts[].address")
-    else:
-        where, check = ("the existing cluster's nodes are not known offline",
-                        f"`ip -br -4 addr show {roce.interface}` on each of gpuNodes must not show the node's "
-                        "InternalIP (`kubectl get nodes -o wide`)")
-    return [f"gpu-cluster:network.roce.interface {roce.interface}: {where}, so the plan cannot tell whether it is "
-            f"a node's own network interface; if it is, {_MOVED}: {check} (docs/rdma.md)"]
+    return (f"gpu-cluster:network.roce.interface {roce.interface}: {why_unknown}, so the plan cannot tell whether "
+            f"it is a node's own network interface; if it is, {_MOVED}: {check} (docs/rdma.md)")

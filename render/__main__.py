@@ -75,7 +75,6 @@ from config import ConfigError
 from config.gke_provisioning import reservation_warnings
 from config.network_policy_enforcement import unenforced_warning
 from config.queue_flavors import topology_warnings
-from config.roce_interface import roce_interface_warnings
 from render import out_dir, program, summary, update, update_encryption, update_risks, update_teams, yaml_text
 
 if TYPE_CHECKING:
@@ -262,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
                           f"the whole-cluster check cannot run: {err}")
     # Warnings do not change the exit status: the stack comes up, only not as the program means it.
     warnings = [w for w in [unenforced_warning(plan.config), *reservation_warnings(plan.config),
-                            *topology_warnings(plan.config), *roce_interface_warnings(plan.config)] if w]
+                            *topology_warnings(plan.config), plan.config.roce_interface_warning()] if w]
     try:
         write(plan, out, report, changes.markdown() if changes else "", warnings,
               update_refused=bool(changes is not None and changes.refused))

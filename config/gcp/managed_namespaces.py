@@ -23,6 +23,9 @@ namespaces". Google publishes no single list that we found, so this one is assem
 
 from __future__ import annotations
 
+from config.errors import Problems
+from config.queues import RESERVED_NAMESPACES, QueuesConfig
+
 GKE_MANAGED_NAMESPACES = frozenset({
     "kube-system", "kube-public", "kube-node-lease", "default", "gmp-system", "gmp-public", "gke-gmp-system",
     "gke-connect", "gke-mcs", "gke-system", "config-management-system", "config-management-monitoring",
@@ -33,3 +36,16 @@ GKE_MANAGED_PREFIX = "gke-managed-"
 def gke_managed(namespace: str) -> bool:
     """Whether GKE owns `namespace` (the list above, or the gke-managed- prefix)."""
     return namespace in GKE_MANAGED_NAMESPACES or namespace.startswith(GKE_MANAGED_PREFIX)
+
+
+def team_namespace_problems(queues: QueuesConfig) -> Problems:
+    """GkeStack's part of the team checks: no team namespace is one of GKE's (those the program or
+    Kubernetes owns are refused on every platform by config/queues.py)."""
+    if not queues.enabled:
+        return []
+    return [(f"queues.teams[{i}].namespace",
+             f"{t.namespace!r} is one of GKE's own namespaces (GKE runs its components there, reconciles them "
+             "and on Autopilot refuses writes: config/gcp/managed_namespaces.py); not "
+             f"{', '.join(sorted(GKE_MANAGED_NAMESPACES - RESERVED_NAMESPACES))} nor {GKE_MANAGED_PREFIX}*: "
+             f"give the team a namespace of its own, e.g. 'team-{t.name}'")
+            for i, t in enumerate(queues.teams) if t.namespace not in RESERVED_NAMESPACES and gke_managed(t.namespace)]

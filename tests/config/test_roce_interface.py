@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 
-from config.roce_interface import roce_interface_warnings
 from render import __main__ as render_main
 from render import program
 from tests.config.refusals import accepted, reported
@@ -42,7 +41,8 @@ def test_dev_eth0_is_refused():
 
 def test_dev_another_name_is_accepted_and_warned():
     cfg = accepted(dev(network=roce(interface="ens192")))
-    (warning,) = roce_interface_warnings(cfg)
+    warning = cfg.roce_interface_warning()
+    assert warning is not None
     assert "network.roce.interface ens192" in warning and "cannot tell" in warning and "InternalIP" in warning
 
 
@@ -53,13 +53,14 @@ def test_lab_kube_vip_interface_on_a_gpu_control_plane_is_refused():
 def test_lab_kube_vip_interface_without_a_gpu_control_plane_is_only_warned():
     """The workers' interfaces are not named anywhere: the same name may be a different NIC there."""
     cfg = accepted(lab_ha(False, network=roce(interface="ens18")))
-    (warning,) = roce_interface_warnings(cfg)
+    warning = cfg.roce_interface_warning()
+    assert warning is not None
     assert "hosts[] do not name their interfaces" in warning and "hosts[].address" in warning
 
 
 def test_no_roce_no_warning():
-    assert roce_interface_warnings(accepted(lab_raw())) == []
-    assert roce_interface_warnings(accepted(dev())) == []
+    assert accepted(lab_raw()).roce_interface_warning() is None
+    assert accepted(dev()).roce_interface_warning() is None
 
 
 def test_render_prints_the_warning_and_summary_lists_it(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
