@@ -13,6 +13,7 @@ from components import versions
 from config import ConfigError
 from render import program
 from tests.conftest import stack_config_with
+from tests.render_cli import render_cli
 
 # What a default dev stack installs: the device plugin path (GFD from the device plugin's chart, the
 # DCGM exporter) and monitoring.
@@ -103,3 +104,16 @@ def test_a_folder_holding_another_chart_is_refused(tmp_path: Path) -> None:
 def test_the_program_registers_nothing_when_refused(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="gpu-cluster:chartsDir: .* is not a folder"):
         program.run("dev", config=stack_config_with("dev", chartsDir=str(tmp_path / "absent")))
+
+
+def test_render_exits_2_naming_the_key_the_file_and_both_versions(tmp_path: Path) -> None:
+    """As a user runs it: `python -m render dev` with a charts folder whose DCGM exporter is another version."""
+    charts = tmp_path / "charts"
+    for name, version in DEV_CHARTS.items():
+        _chart(charts, name, version, said_version="4.8.1" if name == "dcgm-exporter" else None)
+    done = render_cli(tmp_path, "dev", {"chartsDir": str(charts)})
+    assert done.returncode == 2, done.stdout + done.stderr
+    chart_yaml = charts / "dcgm-exporter-4.8.2" / "Chart.yaml"
+    assert (f"gpu-cluster:chartsDir: {chart_yaml} says version '4.8.1', but dcgm-exporter is pinned at '4.8.2'"
+            in done.stdout + done.stderr)
+    assert "Traceback" not in done.stderr
