@@ -28,6 +28,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components import versions
+from components.chart_source import ChartSource
 from components.namespaces import pod_security_namespace
 from config.lab import Cni as CniKind
 
@@ -36,6 +37,7 @@ from config.lab import Cni as CniKind
 class CniArgs:
     kind: CniKind
     pod_cidr: ipaddress.IPv4Network
+    charts: ChartSource = ChartSource()  # gpu-cluster:chartsDir: where the charts come from
 
 
 def flannel_values(pod_cidr: ipaddress.IPv4Network) -> dict[str, Any]:
@@ -69,15 +71,13 @@ _CHARTS = {
 }
 
 
-def calico_crds(name: str, namespace: str, opts: pulumi.ResourceOptions) -> k8s.helm.v3.Release:
+def calico_crds(name: str, namespace: str, charts: ChartSource, opts: pulumi.ResourceOptions) -> k8s.helm.v3.Release:
     """Calico's CRDs (cluster-scoped; the release record lives in `namespace`). Helm's wait holds
     the release until every CRD is established, so a release depending on it finds its kinds."""
     return k8s.helm.v3.Release(
         name,
         name="calico-crds",  # upstream's name for it
-        chart=versions.CALICO_CRDS_CHART,
-        version=versions.CALICO_CRDS_CHART_VERSION,
-        repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=versions.CALICO_CRDS_CHART_REPO),
+        **charts.args(versions.CALICO_CRDS_CHART, versions.CALICO_CRDS_CHART_VERSION, versions.CALICO_CRDS_CHART_REPO),
         namespace=namespace,
         timeout=300,
         opts=opts,
@@ -97,15 +97,13 @@ class Cni(pulumi.ComponentResource):
         before: list[pulumi.Resource] = [ns]
         self.crds = None
         if args.kind is CniKind.CALICO:
-            self.crds = calico_crds(f"{name}-calico-crds", namespace,
+            self.crds = calico_crds(f"{name}-calico-crds", namespace, args.charts,
                                     pulumi.ResourceOptions(parent=self, depends_on=[ns]))
             before.append(self.crds)  # the operator release creates an Installation: CRDs first
         self.release = k8s.helm.v3.Release(
             f"{name}-{args.kind.value}",
             name=args.kind.value,
-            chart=chart,
-            version=version,
-            repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=repo),
+            **args.charts.args(chart, version, repo),
             namespace=namespace,
             values=values(args.pod_cidr),
             # Nodes are NotReady until the CNI runs; waiting here makes "ready" mean ready.

@@ -51,6 +51,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components import dcgm_metrics, versions
+from components.chart_source import ChartSource
 from components.device_plugin import NvidiaDevicePlugin, NvidiaDevicePluginArgs, plugin_config
 from components.namespaces import pod_security_namespace
 from components.scheduling_contract import (
@@ -100,6 +101,7 @@ class GpuSoftwareStackArgs:
     # the autoscaler: their pool carries the label instead (components/gke/gpu_node_pool.py).
     gpu_nodes: tuple[str, ...] = ()
     nodes_ready: tuple[pulumi.Resource, ...] = ()
+    charts: ChartSource = ChartSource()  # gpu-cluster:chartsDir: where the charts come from
 
 
 # Where GKE's driver install (and Google's driver-installer DaemonSet) puts the driver on the node.
@@ -245,14 +247,12 @@ def operator_values(
     return values
 
 
-def _release(parent: pulumi.Resource, name: str, chart: str, version: str, repo: str, namespace: str,
-             values: dict[str, Any], depends_on: list[pulumi.Resource]) -> k8s.helm.v3.Release:
+def _release(parent: pulumi.Resource, charts: ChartSource, name: str, chart: str, version: str, repo: str,
+             namespace: str, values: dict[str, Any], depends_on: list[pulumi.Resource]) -> k8s.helm.v3.Release:
     return k8s.helm.v3.Release(
         name,
         name=chart,
-        chart=chart,
-        version=version,
-        repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=repo),
+        **charts.args(chart, version, repo),
         namespace=namespace,
         values=values,
         # The operator's driver container can take 10+ minutes; the ready gate waits for GPUs,
@@ -309,7 +309,7 @@ class GpuSoftwareStack(pulumi.ComponentResource):
             ))
         if operator:
             self.resources.append(
-                _release(self, f"{name}-operator", versions.GPU_OPERATOR_CHART, versions.GPU_OPERATOR_CHART_VERSION,
+                _release(self, args.charts, f"{name}-operator", versions.GPU_OPERATOR_CHART, versions.GPU_OPERATOR_CHART_VERSION,
                          versions.GPU_OPERATOR_CHART_REPO, namespace,
                          operator_values(args.gpu, args.driver.on_host, args.service_monitor, gke), ready)
             )
@@ -326,10 +326,10 @@ class GpuSoftwareStack(pulumi.ComponentResource):
                     opts=pulumi.ResourceOptions(parent=self, depends_on=ready),
                 ))
             self.resources += [
-                _release(self, f"{name}-gfd", versions.NVIDIA_DEVICE_PLUGIN_CHART,
+                _release(self, args.charts, f"{name}-gfd", versions.NVIDIA_DEVICE_PLUGIN_CHART,
                          versions.NVIDIA_DEVICE_PLUGIN_CHART_VERSION, versions.NVIDIA_DEVICE_PLUGIN_CHART_REPO,
                          namespace, gfd_values(gke, device_plugin_mig_strategy(args.gpu)), ready),
-                _release(self, f"{name}-dcgm-exporter", versions.DCGM_EXPORTER_CHART,
+                _release(self, args.charts, f"{name}-dcgm-exporter", versions.DCGM_EXPORTER_CHART,
                          versions.DCGM_EXPORTER_CHART_VERSION, versions.DCGM_EXPORTER_CHART_REPO,
                          namespace, dcgm_exporter_values(args.service_monitor, gke), ready),
             ]

@@ -47,6 +47,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components import versions
+from components.chart_source import ChartSource
 from components.cluster_addon import tolerate_control_plane
 from components.manifest_resource import manifest_resource, registers_like_typed
 from components.scheduling_contract import GPU_NODE_SELECTOR_TERMS, JOB_LABEL, METRICS_NODE_LABEL, gpu_tolerations
@@ -349,6 +350,7 @@ class RdmaNetworkArgs:
     image: str
     # Monitoring's namespace when it is installed (its CRDs then exist), else None.
     monitoring_namespace: str | None = None
+    charts: ChartSource = ChartSource()  # gpu-cluster:chartsDir: where the whereabouts chart comes from
 
 
 def _typed(name: str, body: dict[str, Any], opts: pulumi.ResourceOptions) -> pulumi.CustomResource:
@@ -385,8 +387,7 @@ class RdmaNetwork(pulumi.ComponentResource):
         whereabouts = k8s.helm.v4.Chart(
             f"{name}-whereabouts",
             name="whereabouts",
-            chart=versions.WHEREABOUTS_CHART,
-            version=versions.WHEREABOUTS_CHART_VERSION,
+            **args.charts.args(versions.WHEREABOUTS_CHART, versions.WHEREABOUTS_CHART_VERSION),
             namespace=SYSTEM_NAMESPACE,
             values=whereabouts_values(),
             opts=pulumi.ResourceOptions(parent=self, depends_on=[multus], transforms=[tolerate_control_plane]),

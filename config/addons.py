@@ -9,14 +9,17 @@ import enum
 import re
 from abc import abstractmethod
 from collections.abc import Mapping
+from pathlib import Path
 from typing import ClassVar
 
 from pydantic import Field, field_validator
 
 from components import versions
+from components.chart_source import ChartSource
+from config.charts_dir import PinnedChart, charts_dir_problems
 from config.errors import Problems
 from config.fields import Model, check_quantity
-from config.gpu import GpuConfig, gpu_problems
+from config.gpu import GpuConfig, GpuStack, gpu_problems
 from config.health import GpuHealthConfig, gpu_health_problems
 from config.monitoring import MonitoringConfig, monitoring_problems
 from config.queues import QueuesConfig, queues_problems
@@ -76,6 +79,15 @@ class Addons(Model):
         default_factory=QueuesConfig,
         description="Kueue: teams with namespaces, quotas and queues; every job the program runs is queued "
                     "(docs/queues.md).",
+    )
+    charts_dir: str = Field(
+        default="",
+        description="A folder holding each pinned Helm chart the stack installs, unpacked into a folder named "
+                    "chart-version such as kueue-0.19.2 (helm pull --untar, renamed), for clusters without internet "
+                    "access: every release then "
+                    "installs from there and nothing is fetched from a chart repository or registry. An absolute "
+                    "path; each chart's Chart.yaml must say its pinned name and version. Empty: each chart "
+                    "from its repository.",
     )
 
     # Keys of the other platforms: why this one has no use for them (added to their refusal).
@@ -160,7 +172,34 @@ class Addons(Model):
             *queues_problems(self.queues, self),
             *wandb_team_problems(self.wandb, self.queues),
             *self._platform_problems(secrets),
+            *charts_dir_problems(self.charts_dir, self.helm_charts()),
         ]
+
+    @property
+    def chart_source(self) -> ChartSource:
+        """Where the releases take their charts from (chartsDir, else the repositories)."""
+        return ChartSource(Path(self.charts_dir) if self.charts_dir else None)
+
+    def helm_charts(self) -> tuple[PinnedChart, ...]:
+        """Every Helm chart this stack installs, as the wiring in stacks/ decides (what chartsDir must
+        hold; tests/stacks/test_charts_dir.py compares it with the charts a plan installs)."""
+        v = versions
+        gpu = ((PinnedChart(v.GPU_OPERATOR_CHART, v.GPU_OPERATOR_CHART_VERSION, v.GPU_OPERATOR_CHART_REPO),)
+               if self.gpu.stack is GpuStack.OPERATOR else
+               (PinnedChart(v.NVIDIA_DEVICE_PLUGIN_CHART, v.NVIDIA_DEVICE_PLUGIN_CHART_VERSION,
+                            v.NVIDIA_DEVICE_PLUGIN_CHART_REPO),
+                PinnedChart(v.DCGM_EXPORTER_CHART, v.DCGM_EXPORTER_CHART_VERSION, v.DCGM_EXPORTER_CHART_REPO)))
+        optional = (
+            (self.monitoring.enabled, PinnedChart(v.KUBE_PROMETHEUS_STACK_CHART, v.KUBE_PROMETHEUS_STACK_CHART_VERSION,
+                                                  v.KUBE_PROMETHEUS_STACK_CHART_REPO)),
+            # stacks/addons.py: the RDMA network needs the training image (its exporter and link test).
+            (self.network.roce is not None and self.training.image is not None,
+             PinnedChart(v.WHEREABOUTS_CHART, v.WHEREABOUTS_CHART_VERSION)),
+            (self.queues.enabled, PinnedChart(v.KUEUE_CHART, v.KUEUE_CHART_VERSION)),
+            (self.wandb.enabled, PinnedChart(v.WANDB_LAUNCH_AGENT_CHART, v.WANDB_LAUNCH_AGENT_CHART_VERSION,
+                                             v.WANDB_LAUNCH_AGENT_CHART_REPO)),
+        )
+        return gpu + tuple(chart for needed, chart in optional if needed)
 
     def roce_interface_warning(self) -> str | None:
         """Where the plan cannot tell whether network.roce.interface is a node's own interface: render's

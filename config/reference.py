@@ -213,6 +213,23 @@ the GPU nodes) are in the description and are reported, naming the key, before a
 """
 
 
+# Paragraphs a key's table cannot hold, shown under it (what the key's checks refuse, and how to use it).
+SECTION_NOTES: dict[str, str] = {
+    "chartsDir": (
+        "For clusters without internet access (docs/getting-started/index.md, *Air-gapped installs*). Set, every "
+        "Helm release installs `<chartsDir>/<chart>-<version>` as a local chart with no repository: the "
+        "folder name is the chart's name (an `oci://` reference's last path element, e.g. `kueue`, "
+        "`whereabouts-chart`) and its pinned version from components/versions.py, e.g. `gpu-operator-v26.7.0`, "
+        "`kube-prometheus-stack-88.5.3`. Only the charts the stack installs must be there. Refused, naming "
+        "`gpu-cluster:chartsDir`, before anything is created: a relative path, a folder that does not exist, a "
+        "chart the stack installs that is missing (the message gives the `helm pull` that fetches it), and a "
+        "`Chart.yaml` whose `name` or `version` is not the pin (the message names the file and both versions). "
+        "A chart copied from its git repository rather than pulled may carry a placeholder version (gpu-operator's "
+        "`v1.0.0-devel`, Calico's `v0.0`): pull the published chart."
+    ),
+}
+
+
 def _section(top: str, keyed: dict[Row, list[Platform]]) -> list[str]:
     title = top if ":" in top else f"{config.NAMESPACE}:{top}"
     lines = [f"## {title}", "", "| Key | Type | Default | Allowed | Platforms | Description |",
@@ -223,7 +240,8 @@ def _section(top: str, keyed: dict[Row, list[Platform]]) -> list[str]:
     for row, platforms in sorted(keyed.items(), key=lambda item: order[item[0].key]):
         names = ", ".join(p.value for p in platforms)
         lines.append(f"| `{row.key}` | {row.type} | {row.default} | {row.allowed} | {names} | {row.description} |")
-    return [*lines, ""]
+    note = SECTION_NOTES.get(top)
+    return [*lines, "", *([note, ""] if note else [])]
 
 
 def reference() -> str:

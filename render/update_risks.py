@@ -30,6 +30,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from components import versions
+from components.chart_source import pinned_chart_name
 from config import ConfigError
 from config.control_planes import members_of
 from config.lab import DeployedLab
@@ -91,7 +92,8 @@ def cni(side: Side) -> str:
     """The pod network a side installs ("flannel", "calico"), "" when it installs none."""
     names = sorted(
         str(r.inputs.get("name", r.name)) for r in side.resources
-        if _CNI_RELEASE in r.urn and r.inputs.get("chart") != versions.CALICO_CRDS_CHART
+        if _CNI_RELEASE in r.urn
+        and pinned_chart_name(str(r.inputs.get("chart", "")), str(r.inputs.get("version", ""))) != versions.CALICO_CRDS_CHART
     )
     return ", ".join(names)
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from components import versions
+from components.chart_source import chart_name, pinned_chart_name
 from components.queues.team_admission import LOCAL_QUEUE_NAMESPACE_LABEL
 
 _NAMESPACE = "kubernetes:core/v1:Namespace"
@@ -63,7 +64,8 @@ def losses(steps: list[Any], new_config: Any) -> list[str]:
                          "PyTorchJob and pod in it, running or queued, its Secrets and its shared-data claim (where "
                          f"it has one) go with it. The safe way: drain the team's queue first: {safe_way(queue, namespace)}")
         elif (action == "delete" and step.old.type == _RELEASE
-              and step.old.inputs.get("chart") == versions.KUEUE_CHART):
+              and pinned_chart_name(str(step.old.inputs.get("chart", "")), str(step.old.inputs.get("version", "")))
+              == chart_name(versions.KUEUE_CHART)):
             lines.append(f"Kueue is uninstalled ({_key(new_config)}): its chart's CRDs go with the release, and "
                          "every ClusterQueue, LocalQueue and Workload with them; a Job waiting in a queue stays "
                          "suspended with nothing to start it. Drain every queue first (kubectl get workloads -A "

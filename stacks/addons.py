@@ -110,7 +110,8 @@ def wandb_launch(cfg: Addons, cluster: Cluster, secrets: StackSecrets, queues: Q
     agent = WandbLaunch(
         "wandb-launch",
         WandbLaunchArgs(wandb=cfg.wandb, training=cfg.training, claim=claim, api_key=key,
-                        training_namespace=ns, gpu_resource=gpu_resource(cfg), queue=_queue(cfg), teams=teams),
+                        training_namespace=ns, gpu_resource=gpu_resource(cfg), queue=_queue(cfg), teams=teams,
+                        charts=cfg.chart_source),
         opts=pulumi.ResourceOptions(provider=cluster.provider, depends_on=[*cluster.ready, ns, *claim.ready]),
     )
     return {
@@ -244,7 +245,7 @@ def monitoring_stack(cfg: Addons, cluster: Cluster, health_token: pulumi.Output[
     rdma_metrics = cfg.network.roce is not None
     return Monitoring(
         "monitoring",
-        MonitoringArgs(monitoring=cfg.monitoring, rdma=rdma_metrics,
+        MonitoringArgs(monitoring=cfg.monitoring, rdma=rdma_metrics, charts=cfg.chart_source,
                        rdma_link_gbps=cfg.network.link_gbps if rdma_metrics else None,
                        gpu_health_webhook=GPU_HEALTH_WEBHOOK if cfg.gpu_health_enabled else None,
                        gpu_health_webhook_token=health_token,
@@ -261,7 +262,7 @@ def gpu_stack_and_gate(cfg: Addons, cluster: Cluster, monitoring: Monitoring | N
     """The GPU software stack and the GPU-ready gate every GPU job waits for; their outputs."""
     gpu = GpuSoftwareStack(
         "gpu",
-        GpuSoftwareStackArgs(gpu=cfg.gpu, driver=cluster.driver, service_monitor=monitoring is not None,
+        GpuSoftwareStackArgs(gpu=cfg.gpu, driver=cluster.driver, service_monitor=monitoring is not None, charts=cfg.chart_source,
                              gpu_nodes=cluster.gpu_nodes, nodes_ready=tuple(cluster.gpu_nodes_ready)),
         opts=_after_monitoring(cluster, monitoring),
     )
@@ -294,7 +295,7 @@ def rdma_network(cfg: Addons, cluster: Cluster, monitoring: Monitoring | None,
         raise ValueError("network.roce needs the training namespace and training.image")  # config and wiring make both
     rdma = RdmaNetwork(
         "rdma",
-        RdmaNetworkArgs(roce=roce, image=cfg.training.image,
+        RdmaNetworkArgs(roce=roce, image=cfg.training.image, charts=cfg.chart_source,
                         monitoring_namespace=MONITORING_NAMESPACE if monitoring is not None else None),
         training_namespace=cluster.training_namespace,
         opts=_after_monitoring(cluster, monitoring),

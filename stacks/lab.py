@@ -158,7 +158,7 @@ def build(cfg: LabStack, secrets: StackSecrets) -> dict[str, object]:
                          upgrade=upgrade, protect=not cfg.allow_rebuild, kube_vip=cfg.kube_vip),
     )
     k8s_opts = pulumi.ResourceOptions(provider=cp.provider)
-    cni = Cni("cni", CniArgs(kind=cfg.cni, pod_cidr=cfg.pod_cidr), opts=k8s_opts)
+    cni = Cni("cni", CniArgs(kind=cfg.cni, pod_cidr=cfg.pod_cidr, charts=cfg.chart_source), opts=k8s_opts)
     # The cluster's side of every join: one token (through the API), one CA hash, one drain step.
     members = tuple(h for h in cfg.hosts if h is not first)
     membership = Membership(
@@ -210,7 +210,7 @@ def build(cfg: LabStack, secrets: StackSecrets) -> dict[str, object]:
         storage = NfsSharedStorage(
             "shared-storage",
             NfsSharedStorageArgs(
-                namespace=namespace, server=server, share=share, size=st.size,
+                namespace=namespace, server=server, share=share, size=st.size, charts=cfg.chart_source,
                 provision=NfsServerArgs(connection=cp.connection, clients=tuple(str(h.address) for h in cfg.hosts),
                                         after=prep[first.name].done) if st.provision else None,
             ),

@@ -36,7 +36,7 @@ def queue_stack(cfg: Addons, cluster: Cluster, opts: pulumi.ResourceOptions, met
         "queues",
         QueuesArgs(queues=cfg.queues, flavors=flavors(cfg), gpu_resource=gpu_resource,
                    program_need=program_queue_need(cfg, pods, gpu_resource, pod_net) if program_ns is not None else {},
-                   metrics=metrics, training_namespace=program_ns,
+                   metrics=metrics, training_namespace=program_ns, charts=cfg.chart_source,
                    team_volumes=cluster.shared_claim.teams if cluster.shared_claim else None,
                    shared_claim=tuple(cluster.shared_claim.ready) if cluster.shared_claim else ()),
         opts=opts,

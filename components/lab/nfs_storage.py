@@ -19,6 +19,7 @@ import pulumi_kubernetes as k8s
 from pulumi_command import remote
 
 from components import versions
+from components.chart_source import ChartSource
 from components.lab import scripts
 from components.storage_contract import CLAIM_NAME, TRAINING_NAMESPACE, SharedClaim, TeamVolumes, claim_manifest
 
@@ -45,6 +46,7 @@ class NfsSharedStorageArgs:
     share: str
     size: str
     provision: NfsServerArgs | None = None
+    charts: ChartSource = ChartSource()  # gpu-cluster:chartsDir: where the chart comes from
 
 
 def csi_driver_nfs_values() -> dict[str, Any]:
@@ -94,9 +96,8 @@ class NfsSharedStorage(pulumi.ComponentResource):
         driver = k8s.helm.v3.Release(
             f"{name}-csi-driver-nfs",
             name="csi-driver-nfs",
-            chart=versions.CSI_DRIVER_NFS_CHART,
-            version=versions.CSI_DRIVER_NFS_CHART_VERSION,
-            repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=versions.CSI_DRIVER_NFS_CHART_REPO),
+            **args.charts.args(versions.CSI_DRIVER_NFS_CHART, versions.CSI_DRIVER_NFS_CHART_VERSION,
+                               versions.CSI_DRIVER_NFS_CHART_REPO),
             namespace=CSI_NAMESPACE,
             values=csi_driver_nfs_values(),
             timeout=600,

@@ -41,6 +41,7 @@ import pulumi_kubernetes as k8s
 import pulumi_random as random
 
 from components import versions
+from components.chart_source import ChartSource
 from components.gpu_health_access import WEBHOOK_TOKEN_SECRET, token_secret
 from components.monitoring import alerts, dashboards, etcd_backup, gpu_health, kueue, rdma
 from components.monitoring.dashboards import PanelGroup
@@ -95,6 +96,7 @@ class MonitoringArgs:
     # queues.pendingAlertMinutes; None: no queues.
     kueue_pending_minutes: int | None = None
     kueue_gpu_resource: str = "nvidia.com/gpu"  # the GPU resource the ClusterQueues cover (the quota panel's)
+    charts: ChartSource = ChartSource()  # gpu-cluster:chartsDir: where the chart comes from
 
 
 def _gib(size: str) -> int:
@@ -218,9 +220,8 @@ class Monitoring(pulumi.ComponentResource):
         self.release = k8s.helm.v3.Release(
             f"{name}-kube-prometheus-stack",
             name=RELEASE_NAME,
-            chart=versions.KUBE_PROMETHEUS_STACK_CHART,
-            version=versions.KUBE_PROMETHEUS_STACK_CHART_VERSION,
-            repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=versions.KUBE_PROMETHEUS_STACK_CHART_REPO),
+            **args.charts.args(versions.KUBE_PROMETHEUS_STACK_CHART, versions.KUBE_PROMETHEUS_STACK_CHART_VERSION,
+                               versions.KUBE_PROMETHEUS_STACK_CHART_REPO),
             namespace=NAMESPACE,
             values=prometheus_stack_values(cfg, args.gpu_health_webhook, args.etcd_backup_interval_seconds is not None),
             timeout=900,  # the first install pulls several images and waits for the operator's webhooks

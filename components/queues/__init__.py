@@ -28,6 +28,7 @@ import pulumi_kubernetes as k8s
 from pulumi_kubernetes import _utilities as k8s_utilities
 
 from components import versions
+from components.chart_source import ChartSource
 from components.manifest_resource import manifest_resource
 from components.namespaces import pod_security_namespace
 from components.queues import kueue, objects, provisioning, team_admission, team_directories, team_storage
@@ -47,6 +48,7 @@ class QueuesArgs:
     training_namespace: pulumi.Resource | None  # None: no program job runs, no program queue
     team_volumes: TeamVolumes | None = None  # the shared storage, as a team gets it (None: none)
     shared_claim: tuple[pulumi.Resource, ...] = ()  # the training claim (the export's root) and what it needs
+    charts: ChartSource = ChartSource()  # gpu-cluster:chartsDir: where the chart comes from
 
 
 def _custom(name: str, body: dict[str, Any], opts: pulumi.ResourceOptions) -> pulumi.CustomResource:
@@ -74,8 +76,7 @@ class Queues(pulumi.ComponentResource):
         self.release = k8s.helm.v3.Release(
             f"{name}-kueue",
             name=kueue.RELEASE_NAME,
-            chart=versions.KUEUE_CHART,
-            version=versions.KUEUE_CHART_VERSION,
+            **args.charts.args(versions.KUEUE_CHART, versions.KUEUE_CHART_VERSION),
             namespace=kueue.NAMESPACE,
             values=kueue.kueue_values(q.wait_for_pods_ready_timeout_minutes, managed, args.metrics),
             opts=pulumi.ResourceOptions(parent=self, depends_on=[ns]),

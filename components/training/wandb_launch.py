@@ -86,6 +86,7 @@ import pulumi_kubernetes as k8s
 import yaml
 
 from components import versions
+from components.chart_source import ChartSource
 from components.namespaces import pod_security_namespace
 from components.scheduling_contract import GPU_RESOURCE, JOB_LABEL, addon_affinity, addon_tolerations
 from components.storage_contract import MOUNTS, TRAINING_NAMESPACE, SharedClaim
@@ -124,6 +125,7 @@ class WandbLaunchArgs:
     # queues.enabled: the LocalQueue every run is submitted to (the program's, in the training namespace).
     queue: str | None = None
     teams: tuple[TeamQueue, ...] = ()  # queues.teams: a W&B queue per team
+    charts: ChartSource = ChartSource()  # gpu-cluster:chartsDir: where the chart comes from
 
 
 @dataclass(frozen=True)
@@ -301,9 +303,8 @@ class WandbLaunch(pulumi.ComponentResource):
         self.release = k8s.helm.v3.Release(
             f"{name}-agent",
             name=RELEASE_NAME,
-            chart=versions.WANDB_LAUNCH_AGENT_CHART,
-            version=versions.WANDB_LAUNCH_AGENT_CHART_VERSION,
-            repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=versions.WANDB_LAUNCH_AGENT_CHART_REPO),
+            **args.charts.args(versions.WANDB_LAUNCH_AGENT_CHART, versions.WANDB_LAUNCH_AGENT_CHART_VERSION,
+                               versions.WANDB_LAUNCH_AGENT_CHART_REPO),
             namespace=AGENT_NAMESPACE,
             values=agent_values(w, args.teams),
             # A RoleBinding lives in the training namespace (and each team's); the key and the

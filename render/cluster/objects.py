@@ -18,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from components.chart_source import chart_folder, chart_name, is_local_chart, pinned_chart_name
 from render import program
 from render.cluster import memo
 
@@ -123,14 +124,12 @@ def _parsed(text: str) -> list[dict[str, Any]]:
 
 
 def chart_dir(upstream: Path, chart: str, version: str) -> Path:
-    """The vendored copy of `chart` at `version`: upstream/charts/<chart>-<version> (an OCI chart
-    reference `oci://registry/path/<chart>` by its last path segment)."""
-    if chart.startswith("oci://"):
-        chart = chart.rstrip("/").rsplit("/", 1)[-1]
-    path = upstream / "charts" / f"{chart}-{version}"
+    """The chart a release installs: its folder when it names one (gpu-cluster:chartsDir, which the
+    config checked), else the vendored copy upstream/charts/<chart>-<version> (components/chart_source.py)."""
+    path = Path(chart) if is_local_chart(chart) else upstream / "charts" / chart_folder(chart, version)
     if not (path / "Chart.yaml").is_file():
         raise CheckSetupError(
-            f"chart {chart} {version}: no pinned copy at {path} (see ../shared/upstream/SOURCES.md)"
+            f"chart {chart_name(chart)} {version}: no pinned copy at {path} (see ../shared/upstream/SOURCES.md)"
         )
     return path
 
@@ -242,7 +241,7 @@ def _chart_transforms() -> dict[str, Any]:
     """helm/v4 chart -> the program's `transforms` function for its children (as above)."""
     from components import versions
 
-    return {versions.WHEREABOUTS_CHART: _addon}
+    return {chart_name(versions.WHEREABOUTS_CHART): _addon}
 
 
 KUSTOMIZE_SOURCES = {
@@ -363,7 +362,8 @@ def collect(plan: program.Plan, upstream: Path, kube_version: str,
         if r.type == CHART_V4_TYPE:
             objs = _release_objects(r, upstream, kube_version)
             if r.transforms:
-                transform = _chart_transforms().get(str(r.inputs.get("chart", "")))
+                transform = _chart_transforms().get(
+                    pinned_chart_name(str(r.inputs.get("chart", "")), str(r.inputs.get("version", ""))))
                 if transform is None:
                     raise CheckSetupError(f"{r.name}: its children are changed by a transform the check does not know")
                 for o in objs:
