@@ -12,19 +12,24 @@ import inspect
 import json
 import os
 import re
+import select
 import socket
 import string
 import subprocess
 import sys
 import threading
 import warnings
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
+import grpc  # type: ignore[import-untyped]
 import pulumi_command.remote as sdk_remote
 import pulumi_random as sdk_random
 import pytest
+from google.protobuf import empty_pb2  # type: ignore[import-untyped]
 from pulumi import _types as sdk_types
+from pulumi.runtime.proto import provider_pb2, provider_pb2_grpc
 
 from components.toolchain_versions import PULUMI, PULUMI_LANGUAGE_PYTHON
 from e2e.providers import command_provider, plugin, random_provider
@@ -266,6 +271,7 @@ def test_random_stand_in_has_the_sdk_property_names(kind, args_class, resource_c
 
 def test_command_stand_in_has_the_sdk_property_names():
     kind = command_provider.RemoteCommand()
+    assert command_provider.SDK_VERSION == version("pulumi_command")
     assert set(kind.INPUTS) == sdk_inputs(sdk_remote.CommandArgs)
     assert set(command_provider.CONNECTION_KEYS) == sdk_inputs(sdk_remote.ConnectionArgs)
     assert set(command_provider.LOGGING) == {str(v.value) for v in sdk_remote.Logging}
@@ -279,3 +285,51 @@ def test_command_stand_in_has_the_sdk_property_names():
     assert {k for k, v in state.items() if plugin.is_secret(v)} == sdk_secret_outputs(sdk_remote.Command)
     with pytest.raises(plugin.Refused, match="previews only and runs nothing"):
         kind.create(checked.inputs, preview=False)
+
+
+def test_stand_in_diffs_follow_upstream_plan_modifiers():
+    password, command = random_provider.RandomPassword(), command_provider.RemoteCommand()
+    olds = password.check({"length": 16, "keepers": {"a": "1"}}).inputs
+
+    def diff(kind: plugin.ResourceKind, old: dict[str, Any], new: dict[str, Any]) -> tuple[list[str], list[str]]:
+        response = plugin.diff_response(kind, old, new, ignored=())
+        return list(response.diffs), list(response.replaces)
+
+    assert diff(password, olds, olds) == ([], [])
+    # RequiresReplaceUnlessEmptyStringToNull; RequiresReplaceIfValuesNotNull
+    assert diff(password, {**olds, "overrideSpecial": ""}, olds) == ([], [])
+    assert diff(password, olds, {**olds, "keepers": {"a": "1", "b": None}}) == ([], [])
+    assert diff(password, olds, {**olds, "keepers": {"a": "2"}}) == (["keepers"], ["keepers"])
+    assert diff(password, olds, {**olds, "length": plugin.UNKNOWN}) == (["length"], ["length"])
+    assert diff(password, olds, {**olds, "length": plugin.secret(16)}) == ([], [])  # secretness alone is no change
+    assert "numeric" in {f.property for f in password.check({"length": 8, "number": True, "numeric": False}).failures}
+    assert password.check({"length": 8, "number": False}).inputs["numeric"] is False
+
+    base = command.check({"connection": {"host": "h"}, "create": "a", "triggers": ["x"]}).inputs
+    assert diff(command, base, {**base, "create": "b"}) == (["create"], [])
+    assert diff(command, base, {**base, "triggers": ["y"]}) == (["triggers"], ["triggers"])
+    assert {f.property for f in command.check({"connection": {"port": 22}}).failures} == {"connection.host"}
+
+
+def test_stand_in_plugin_speaks_the_protocol_on_loopback():
+    """Started as the engine starts it: the port on stdout, GetPluginInfo, an unknown type refused."""
+    launcher = STAND_INS / "pulumi-resource-random"
+    env = {**os.environ, "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}
+    proc = subprocess.Popen([str(launcher), "127.0.0.1:1"], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert proc.stdout is not None
+        ready, _, _ = select.select([proc.stdout], [], [], 60)
+        assert ready, "the plugin printed no port within 60 s"
+        port = int(proc.stdout.readline().strip())
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stub = provider_pb2_grpc.ResourceProviderStub(channel)
+            info = stub.GetPluginInfo(empty_pb2.Empty(), timeout=30)
+            assert info.version == random_provider.SDK_VERSION == version("pulumi_random")
+            with pytest.raises(grpc.RpcError) as refused:
+                stub.Check(provider_pb2.CheckRequest(type="random:index/randomUuid:RandomUuid",
+                                                     news=plugin.to_struct({})), timeout=30)
+            assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert "implements only random:index/randomBytes:RandomBytes" in refused.value.details()
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
