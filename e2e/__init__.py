@@ -9,4 +9,6 @@ and by `make e2e` (python -m e2e, which writes out/e2e/report.json).
   lab_stack.py      what the lab stack gives the control plane: API server flags and files, nodes
   kwok.py           KWOK's controller with its upstream stages (nodes Ready, pods Running, Jobs done)
   control_plane.py  etcd, kube-apiserver, controller-manager, scheduler, KWOK: up, checked, down
+  providers/        stand-ins the engine runs from PATH for pulumi-random and (preview only)
+                    pulumi-command, whose provider modules the proxy does not serve
 """
