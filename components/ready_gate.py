@@ -114,12 +114,11 @@ class GpuReadyGate(pulumi.ComponentResource):
                                                       update=f"{args.timeout_minutes}m"),
             ),
         )
-        # After `up`, passed == gpuNodes: Pulumi only finishes the Job once it has completed.
-        self.result = pulumi.Output.all(self.job.metadata.name, self.job.status).apply(
-            lambda ns: {
-                "job": f"{GATE_NAMESPACE}/{ns[0]}",
-                "gpuNodes": args.gpu_nodes,
-                "passed": getattr(ns[1], "succeeded", None) or 0,
-            }
+        # After `up`, passed == gpuNodes: Pulumi only finishes the Job once it has completed. The
+        # count is read through the status Output itself: Output.all hands nested output types over
+        # as plain dicts, where an attribute read finds nothing (the real engine showed passed: 0).
+        succeeded = self.job.status.apply(lambda status: (status.succeeded if status else None) or 0)
+        self.result = pulumi.Output.all(self.job.metadata.name, succeeded).apply(
+            lambda ns: {"job": f"{GATE_NAMESPACE}/{ns[0]}", "gpuNodes": args.gpu_nodes, "passed": ns[1]}
         )
         self.register_outputs({"result": self.result})
