@@ -47,7 +47,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components import versions
-from components.chart_source import ChartSource
+from components.chart_source import MULTUS_DAEMONSET, ChartSource
 from components.cluster_addon import tolerate_control_plane
 from components.manifest_resource import manifest_resource, registers_like_typed
 from components.scheduling_contract import GPU_NODE_SELECTOR_TERMS, JOB_LABEL, METRICS_NODE_LABEL, gpu_tolerations
@@ -350,7 +350,7 @@ class RdmaNetworkArgs:
     image: str
     # Monitoring's namespace when it is installed (its CRDs then exist), else None.
     monitoring_namespace: str | None = None
-    charts: ChartSource = ChartSource()  # gpu-cluster:chartsDir: where the whereabouts chart comes from
+    charts: ChartSource = ChartSource()  # gpu-cluster:chartsDir: where the Multus manifest and whereabouts chart come from
 
 
 def _typed(name: str, body: dict[str, Any], opts: pulumi.ResourceOptions) -> pulumi.CustomResource:
@@ -378,7 +378,7 @@ class RdmaNetwork(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self)
         multus = k8s.yaml.v2.ConfigFile(
             f"{name}-multus",
-            file=versions.MULTUS_MANIFEST,
+            file=args.charts.manifest(MULTUS_DAEMONSET),
             opts=pulumi.ResourceOptions(parent=self, transforms=[pin_multus_transform]),
         )
         # A helm/v4 Chart, not a Release: the chart's reconciler Deployment takes no tolerations

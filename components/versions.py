@@ -131,7 +131,9 @@ CSI_DRIVER_NFS_CHART_REPO = "https://raw.githubusercontent.com/kubernetes-csi/cs
 # training.launcher pytorchjob: the Kubeflow training operator v1 (repository kubeflow/trainer, tag
 # v1.9.4), its standalone kustomize overlay at that tag; the overlay sets the image below.
 TRAINING_OPERATOR_VERSION = "v1.9.4"
-TRAINING_OPERATOR_KUSTOMIZE = "https://github.com/kubeflow/trainer//manifests/overlays/standalone?ref=v1.9.4"
+TRAINING_OPERATOR_REPO = "https://github.com/kubeflow/trainer"
+TRAINING_OPERATOR_OVERLAY = "manifests/overlays/standalone"  # the overlay's folder in the repository
+TRAINING_OPERATOR_KUSTOMIZE = f"{TRAINING_OPERATOR_REPO}//{TRAINING_OPERATOR_OVERLAY}?ref={TRAINING_OPERATOR_VERSION}"
 TRAINING_OPERATOR_IMAGE = "ghcr.io/kubeflow/training-v1/training-operator:v1-93c5489"
 
 # gke: Google's driver-installer DaemonSets (container-engine-accelerators, nvidia-driver-installer/
@@ -146,8 +148,9 @@ GKE_PAUSE_IMAGE = "gke.gcr.io/pause:3.8@sha256:880e63f94b145e46f1b1082bb71b85e21
 # Multus thick plugin: upstream's install manifest at the release tag, its `snapshot-thick` image
 # replaced by the release's own tag (the manifest at the tag still names the moving snapshot).
 MULTUS_VERSION = "v4.3.0"
+MULTUS_MANIFEST_FILE = "multus-daemonset-thick.yml"
 MULTUS_MANIFEST = (
-    "https://raw.githubusercontent.com/k8snetworkplumbingwg/multus-cni/v4.3.0/deployments/multus-daemonset-thick.yml"
+    f"https://raw.githubusercontent.com/k8snetworkplumbingwg/multus-cni/{MULTUS_VERSION}/deployments/{MULTUS_MANIFEST_FILE}"
 )
 MULTUS_IMAGE = "ghcr.io/k8snetworkplumbingwg/multus-cni:v4.3.0-thick"
 # whereabouts IPAM: the chart published at release (OCI), whose git copy still says image v0.8.0.

@@ -15,15 +15,15 @@ from typing import ClassVar
 from pydantic import Field, field_validator
 
 from components import versions
-from components.chart_source import ChartSource
-from config.charts_dir import PinnedChart, charts_dir_problems
+from components.chart_source import MULTUS_DAEMONSET, TRAINING_OPERATOR_OVERLAY, ChartSource
+from config.charts_dir import PinnedChart, PinnedDownload, charts_dir_problems
 from config.errors import Problems
 from config.fields import Model, check_quantity
 from config.gpu import GpuConfig, GpuStack, gpu_problems
 from config.health import GpuHealthConfig, gpu_health_problems
 from config.monitoring import MonitoringConfig, monitoring_problems
 from config.queues import QueuesConfig, queues_problems
-from config.training import AcceptanceConfig, NetworkConfig, TrainingConfig, training_problems
+from config.training import AcceptanceConfig, Launcher, NetworkConfig, TrainingConfig, training_problems
 from config.wandb import WandbConfig, wandb_problems
 from config.wandb_teams import wandb_team_problems
 
@@ -86,8 +86,12 @@ class Addons(Model):
                     "chart-version such as kueue-0.19.2 (helm pull --untar, renamed), for clusters without internet "
                     "access: every release then "
                     "installs from there and nothing is fetched from a chart repository or registry. An absolute "
-                    "path; each chart's Chart.yaml must say its pinned name and version. Empty: each chart "
-                    "from its repository.",
+                    "path; each chart's Chart.yaml must say its pinned name and version. The upstream manifests "
+                    "come from there too: with network.roce Multus' DaemonSet as "
+                    f"{MULTUS_DAEMONSET.folder}/{MULTUS_DAEMONSET.path}, with training.launcher pytorchjob the "
+                    f"training operator's repository at its tag as {TRAINING_OPERATOR_OVERLAY.folder}/ (the "
+                    f"overlay {TRAINING_OPERATOR_OVERLAY.path}). Empty: each chart from its repository, each "
+                    "manifest from its URL.",
     )
 
     # Keys of the other platforms: why this one has no use for them (added to their refusal).
@@ -172,7 +176,7 @@ class Addons(Model):
             *queues_problems(self.queues, self),
             *wandb_team_problems(self.wandb, self.queues),
             *self._platform_problems(secrets),
-            *charts_dir_problems(self.charts_dir, self.helm_charts()),
+            *charts_dir_problems(self.charts_dir, self.pinned_downloads()),
         ]
 
     @property
@@ -180,9 +184,9 @@ class Addons(Model):
         """Where the releases take their charts from (chartsDir, else the repositories)."""
         return ChartSource(Path(self.charts_dir) if self.charts_dir else None)
 
-    def helm_charts(self) -> tuple[PinnedChart, ...]:
-        """Every Helm chart this stack installs, as the wiring in stacks/ decides (what chartsDir must
-        hold; tests/stacks/test_charts_dir.py compares it with the charts a plan installs)."""
+    def pinned_downloads(self) -> tuple[PinnedDownload, ...]:
+        """Every Helm chart and upstream manifest this stack installs, as the wiring in stacks/ decides
+        (what chartsDir must hold; tests/stacks/test_charts_dir.py compares it with what a plan installs)."""
         v = versions
         gpu = ((PinnedChart(v.GPU_OPERATOR_CHART, v.GPU_OPERATOR_CHART_VERSION, v.GPU_OPERATOR_CHART_REPO),)
                if self.gpu.stack is GpuStack.OPERATOR else
@@ -195,11 +199,14 @@ class Addons(Model):
             # stacks/addons.py: the RDMA network needs the training image (its exporter and link test).
             (self.network.roce is not None and self.training.image is not None,
              PinnedChart(v.WHEREABOUTS_CHART, v.WHEREABOUTS_CHART_VERSION)),
+            (self.network.roce is not None and self.training.image is not None, MULTUS_DAEMONSET),
+            # stacks/addons.py jobs(): the operator comes with the jobs, whichever of them runs.
+            (self.runs_jobs and self.training.launcher is Launcher.PYTORCHJOB, TRAINING_OPERATOR_OVERLAY),
             (self.queues.enabled, PinnedChart(v.KUEUE_CHART, v.KUEUE_CHART_VERSION)),
             (self.wandb.enabled, PinnedChart(v.WANDB_LAUNCH_AGENT_CHART, v.WANDB_LAUNCH_AGENT_CHART_VERSION,
                                              v.WANDB_LAUNCH_AGENT_CHART_REPO)),
         )
-        return gpu + tuple(chart for needed, chart in optional if needed)
+        return gpu + tuple(download for needed, download in optional if needed)
 
     def roce_interface_warning(self) -> str | None:
         """Where the plan cannot tell whether network.roce.interface is a node's own interface: render's

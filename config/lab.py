@@ -28,7 +28,7 @@ from config.address_plan import (
     pod_range_problems,
     service_range_problems,
 )
-from config.charts_dir import PinnedChart
+from config.charts_dir import PinnedChart, PinnedDownload
 from config.control_planes import (
     KubeVip,
     count_problems,
@@ -314,8 +314,8 @@ class LabStack(Addons):
             return problems + (members if not fixed else [])
         return problems + members + fixed
 
-    def helm_charts(self) -> tuple[PinnedChart, ...]:
-        """The shared add-ons' charts, the CNI's (calico: the operator and its CRDs) and, with shared
+    def pinned_downloads(self) -> tuple[PinnedDownload, ...]:
+        """The shared add-ons' charts and manifests, the CNI's (calico: the operator and its CRDs) and, with shared
         storage, the NFS CSI driver's (stacks/lab.py)."""
         v = versions
         cni = ((PinnedChart(v.CALICO_CRDS_CHART, v.CALICO_CRDS_CHART_VERSION, v.CALICO_CRDS_CHART_REPO),
@@ -323,7 +323,7 @@ class LabStack(Addons):
                if self.cni is Cni.CALICO else (PinnedChart(v.FLANNEL_CHART, v.FLANNEL_CHART_VERSION, v.FLANNEL_CHART_REPO),))
         nfs = ((PinnedChart(v.CSI_DRIVER_NFS_CHART, v.CSI_DRIVER_NFS_CHART_VERSION, v.CSI_DRIVER_NFS_CHART_REPO),)
                if self.storage.configured else ())
-        return cni + super().helm_charts() + nfs
+        return cni + super().pinned_downloads() + nfs
 
     def _capacity_problems(self) -> Problems:
         t = self.training

@@ -225,7 +225,14 @@ SECTION_NOTES: dict[str, str] = {
         "chart the stack installs that is missing (the message gives the `helm pull` that fetches it), and a "
         "`Chart.yaml` whose `name` or `version` is not the pin (the message names the file and both versions). "
         "A chart copied from its git repository rather than pulled may carry a placeholder version (gpu-operator's "
-        "`v1.0.0-devel`, Calico's `v0.0`): pull the published chart."
+        "`v1.0.0-devel`, Calico's `v0.0`): pull the published chart. The two upstream manifests the program "
+        "applies from a URL come from the folder too, as `<name>-<version>/<path>`: with `network.roce`, Multus' "
+        "DaemonSet `multus-<version>/multus-daemonset-thick.yml` (a yaml ConfigFile), with `training.launcher` "
+        "`pytorchjob`, the training operator's repository at its tag as `training-operator-<version>/`, whose "
+        "overlay `manifests/overlays/standalone` the kustomize Directory expands (versions from "
+        "components/versions.py). Refused when the stack needs one and it is missing (the message gives the "
+        "`curl` or `git clone` that fetches it), when the Multus file is not a Kubernetes manifest and when "
+        "the overlay's folder has no kustomization file."
     ),
 }
 

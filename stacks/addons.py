@@ -336,7 +336,7 @@ def jobs(cfg: Addons, cluster: Cluster, gate: GpuReadyGate | None, rdma: RdmaNet
     policies = NamespacePolicies("training-policies", opts=pulumi.ResourceOptions(provider=provider, depends_on=[ns]))
     before_jobs: list[pulumi.Resource] = [ns, policies, *after, *([gate] if gate is not None else [])]
     if t.launcher is Launcher.PYTORCHJOB:
-        before_jobs.append(TrainingOperator("training-operator",
+        before_jobs.append(TrainingOperator("training-operator", charts=cfg.chart_source,
                                             opts=pulumi.ResourceOptions(provider=provider, depends_on=after)))
     if rdma is not None:
         before_jobs += rdma.ready

@@ -1,5 +1,5 @@
 """A charts folder as gpu-cluster:chartsDir wants it, made from ../shared/upstream/charts without
-copying a chart: each entry a symlink to the vendored file, except the Chart.yaml of the charts
+copying a chart or manifest: each entry a symlink to the vendored file, except the Chart.yaml of the charts
 whose git copy carries a placeholder version that upstream's release build replaces (SOURCES.md,
 "Chart sources"): theirs is written with the version the published chart says, as `helm package
 --version` does at release. For tests, and for an end-to-end run that installs from local charts."""
@@ -20,8 +20,12 @@ PUBLISHED_VERSIONS = {
 
 
 def published_charts(upstream_charts: Path, dest: Path) -> Path:
-    """`dest` holding every chart of `upstream_charts` as published (see the module docstring)."""
+    """`dest` holding every chart of `upstream_charts` as published (see the module docstring), and
+    every upstream manifest there (multus-<version>/, training-operator-<version>/: folders without
+    a Chart.yaml, which chartsDir holds as they are) as a symlink to its folder."""
     dest.mkdir(parents=True, exist_ok=True)
+    for manifests in sorted(p for p in upstream_charts.iterdir() if p.is_dir() and not (p / "Chart.yaml").is_file()):
+        (dest / manifests.name).symlink_to(manifests)
     for chart in sorted(p for p in upstream_charts.iterdir() if (p / "Chart.yaml").is_file()):
         folder = dest / chart.name
         folder.mkdir()

@@ -47,6 +47,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components import versions
+from components.chart_source import TRAINING_OPERATOR_OVERLAY, ChartSource
 from components.cluster_addon import tolerate_control_plane
 from components.rdma_network import NETWORKS_ANNOTATION, PodRdma, exporter_sidecar
 from components.scheduling_contract import (
@@ -316,11 +317,12 @@ class TrainingOperator(pulumi.ComponentResource):
     cluster add-on (`as_cluster_addon`).
     """
 
-    def __init__(self, name: str, opts: pulumi.ResourceOptions | None = None):
+    def __init__(self, name: str, charts: ChartSource | None = None, opts: pulumi.ResourceOptions | None = None):
+        """`charts`: gpu-cluster:chartsDir, where the overlay comes from (None: its URL)."""
         super().__init__("gpucluster:training:Operator", name, None, opts)
         self.directory = k8s.kustomize.v2.Directory(
             f"{name}-manifests",
-            directory=versions.TRAINING_OPERATOR_KUSTOMIZE,
+            directory=(charts or ChartSource()).manifest(TRAINING_OPERATOR_OVERLAY),
             opts=pulumi.ResourceOptions(parent=self, transforms=[tolerate_control_plane]),
         )
         self.register_outputs({"version": versions.TRAINING_OPERATOR_VERSION, "image": versions.TRAINING_OPERATOR_IMAGE})

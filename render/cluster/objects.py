@@ -18,7 +18,14 @@ from typing import Any
 
 import yaml
 
-from components.chart_source import chart_folder, chart_name, is_local_chart, pinned_chart_name
+from components.chart_source import (
+    TRAINING_OPERATOR_OVERLAY,
+    chart_folder,
+    chart_name,
+    is_local_chart,
+    pinned_chart_name,
+    pinned_manifest,
+)
 from render import program
 from render.cluster import memo
 
@@ -229,12 +236,11 @@ def _addon(d: dict[str, Any]) -> dict[str, Any]:
     return as_cluster_addon(d) if d.get("kind") == "Deployment" else d
 
 
-def _kustomize_transforms() -> dict[str, Any]:
-    """directory -> the program's own `transforms` function for its children, applied here as
-    Pulumi applies it (a transform's effect is not in the plan: only that one is registered)."""
-    from components import versions
-
-    return {versions.TRAINING_OPERATOR_KUSTOMIZE: _addon}
+def _kustomize_transforms() -> dict[Any, Any]:
+    """pinned overlay (its URL or its copy under chartsDir) -> the program's own `transforms`
+    function for its children, applied here as Pulumi applies it (a transform's effect is not in the
+    plan: only that one is registered)."""
+    return {TRAINING_OPERATOR_OVERLAY: _addon}
 
 
 def _chart_transforms() -> dict[str, Any]:
@@ -245,12 +251,14 @@ def _chart_transforms() -> dict[str, Any]:
 
 
 KUSTOMIZE_SOURCES = {
-    # remote kustomize URL prefix -> vendored directory under upstream/charts
-    "https://github.com/kubeflow/trainer//manifests/": "training-operator-v1.9.4/manifests/",
+    # remote kustomize URL prefix (a repository at the pinned tag) -> vendored directory under upstream/charts
+    f"{TRAINING_OPERATOR_OVERLAY.repo}//": f"{TRAINING_OPERATOR_OVERLAY.folder}/",
 }
 
 
 def _kustomize_path(directory: str, upstream: Path, project_dir: Path) -> Path:
+    """The folder kustomize expands: a local one as named (chartsDir's copy included), a pinned
+    overlay's URL as its vendored copy."""
     base = directory.split("?", 1)[0]
     for prefix, vendored in KUSTOMIZE_SOURCES.items():
         if base.startswith(prefix):
@@ -332,19 +340,22 @@ def _containers(doc: dict[str, Any]) -> list[dict[str, Any]]:
 # Upstream install manifests the program applies from a pinned URL (yaml/v2 ConfigFile): the check
 # reads the vendored copy of the same file and applies the program's own transform.
 
-def _configfile_sources() -> dict[str, tuple[str, Any]]:
-    """URL -> (vendored path under upstream/charts, the program's transform of each document)."""
-    from components import rdma_network, versions
+def _configfile_transforms() -> dict[Any, Any]:
+    """pinned manifest -> the program's transform of each document."""
+    from components import rdma_network
+    from components.chart_source import MULTUS_DAEMONSET
 
-    return {versions.MULTUS_MANIFEST: ("multus-v4.3.0/multus-daemonset-thick.yml", rdma_network.pin_multus)}
+    return {MULTUS_DAEMONSET: rdma_network.pin_multus}
 
 
 def configfile_documents(file: str, upstream: Path, transforms: bool) -> list[dict[str, Any]]:
-    source = _configfile_sources().get(file)
-    if source is None:
+    """The documents of a ConfigFile's `file`: its URL's vendored copy (upstream/charts is laid out
+    as chartsDir is), or the copy under chartsDir that it names."""
+    pinned = pinned_manifest(file)
+    if pinned is None:
         raise CheckSetupError(f"yaml ConfigFile {file}: no vendored copy known to the check (render/cluster/objects.py)")
-    vendored, transform = source
-    path = upstream / "charts" / vendored
+    transform = _configfile_transforms()[pinned]
+    path = Path(file) if is_local_chart(file) else pinned.local(upstream / "charts")
     if not path.is_file():
         raise CheckSetupError(f"yaml ConfigFile {file}: no pinned copy at {path} (see ../shared/upstream/SOURCES.md)")
     docs = parse_documents(path.read_text())
@@ -379,7 +390,7 @@ def collect(plan: program.Plan, upstream: Path, kube_version: str,
             directory = str(r.inputs.get("directory", ""))
             docs = kustomize(_kustomize_path(directory, upstream, project_dir), upstream, project_dir)
             if r.transforms:
-                transform = _kustomize_transforms().get(directory)
+                transform = _kustomize_transforms().get(pinned_manifest(directory))
                 if transform is None:
                     raise CheckSetupError(f"{r.name}: its children are changed by a transform the check does not know")
                 docs = [transform(d) for d in docs]

@@ -1,6 +1,7 @@
 """gpu-cluster:chartsDir refused before anything is registered: a relative path, a folder that is not
-there, a chart the stack installs that the folder lacks, a Chart.yaml that is not the pinned chart.
-Real folders in tmp_path; the charts a stack needs come from its config (Addons.helm_charts)."""
+there, a chart the stack installs that the folder lacks, a Chart.yaml that is not the pinned chart,
+an upstream manifest (Multus' DaemonSet, the training operator's overlay) missing or not one.
+Real folders in tmp_path; what a stack needs comes from its config (Addons.pinned_downloads)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,10 @@ import pytest
 
 import config
 from components import versions
+from components.chart_source import MULTUS_DAEMONSET, TRAINING_OPERATOR_OVERLAY, PinnedManifest
 from config import ConfigError
 from render import program
-from tests.conftest import stack_config_with
+from tests.conftest import SEED_002_ROCE, stack_config_with
 from tests.render_cli import render_cli
 
 # What a default dev stack installs: the device plugin path (GFD from the device plugin's chart, the
@@ -46,7 +48,7 @@ def test_every_needed_chart_at_its_pin_is_accepted(tmp_path: Path) -> None:
         _chart(tmp_path, name, version)
     cfg = _dev(str(tmp_path))
     assert cfg.chart_source.charts_dir == tmp_path
-    assert {c.chart for c in cfg.helm_charts()} == set(DEV_CHARTS)
+    assert {getattr(c, 'chart', None) for c in cfg.pinned_downloads()} == set(DEV_CHARTS)
 
 
 def test_unset_fetches_from_the_repositories() -> None:
@@ -117,3 +119,69 @@ def test_render_exits_2_naming_the_key_the_file_and_both_versions(tmp_path: Path
     assert (f"gpu-cluster:chartsDir: {chart_yaml} says version '4.8.1', but dcgm-exporter is pinned at '4.8.2'"
             in done.stdout + done.stderr)
     assert "Traceback" not in done.stderr
+
+
+# network.roce on dev (seed 002's two GPU nodes, as tests/stacks/test_charts_dir.py has them), and the
+# pytorchjob launcher (the committed dev stack runs its training job with it).
+RDMA = {"network": {"linkGbps": 25, "rdma": True, "roce": SEED_002_ROCE}, "gpuNodes": ["gpu0", "gpu1"],
+        "training": {"image": "registry.example.com/trainer:1.0.0", "nodes": 2}}
+PYTORCHJOB = {"training": {"enabled": True, "launcher": "pytorchjob", "image": "registry.example.com/trainer:1.0.0"},
+              "storage": {"hostPath": "/data/shared"}, "gpuNodes": ["minikube"]}
+
+
+def _with_every_chart(root: Path, **extra: object) -> None:
+    """`root` holding every chart (not manifest) the dev stack with `extra` installs."""
+    unset = config.parse({"platform": "dev", "kubeContext": "minikube", **extra})
+    for chart in unset.pinned_downloads():
+        if not isinstance(chart, PinnedManifest):
+            _chart(root, chart.chart.rsplit("/", 1)[-1], chart.version)
+
+
+def test_the_rdma_network_needs_multus_manifest_with_the_download_that_fetches_it(
+        tmp_path: Path, upstream_dir: Path) -> None:
+    _with_every_chart(tmp_path, **RDMA)
+    message = _problems(str(tmp_path), **RDMA)
+    manifest = tmp_path / "multus-v4.3.0" / "multus-daemonset-thick.yml"
+    assert f"gpu-cluster:chartsDir: multus v4.3.0's manifest is not in {tmp_path}: no file {manifest}" in message
+    assert f"mkdir -p multus-v4.3.0 && curl -fsSL -o multus-v4.3.0/multus-daemonset-thick.yml {versions.MULTUS_MANIFEST}" in message
+    assert "training-operator" not in message  # indexed-job: no operator
+    manifest.parent.mkdir()
+    manifest.symlink_to(upstream_dir / "charts" / "multus-v4.3.0" / "multus-daemonset-thick.yml")
+    cfg = _dev(str(tmp_path), **RDMA)
+    assert MULTUS_DAEMONSET in cfg.pinned_downloads() and TRAINING_OPERATOR_OVERLAY not in cfg.pinned_downloads()
+    assert cfg.chart_source.manifest(MULTUS_DAEMONSET) == str(manifest)
+
+
+def test_a_download_that_is_no_manifest_is_refused(tmp_path: Path) -> None:
+    """What `curl` without -f saves from a wrong URL: GitHub's 404 page, one YAML string."""
+    _with_every_chart(tmp_path, **RDMA)
+    manifest = tmp_path / "multus-v4.3.0" / "multus-daemonset-thick.yml"
+    manifest.parent.mkdir()
+    manifest.write_text("404: Not Found")
+    assert f"gpu-cluster:chartsDir: {manifest} is not a Kubernetes manifest" in _problems(str(tmp_path), **RDMA)
+
+
+def test_the_pytorchjob_launcher_needs_the_training_operator_overlay(tmp_path: Path, upstream_dir: Path) -> None:
+    _with_every_chart(tmp_path, **PYTORCHJOB)
+    overlay = tmp_path / "training-operator-v1.9.4" / "manifests" / "overlays" / "standalone"
+    message = _problems(str(tmp_path), **PYTORCHJOB)
+    assert (f"gpu-cluster:chartsDir: training-operator v1.9.4's kustomize overlay is not in {tmp_path}: "
+            f"no folder {overlay}") in message
+    assert f"git clone --depth 1 --branch v1.9.4 {versions.TRAINING_OPERATOR_REPO} training-operator-v1.9.4" in message
+    assert "multus" not in message
+    overlay.mkdir(parents=True)  # a folder, but not the overlay
+    assert f"gpu-cluster:chartsDir: {overlay} is not a kustomize overlay" in _problems(str(tmp_path), **PYTORCHJOB)
+    overlay.rmdir()
+    overlay.parent.rmdir()
+    overlay.parent.parent.rmdir()
+    overlay.parent.parent.parent.rmdir()
+    (tmp_path / "training-operator-v1.9.4").symlink_to(upstream_dir / "charts" / "training-operator-v1.9.4")
+    cfg = _dev(str(tmp_path), **PYTORCHJOB)
+    assert cfg.chart_source.manifest(TRAINING_OPERATOR_OVERLAY) == str(overlay)
+
+
+def test_the_program_registers_nothing_without_the_overlay(tmp_path: Path) -> None:
+    """The committed dev stack with the pytorchjob launcher and a charts folder without the overlay."""
+    _with_every_chart(tmp_path, **PYTORCHJOB)
+    with pytest.raises(ConfigError, match="gpu-cluster:chartsDir: training-operator v1.9.4's kustomize overlay"):
+        program.run("dev", config=stack_config_with("dev", chartsDir=str(tmp_path), training={"launcher": "pytorchjob"}))
