@@ -147,9 +147,13 @@ def _pair_pod(template: dict[str, Any], c: PairCheck, valid_hours: int) -> dict[
     the service to find and read."""
     pod = template["spec"]
     required = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
-    only_pair = {"key": "metadata.name", "operator": "In", "values": list(c.pair)}
-    required["nodeSelectorTerms"] = [{**term, "matchFields": [*term.get("matchFields", []), only_pair]}
-                                     for term in required["nodeSelectorTerms"]]
+    # One term per node of the pair (terms are ORed): the API server takes a field selector
+    # (matchFields) with exactly one value for In (ValidateNodeFieldSelectorRequirement); both
+    # names in one In was refused at create.
+    required["nodeSelectorTerms"] = [
+        {**term, "matchFields": [*term.get("matchFields", []),
+                                 {"key": "metadata.name", "operator": "In", "values": [node]}]}
+        for term in required["nodeSelectorTerms"] for node in c.pair]
     # The service's taint for this check's own reason only (it taints, and does not cordon, a node
     # it takes out for NCCL), so a failing node is checked again; never a node cordoned by an
     # administrator or taken out for another reason (the service would evict the check there).

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from config import DevStack, GkeStack, LabStack, StackConfig
 from render import program
-from render.cluster import kueue_admitted_pods, kueue_check
+from render.cluster import kueue_admitted_pods, kueue_check, pod_fields
 from render.cluster import nodes as node_model
 from render.cluster.admission import Admission, plan_dependencies
 from render.cluster.objects import CheckSetupError, collect
@@ -122,7 +122,7 @@ def check(plan: program.Plan, cfg: StackConfig, upstream: Path) -> Report:
         if w.obj.hook:  # delete and upgrade hooks too: a hook that cannot run blocks destroy or update
             origin += f", hook {w.obj.hook}"
         subject = f"{w.ref} ({origin})"
-        problems = admission.pod_security(w)
+        problems = admission.pod_security(w) + pod_fields.node_field_selector_problems(w.spec)
         if not w.via.startswith("ClusterPolicy"):  # the operator creates its own ServiceAccounts
             problems += admission.references(w)
         if w.daemon:
