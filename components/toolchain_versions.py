@@ -87,7 +87,6 @@ PULUMI_LANGUAGE_PYTHON = ToolchainComponent(
     source="stand-in: the newest served sdk/v3 that still holds the host; its own module is not served",
 )
 
-COMPONENTS = (KUBERNETES, ETCD, KWOK, PULUMI, PULUMI_LANGUAGE_PYTHON)
 
 # The Kubernetes provider of the Python SDK in requirements.txt (pulumi-kubernetes==4.34.2). Its
 # module has no provider/ tags, so only pseudo-versions name it, and the proxy serves two: tag
@@ -105,11 +104,7 @@ PULUMI_KUBERNETES = ToolchainComponent(
     source=f"the Python SDK's {PULUMI_KUBERNETES_SDK}, not served; tag v4.25.0's commit, the nearest served",
 )
 
-# Resolved but not built: not in COMPONENTS, so build.sh neither lists nor builds them. Building
-# pulumi-kubernetes needs a step of its own first: its main package embeds schema-embed.json and
-# terraform-mapping-embed.json, which upstream's generate.go makes from the module's schema.json
-# (setting .version) and terraform-mapping.json; neither is in the module.
-NOT_YET_BUILT = (PULUMI_KUBERNETES,)
+COMPONENTS = (KUBERNETES, ETCD, KWOK, PULUMI, PULUMI_LANGUAGE_PYTHON, PULUMI_KUBERNETES)
 
 
 def cache_root() -> Path:

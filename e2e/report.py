@@ -18,6 +18,30 @@ import pytest
 from components.toolchain_versions import COMPONENTS, binary_path
 
 CONTROL_PLANE = pytest.StashKey[dict[str, Any]]()
+# The dev stack's `pulumi up` with the real engine (tests/e2e/test_dev_stack_up.py), per variant:
+# up, the second preview, the update, destroy, each key written by the step that measured it.
+UP = pytest.StashKey[dict[str, dict[str, Any]]]()
+
+
+def pulumi_facts(by_variant: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The report's keys for the real engine's runs: totals over the variants (what must be 0 is
+    summed), and each variant's own figures. A step that did not run leaves its key out."""
+    if not by_variant:
+        return {}
+    out: dict[str, Any] = {"variants": by_variant}
+    ups = [v["up"] for v in by_variant.values() if "up" in v]
+    if ups:
+        out["up"] = {"created": sum(u["created"] for u in ups), "seconds": round(sum(u["seconds"] for u in ups), 1)}
+    previews = [v["second_preview_changes"] for v in by_variant.values() if "second_preview_changes" in v]
+    if previews:
+        out["second_preview_changes"] = sum(previews)
+    updates = {name: v["update_changed"] for name, v in by_variant.items() if "update_changed" in v}
+    if updates:
+        out["update_changed"] = updates
+    destroys = [v["destroy"] for v in by_variant.values() if "destroy" in v]
+    if destroys:
+        out["destroy_left"] = sum(len(d["left"]) for d in destroys)
+    return out
 
 
 def toolchain() -> dict[str, Any]:
@@ -42,8 +66,8 @@ class Recorder:
             if self.checks.get(name, "passed") == "passed":
                 self.checks[name] = outcome
 
-    def control_plane(self) -> dict[str, Any]:
-        return self.config.stash.get(CONTROL_PLANE, {}) if self.config is not None else {}
+    def stashed(self, key: pytest.StashKey[dict[str, Any]]) -> dict[str, Any]:
+        return self.config.stash.get(key, {}) if self.config is not None else {}
 
 
 def run(tests: str, out: Path, pytest_args: list[str]) -> int:
@@ -52,7 +76,8 @@ def run(tests: str, out: Path, pytest_args: list[str]) -> int:
     status = int(pytest.main(["-q", "-p", "no:cacheprovider", *pytest_args, tests], plugins=[recorder]))
     report = {
         "toolchain": toolchain(),
-        "control_plane": recorder.control_plane(),
+        "control_plane": recorder.stashed(CONTROL_PLANE),
+        **pulumi_facts(recorder.stashed(UP)),
         "checks": recorder.checks,
         # a skipped check proved nothing: the report passes only when every check ran and passed
         "passed": status == 0 and all(v == "passed" for v in recorder.checks.values()),

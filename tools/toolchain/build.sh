@@ -54,6 +54,10 @@ ldflags() {
       # goreleaser (.goreleaser.yml) and the Makefile's PULUMI_VERSION ldflag.
       flags+=" -X 'github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=$version'"
       ;;
+    pulumi-kubernetes)
+      # provider/Makefile's VERSION_FLAGS: the version the plugin reports (GetPluginInfo).
+      flags+=" -X 'github.com/pulumi/pulumi-kubernetes/provider/v4/pkg/version.Version=${version#v}'"
+      ;;
   esac
   printf '%s' "$flags"
 }
@@ -76,6 +80,29 @@ finish_binaries() {
       sdk="$(go list -m -f '{{.Dir}}' github.com/pulumi/pulumi/sdk/v3)"
       install -m 0755 "$sdk/python/cmd/pulumi-language-python-exec" "$bin/"
       ;;
+  esac
+}
+
+# Where a component's main packages are built from, printed as "<folder> <packages>": its own
+# tools/toolchain/<name> module and its `tool` lines, except where upstream's main package needs files
+# that its module zip lacks. pulumi-kubernetes embeds schema-embed.json and
+# terraform-mapping-embed.json, which upstream's generate.go (`go generate`) makes from schema.json
+# (with .version set) and terraform-mapping.json: the package is copied out of the read-only module
+# cache into <work> beside a copy of our go.mod and go.sum, and generate.go runs there.
+prepare_source() {
+  local name="$1" version="$2" work="$3" pkg
+  case "$name" in
+    pulumi-kubernetes)
+      pkg="$(go list -m -f '{{.Dir}}' github.com/pulumi/pulumi-kubernetes/provider/v4)/cmd/pulumi-resource-kubernetes"
+      rm -rf "$work"
+      mkdir -p "$work/cmd"
+      cp "$here/$name/go.mod" "$here/$name/go.sum" "$work/"
+      cp -r "$pkg" "$work/cmd/"
+      chmod -R u+w "$work"
+      (cd "$work/cmd/pulumi-resource-kubernetes" && VERSION="${version#v}" go run generate.go) >&2
+      echo "$work ./cmd/pulumi-resource-kubernetes"
+      ;;
+    *) echo "$here/$name tool" ;;
   esac
 }
 
@@ -131,9 +158,12 @@ main() {
     # Wall time and the CPU time it took (user + system, all cores): the CPU time says what a
     # machine with other cores or load would take.
     local TIMEFORMAT="toolchain: $name: build %0R s (CPU %0U s user, %0S s system)"
-    time (cd "$here/$name" && go build -trimpath -tags "$tags" -ldflags "$flags" -o "$dir/bin.partial/" tool)
+    target="$(cd "$here/$name" && prepare_source "$name" "$version" "$dir/source")"
+    source="${target%% *}" packages="${target#* }"
+    time (cd "$source" && go build -trimpath -tags "$tags" -ldflags "$flags" -o "$dir/bin.partial/" "$packages")
     (cd "$here/$name" && finish_binaries "$name" "$dir/bin.partial")
     mv "$dir/bin.partial" "$dir/bin"
+    rm -rf "$dir/source"
     echo "$stamp" >"$dir/stamp"
     echo "toolchain: $name: $(du -sh "$dir/bin" | cut -f1) in $dir/bin"
   done

@@ -1,13 +1,12 @@
 // The pulumi-kubernetes provider (pulumi-resource-kubernetes) from the published
-// github.com/pulumi/pulumi-kubernetes/provider/v4 module: RESOLVED ONLY, NOT BUILT YET, and not in
-// build.sh's components (components/toolchain_versions.py NOT_YET_BUILT says why; docs/toolchain.md,
-// "Providers: what the proxy serves"). The proxy refuses every release commit tried from 4.26.0 to
-// 4.34.0 (4.34.2's is not known here); this is the newest it serves, tag v4.25.0's commit f47bc2d6
-// (the Python SDK is 4.34.2). Upstream's go.mod replaces
-// pulumi-kubernetes/sdk/v4 with ../sdk, which only applies in its own checkout: here it is the
-// v4.24.0 that go.mod requires. The main package does not compile from the module as it is: it
-// embeds schema-embed.json and terraform-mapping-embed.json, which upstream's generate.go makes from
-// the module's schema.json and terraform-mapping.json (both in the module zip).
+// github.com/pulumi/pulumi-kubernetes/provider/v4 module. The proxy refuses every release commit
+// tried from 4.26.0 to 4.34.0 (4.34.2's is not known here); this is the newest it serves, tag
+// v4.25.0's commit f47bc2d6 (the Python SDK is 4.34.2: docs/toolchain.md, "Providers: what the proxy
+// serves"). Upstream's go.mod replaces pulumi-kubernetes/sdk/v4 with ../sdk, which only applies in
+// its own checkout: here it is the v4.24.0 that go.mod requires. The main package does not compile
+// from the module as it is: it embeds schema-embed.json and terraform-mapping-embed.json, which
+// upstream's generate.go makes from the module's schema.json and terraform-mapping.json, so
+// build.sh (prepare_source) copies the package beside this go.mod, runs generate.go and builds it.
 module gpu-cluster.local/toolchain/pulumi-kubernetes
 
 go 1.26.6
