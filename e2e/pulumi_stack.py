@@ -22,7 +22,7 @@ import secrets
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +43,7 @@ class Result:
     seconds: float
     stdout: str
     stderr: str
+    json: dict[str, Any] = field(default_factory=dict)  # what --json printed, where it was asked for
 
     @property
     def ok(self) -> bool:
@@ -58,6 +59,12 @@ class PulumiFailed(RuntimeError):
         super().__init__(f"`{' '.join(result.argv[1:4])} ...` exited {result.returncode} after "
                          f"{result.seconds:.0f} s:\n{result.tail()}")
         self.result = result
+
+
+def qualified(key: str) -> str:
+    """A config key as the stack file names it: the program's own under its project, another
+    package's (gcp:project) as given."""
+    return key if ":" in key else f"{PROJECT}:{key}"
 
 
 def search_path() -> str:
@@ -80,7 +87,7 @@ class Workspace:
         (folder / "home").mkdir(exist_ok=True)
         # A passphrase of this run only: the state and the config file's secrets are useless without it.
         self._passphrase = secrets.token_urlsafe(24)
-        self.config_file.write_text(yaml.safe_dump({"config": {f"{PROJECT}:{k}": v for k, v in config.items()}},
+        self.config_file.write_text(yaml.safe_dump({"config": {qualified(k): v for k, v in config.items()}},
                                                    sort_keys=False))
 
     def env(self) -> dict[str, str]:
@@ -146,13 +153,14 @@ class Workspace:
         return self.must("up", "--yes", "--skip-preview", "--diff")
 
     def preview_steps(self, *extra: str) -> tuple[Result, list[dict[str, Any]]]:
-        """`pulumi preview --json`: the result and its steps (each with `op` and `urn`)."""
+        """`pulumi preview --json`: the result (its `json`, diagnostics included) and its steps
+        (each with `op` and `urn`)."""
         result = self.run("preview", "--json", *extra)
         try:
-            steps = json.loads(result.stdout).get("steps", [])
+            result.json = json.loads(result.stdout)
         except json.JSONDecodeError:
             raise PulumiFailed(result) from None
-        return result, steps
+        return result, result.json.get("steps", [])
 
     def destroy(self) -> Result:
         return self.must("destroy", "--yes", "--skip-preview")
@@ -166,3 +174,10 @@ class Workspace:
 def changed(steps: list[dict[str, Any]]) -> dict[str, str]:
     """urn -> op of every step that is not `same` (a read counts as no change)."""
     return {s["urn"]: s["op"] for s in steps if s.get("op") not in ("same", "read")}
+
+
+def resource_key(urn: str) -> str:
+    """A resource as `type::name`, without its stack, project and parents: the real engine's URNs
+    name every ancestor's type, the SDK's mocks (the offline plan) only the parent's."""
+    types, name = urn.split("::", 2)[-1].rsplit("::", 1)
+    return f"{types.rsplit('$', 1)[-1]}::{name}"

@@ -21,6 +21,9 @@ CONTROL_PLANE = pytest.StashKey[dict[str, Any]]()
 # The dev stack's `pulumi up` with the real engine (tests/e2e/test_dev_stack_up.py), per variant:
 # up, the second preview, the update, destroy, each key written by the step that measured it.
 UP = pytest.StashKey[dict[str, dict[str, Any]]]()
+# `pulumi preview` of the lab and gke stacks with the real engine (tests/e2e/test_stack_previews.py):
+# stack -> its figures, or why it cannot run here.
+PREVIEWS = pytest.StashKey[dict[str, Any]]()
 
 
 def pulumi_facts(by_variant: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -78,6 +81,7 @@ def run(tests: str, out: Path, pytest_args: list[str]) -> int:
         "toolchain": toolchain(),
         "control_plane": recorder.stashed(CONTROL_PLANE),
         **pulumi_facts(recorder.stashed(UP)),
+        **({"previews": recorder.stashed(PREVIEWS)} if recorder.stashed(PREVIEWS) else {}),
         "checks": recorder.checks,
         # a skipped check proved nothing: the report passes only when every check ran and passed
         "passed": status == 0 and all(v == "passed" for v in recorder.checks.values()),

@@ -24,18 +24,13 @@ import pytest
 from components.toolchain_versions import PULUMI, PULUMI_KUBERNETES, PULUMI_LANGUAGE_PYTHON
 from e2e import api, dev_stack, inventory, report
 from e2e.control_plane import ControlPlane
-from e2e.pulumi_stack import PulumiFailed, Workspace, changed
+from e2e.pulumi_stack import PulumiFailed, Workspace, changed, resource_key
 from render import program, update
 from render.update_risks import plan_side
 from tests.published_charts import published_charts
 from tests.toolchain import toolchain_binary
 
 SECRETS = ("kubeconfig", "wandbApiKey")
-
-
-def _tail(urn: str) -> str:
-    """A URN without its stack and project: the real stack's and the offline plan's compare."""
-    return urn.split("::", 2)[-1]
 
 
 def _program_config(cfg: dict[str, Any]) -> tuple[dict[str, str], list[str]]:
@@ -49,7 +44,7 @@ def _program_config(cfg: dict[str, Any]) -> tuple[dict[str, str], list[str]]:
 def _offline_update(old: dict[str, Any], new: dict[str, Any]) -> dict[str, str]:
     plan = update.compare(plan_side(program.run("dev", config=_program_config(old))).resources,
                           plan_side(program.run("dev", config=_program_config(new))).resources)
-    return {_tail(s.resource.urn): str(s.action) for s in plan.steps if s.action is not update.Action.SAME}
+    return {resource_key(s.resource.urn): str(s.action) for s in plan.steps if s.action is not update.Action.SAME}
 
 
 def _kubernetes_objects(resources: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -130,7 +125,7 @@ def test_one_changed_value_updates_what_the_offline_update_preview_says(request,
     new = dev_stack.with_value(old, key, value)
     stack.set_config(key.split(".")[0], new[key.split(".")[0]])
     _, steps = stack.preview_steps()
-    real = {_tail(urn): op for urn, op in changed(steps).items()}
+    real = {resource_key(urn): op for urn, op in changed(steps).items()}
     offline = _offline_update(old, new)
     _facts(request, run)["update_changed"] = {"value": key, "real": real, "offline_agrees": real == offline}
     assert real, f"changing {key} changes something"
