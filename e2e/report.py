@@ -24,6 +24,8 @@ UP = pytest.StashKey[dict[str, dict[str, Any]]]()
 # `pulumi preview` of the lab and gke stacks with the real engine (tests/e2e/test_stack_previews.py):
 # stack -> its figures, or why it cannot run here.
 PREVIEWS = pytest.StashKey[dict[str, Any]]()
+# `kubeadm config validate` of each lab kubeadm config (tests/e2e/test_kubeadm_report.py): "ok" or what it said.
+KUBEADM = pytest.StashKey[dict[str, Any]]()
 
 
 def pulumi_facts(by_variant: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -82,6 +84,7 @@ def run(tests: str, out: Path, pytest_args: list[str]) -> int:
         "control_plane": recorder.stashed(CONTROL_PLANE),
         **pulumi_facts(recorder.stashed(UP)),
         **({"previews": recorder.stashed(PREVIEWS)} if recorder.stashed(PREVIEWS) else {}),
+        **({"kubeadm_validate": recorder.stashed(KUBEADM)} if recorder.stashed(KUBEADM) else {}),
         "checks": recorder.checks,
         # a skipped check proved nothing: the report passes only when every check ran and passed
         "passed": status == 0 and all(v == "passed" for v in recorder.checks.values()),
