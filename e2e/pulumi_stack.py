@@ -75,6 +75,24 @@ def search_path() -> str:
     return os.pathsep.join([*map(str, folders), os.environ.get("PATH", "/usr/bin:/bin")])
 
 
+def engine_env(folder: Path, passphrase: str) -> dict[str, str]:
+    """The environment the real engine runs with here, everything of it under `folder`: the plugins
+    on PATH (search_path), its home and a local file backend there, nothing ever downloaded."""
+    (folder / "state").mkdir(parents=True, exist_ok=True)
+    keep = {k: v for k, v in os.environ.items() if k in ("LANG", "LC_ALL", "TMPDIR", "GPU_CLUSTER_UPSTREAM")}
+    return {
+        "LANG": "C.UTF-8",
+        **keep,
+        "PATH": search_path(),
+        "HOME": str(folder),
+        "PULUMI_HOME": str(folder / "home"),
+        "PULUMI_BACKEND_URL": f"file://{folder / 'state'}",
+        "PULUMI_CONFIG_PASSPHRASE": passphrase,
+        "PULUMI_SKIP_UPDATE_CHECK": "true",
+        "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
+    }
+
+
 class Workspace:
     def __init__(self, folder: Path, stack: str, config: dict[str, Any]):
         self.folder = folder
@@ -83,28 +101,14 @@ class Workspace:
         folder.mkdir(parents=True, exist_ok=True)
         project = yaml.safe_load((PROJECT_DIR / "Pulumi.yaml").read_text())
         (folder / "Pulumi.yaml").write_text(yaml.safe_dump({**project, "main": str(PROJECT_DIR)}, sort_keys=False))
-        (folder / "state").mkdir(exist_ok=True)
-        (folder / "home").mkdir(exist_ok=True)
         # A passphrase of this run only: the state and the config file's secrets are useless without it.
         self._passphrase = secrets.token_urlsafe(24)
         self.config_file.write_text(yaml.safe_dump({"config": {qualified(k): v for k, v in config.items()}},
                                                    sort_keys=False))
 
     def env(self) -> dict[str, str]:
-        keep = {k: v for k, v in os.environ.items() if k in ("HOME", "LANG", "LC_ALL", "TMPDIR", "GOPATH",
-                                                              "GPU_CLUSTER_UPSTREAM")}
-        return {
-            **keep,
-            "PATH": search_path(),
-            "PULUMI_HOME": str(self.folder / "home"),
-            "PULUMI_BACKEND_URL": f"file://{self.folder / 'state'}",
-            "PULUMI_CONFIG_PASSPHRASE": self._passphrase,
-            "PULUMI_SKIP_UPDATE_CHECK": "1",
-            "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
-            "PULUMI_AUTOMATION_API_SKIP_VERSION_CHECK": "true",
-            # No ambient cluster: the program reaches the control plane through the stack's kubeconfig only.
-            "KUBECONFIG": str(self.folder / "no-ambient-kubeconfig"),
-        }
+        # No ambient cluster: the program reaches the control plane through the stack's kubeconfig only.
+        return {**engine_env(self.folder, self._passphrase), "KUBECONFIG": str(self.folder / "no-ambient-kubeconfig")}
 
     def run(self, *args: str, stdin: str | None = None, timeout: float = COMMAND_TIMEOUT,
             with_stack: bool = True) -> Result:

@@ -9,12 +9,11 @@ The host predates the CLI's way of passing runtime options: it does not see Pulu
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 from components.toolchain_versions import PULUMI, PULUMI_LANGUAGE_PYTHON
+from e2e.pulumi_stack import engine_env
 from tests.toolchain import toolchain_binary
 
 TIMEOUT = 180  # seconds per pulumi command
@@ -23,18 +22,9 @@ PROGRAM = 'import pulumi\n\npulumi.export("answer", 42)\n'
 
 
 def _pulumi(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    cli = toolchain_binary(PULUMI, "pulumi")
-    host = toolchain_binary(PULUMI_LANGUAGE_PYTHON, "pulumi-language-python")
-    path = os.pathsep.join([str(host.parent), str(cli.parent), str(Path(sys.executable).parent),
-                            os.environ.get("PATH", "/usr/bin:/bin")])
-    env = {
-        "PATH": path, "HOME": str(tmp_path), "LANG": "C.UTF-8",
-        "PULUMI_HOME": str(tmp_path / "pulumi-home"),
-        "PULUMI_BACKEND_URL": f"file://{tmp_path / 'state'}",
-        "PULUMI_CONFIG_PASSPHRASE": "test-only-passphrase",
-        "PULUMI_SKIP_UPDATE_CHECK": "true",
-        "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
-    }
+    toolchain_binary(PULUMI, "pulumi")
+    toolchain_binary(PULUMI_LANGUAGE_PYTHON, "pulumi-language-python")
+    env = engine_env(tmp_path, "test-only-passphrase")  # e2e/pulumi_stack.py: the toolchain on PATH
     # A network namespace of its own: loopback (engine <-> host gRPC) and nothing else.
     command = ["unshare", "--net", "--", "sh", "-c", 'ip link set lo up && exec "$@"', "pulumi", "pulumi", *args]
     return subprocess.run(command, cwd=tmp_path / "project", env=env, capture_output=True, text=True,

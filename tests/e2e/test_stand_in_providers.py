@@ -33,6 +33,7 @@ from pulumi.runtime.proto import provider_pb2, provider_pb2_grpc
 
 from components.toolchain_versions import PULUMI, PULUMI_LANGUAGE_PYTHON
 from e2e.providers import command_provider, plugin, random_provider
+from e2e.pulumi_stack import engine_env
 from tests.toolchain import toolchain_binary
 
 with warnings.catch_warnings():
@@ -69,21 +70,11 @@ remote.Command("step", connection=conn, create="touch /tmp/stand-in-must-not-run
 
 
 def pulumi_env(tmp_path: Path) -> dict[str, str]:
-    """The environment the real engine runs with here: toolchain CLI and host, the stand-ins and the
-    venv's python (the host runs the first python on PATH) first on PATH; nothing downloaded."""
-    cli = toolchain_binary(PULUMI, "pulumi")
-    host = toolchain_binary(PULUMI_LANGUAGE_PYTHON, "pulumi-language-python")
-    path = os.pathsep.join([str(STAND_INS), str(host.parent), str(cli.parent), str(Path(sys.executable).parent),
-                            os.environ.get("PATH", "/usr/bin:/bin")])
-    (tmp_path / "state").mkdir(exist_ok=True)
-    return {
-        "PATH": path, "HOME": str(tmp_path), "LANG": "C.UTF-8",
-        "PULUMI_HOME": str(tmp_path / "pulumi-home"),
-        "PULUMI_BACKEND_URL": f"file://{tmp_path / 'state'}",
-        "PULUMI_CONFIG_PASSPHRASE": "test-only-passphrase",
-        "PULUMI_SKIP_UPDATE_CHECK": "true",
-        "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
-    }
+    """The environment the real engine runs with here (e2e/pulumi_stack.py: the toolchain CLI and
+    host, the stand-ins and the venv's python first on PATH; nothing downloaded)."""
+    toolchain_binary(PULUMI, "pulumi")
+    toolchain_binary(PULUMI_LANGUAGE_PYTHON, "pulumi-language-python")
+    return engine_env(tmp_path, "test-only-passphrase")
 
 
 def run_pulumi(tmp_path: Path, *args: str, isolated: bool = True) -> subprocess.CompletedProcess[str]:
