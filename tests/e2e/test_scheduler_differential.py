@@ -62,8 +62,14 @@ def _small_gpu_node_variant() -> tuple[dict[str, str], list[str]]:
                              acceptance={"nccl": False})
 
 
+def _time_slicing_variant() -> tuple[dict[str, str], list[str]]:
+    """lab with each GPU shared by two pods (2 nvidia.com/gpu per GPU): a Job's pods may share a node."""
+    return stack_config_with("lab", gpu={"sharing": {"mode": "time-slicing", "replicas": 2}})
+
+
 VARIANTS = {
     "lab-ha": ("lab-ha", None),
+    "lab-time-slicing": ("lab", _time_slicing_variant),
     "lab-small-gpu-node": ("lab", _small_gpu_node_variant),
     "lab-ha-mig-rdma-racks": ("lab-ha", mig_rdma_racks_variant),
 }
