@@ -44,7 +44,15 @@ import yaml
 
 sys.path.insert(0, str(Path(os.path.abspath(__file__)).parent.parent))
 from bench import _configs, plan_scale  # noqa: E402
-from components.toolchain_versions import PULUMI, PULUMI_KUBERNETES, PULUMI_LANGUAGE_PYTHON, binary_path  # noqa: E402
+from components.toolchain_versions import (  # noqa: E402
+    ETCD,
+    KUBERNETES,
+    KWOK,
+    PULUMI,
+    PULUMI_KUBERNETES,
+    PULUMI_LANGUAGE_PYTHON,
+    binary_path,
+)
 from e2e.pulumi_stack import PROJECT, Workspace, resource_key  # noqa: E402
 
 DEFAULT_POINTS = (2, 32, 128)
@@ -239,6 +247,16 @@ def main(argv: list[str] | None = None) -> int:
         args.points, args.repeats = [2], 1
     if args.repeats < 1:
         parser.error("--repeats must be at least 1")
+    needed = [(PULUMI, "pulumi"), (PULUMI_LANGUAGE_PYTHON, "pulumi-language-python"),
+              (PULUMI_KUBERNETES, "pulumi-resource-kubernetes")]
+    if not args.no_up:
+        needed += [(KUBERNETES, "kube-apiserver"), (KUBERNETES, "kube-controller-manager"),
+                   (KUBERNETES, "kube-scheduler"), (ETCD, "etcd"), (KWOK, "kwok")]
+    missing = [str(binary_path(c, b)) for c, b in needed if not os.access(binary_path(c, b), os.X_OK)]
+    if missing:
+        print(f"engine_scale: not built: {', '.join(missing)}; run `make toolchain` (docs/toolchain.md)",
+              file=sys.stderr)
+        return 1
     from render import cluster
 
     upstream = cluster.upstream_dir()
