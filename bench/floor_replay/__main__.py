@@ -35,13 +35,17 @@ registered: dict[str, pulumi.Resource] = {}
 components: list[pulumi.ComponentResource] = []
 
 
+def _constant(value: object):
+    return lambda _ids: value
+
+
 def provider_inputs(entry: dict) -> dict:
     """A provider's inputs, each one the program took from custom resources' outputs waiting on their ids."""
     inputs: dict = dict(entry["inputs"])
     for key, sources in (entry.get("propertyDependencies") or {}).items():
-        ids = [registered[u].id for u in sources if isinstance(registered.get(u), pulumi.CustomResource)]
+        ids = [r.id for r in (registered.get(u) for u in sources) if isinstance(r, pulumi.CustomResource)]
         if key in inputs and ids:
-            inputs[key] = pulumi.Output.all(*ids).apply(lambda _, value=inputs[key]: value)
+            inputs[key] = pulumi.Output.all(*ids).apply(_constant(inputs[key]))
     return inputs
 
 
