@@ -176,7 +176,7 @@ def measure_up(upstream: Path) -> dict[str, Any]:
     process stopped at the end (a group left behind fails the benchmark)."""
     from e2e import dev_stack, lab_stack
     from e2e.control_plane import ControlPlane
-    from tests.published_charts import published_charts
+    from e2e.published_charts import published_charts
 
     row: dict[str, Any] = {"variant": UP_VARIANT}
     with tempfile.TemporaryDirectory(prefix="engine-scale-up-") as tmp:
