@@ -54,14 +54,17 @@ bench: $(VENV)/.installed
 	$(PY) bench/plan_scale.py
 	$(PY) bench/check_scale.py
 	$(PY) bench/critical_path.py
+	$(PY) bench/engine_scale.py
 
 # Every benchmark at its smallest size (~1 min), so none can break unnoticed: CI (.ci/run) runs it.
 # Any script's failure (an error, a plan that would not come up, a step with no cost) fails it.
+# engine_scale.py needs the toolchain (make toolchain): .ci/run builds it first.
 bench-smoke: $(VENV)/.installed
 	$(PY) bench/plan_scale.py --smallest
 	$(PY) bench/check_scale.py --smallest
 	$(PY) bench/critical_path.py --smallest
 	$(PY) bench/trainer_overhead.py --smallest
+	$(PY) bench/engine_scale.py --smallest
 
 # The documentation site from docs/ (mkdocs.yml): --strict fails on a broken link or anchor and on a
 # page left out of the nav. Written to tmp/site (ignored by git); CI (.ci/run) runs it.

@@ -12,6 +12,15 @@ flat string of the plan's average size, this registers the plan's own nested inp
 spec as the dicts and lists it is): what the Pulumi SDK needs to serialize, send and deserialize
 that very plan. What the real program takes above it is the project's own evaluation (config,
 scripts, Output plumbing between resources).
+
+Two things the engine sees make it the same plan under the real engine too (bench/engine_scale.py):
+each resource goes to its recorded explicit provider, and a provider's input that the program took
+from another custom resource's output (the lab's kubeconfig, a Command's stdout) waits on that
+resource's id, so in a first `pulumi preview` it is unknown, as the program's is. The engine then
+configures that provider with unknowns and skips its Check and Diff of every resource it manages,
+as it does for the program; with the value known, pulumi-kubernetes would check each resource
+against a cluster and fetch each Helm chart. Under render's mocks every id is known: the recorded
+value as before.
 """
 
 import json
@@ -26,6 +35,20 @@ registered: dict[str, pulumi.Resource] = {}
 components: list[pulumi.ComponentResource] = []
 
 
+def _constant(value: object):
+    return lambda _ids: value
+
+
+def provider_inputs(entry: dict) -> dict:
+    """A provider's inputs, each one the program took from custom resources' outputs waiting on their ids."""
+    inputs: dict = dict(entry["inputs"])
+    for key, sources in (entry.get("propertyDependencies") or {}).items():
+        ids = [r.id for r in (registered.get(u) for u in sources) if isinstance(r, pulumi.CustomResource)]
+        if key in inputs and ids:
+            inputs[key] = pulumi.Output.all(*ids).apply(_constant(inputs[key]))
+    return inputs
+
+
 def register(entry: dict, visiting: frozenset = frozenset()) -> pulumi.Resource:
     """Register `entry` after its parent and dependencies (the plan lists resources by URN)."""
     urn = entry["urn"]
@@ -33,12 +56,15 @@ def register(entry: dict, visiting: frozenset = frozenset()) -> pulumi.Resource:
         return registered[urn]
     if urn in visiting:
         raise SystemExit(f"floor_replay: a dependency cycle through {urn}")
-    before = [by_urn[u] for u in [entry["parent"], *entry["dependencies"]] if u in by_urn]
+    provider_urn = entry.get("provider", "").rsplit("::", 1)[0]  # a reference is `urn::id`
+    before = [by_urn[u] for u in [entry["parent"], provider_urn, *entry["dependencies"]] if u in by_urn]
     for other in before:
         register(other, visiting | {urn})
     parent = registered.get(entry["parent"])
+    provider = registered.get(provider_urn)
     opts = pulumi.ResourceOptions(
-        parent=parent, depends_on=[registered[u] for u in entry["dependencies"] if u in registered]
+        parent=parent, depends_on=[registered[u] for u in entry["dependencies"] if u in registered],
+        provider=provider if isinstance(provider, pulumi.ProviderResource) else None,
     )
     type_, name = entry["type"], entry["name"]
     if not entry["custom"]:
@@ -46,7 +72,7 @@ def register(entry: dict, visiting: frozenset = frozenset()) -> pulumi.Resource:
         components.append(component)
         resource: pulumi.Resource = component
     elif type_.startswith("pulumi:providers:"):
-        resource = pulumi.ProviderResource(type_.split(":")[-1], name, dict(entry["inputs"]), opts)
+        resource = pulumi.ProviderResource(type_.split(":")[-1], name, provider_inputs(entry), opts)
     else:
         resource = pulumi.CustomResource(type_, name, dict(entry["inputs"]), opts)
     registered[urn] = resource

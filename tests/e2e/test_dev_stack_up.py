@@ -24,10 +24,10 @@ import pytest
 from components.toolchain_versions import PULUMI, PULUMI_KUBERNETES, PULUMI_LANGUAGE_PYTHON
 from e2e import api, dev_stack, inventory, report
 from e2e.control_plane import ControlPlane
+from e2e.published_charts import published_charts
 from e2e.pulumi_stack import PulumiFailed, Workspace, changed, resource_key
 from render import program, update
 from render.update_risks import plan_side
-from tests.published_charts import published_charts
 from tests.toolchain import toolchain_binary
 
 SECRETS = ("kubeconfig", "wandbApiKey")

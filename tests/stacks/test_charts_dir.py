@@ -14,10 +14,10 @@ import pytest
 import yaml
 
 from components.chart_source import PinnedManifest, chart_name, pinned_manifest
+from e2e.published_charts import published_charts
 from render import program
 from render.cluster import objects
 from tests.conftest import SEED_002_ROCE, stack_config_with
-from tests.published_charts import published_charts
 
 HELM_TYPES = ("kubernetes:helm.sh/v3:Release", "kubernetes:helm.sh/v4:Chart")
 
