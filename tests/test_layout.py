@@ -10,9 +10,10 @@ from pathlib import Path
 from tests.conftest import PROJECT_DIR
 
 PLATFORM_TYPES = {"StackConfig", "LabStack", "DevStack", "GkeStack", "Addons"}
-# What the config may import of the components: pinned versions (defaults) and the scheduling
-# contract (label names a GKE pool may not set).
-CONFIG_MAY_IMPORT = {"components.versions", "components.scheduling_contract"}
+# What the config may import of the components: facts with no Pulumi in them. Pinned versions
+# (defaults), the scheduling contract (label names a GKE pool may not set) and where each pinned
+# chart and manifest lies in a charts folder (gpu-cluster:chartsDir, which the config checks).
+CONFIG_MAY_IMPORT = {"components.versions", "components.scheduling_contract", "components.chart_source"}
 
 
 def _imports(path: Path) -> list[tuple[str, set[str]]]:
@@ -44,7 +45,7 @@ def test_components_take_config_sections_not_a_platforms_stack_type() -> None:
     assert offenders == []
 
 
-def test_config_imports_no_component_but_versions_and_the_scheduling_contract() -> None:
+def test_config_imports_no_component_but_pure_facts() -> None:
     offenders = [
         f"{rel}: {module}"
         for rel, path in _modules("config")
