@@ -67,7 +67,11 @@ def _time_slicing_variant() -> tuple[dict[str, str], list[str]]:
     return stack_config_with("lab", gpu={"sharing": {"mode": "time-slicing", "replicas": 2}})
 
 
+# Each on a control plane of its own, the committed lab too: the comparison needs an empty cluster,
+# and the session's control plane carries the other e2e tests' pods (a deleted namespace's GPU pods
+# still hold their GPUs for a while: in CI the gate's second pod found no free GPU there).
 VARIANTS = {
+    "lab": ("lab", None),
     "lab-ha": ("lab-ha", None),
     "lab-time-slicing": ("lab", _time_slicing_variant),
     "lab-small-gpu-node": ("lab", _small_gpu_node_variant),
@@ -298,10 +302,6 @@ def _assert_agree(plane: ControlPlane, client: api.Client) -> None:
     assert plane.lab.placements, "the check placed nothing"
     found = compare(plane, client)
     assert not found, "the check and kube-scheduler differ:\n  " + "\n  ".join(found)
-
-
-def test_the_lab_stacks_placements_are_the_real_schedulers(control_plane: ControlPlane, client: api.Client) -> None:
-    _assert_agree(control_plane, client)
 
 
 def test_each_variants_placements_are_the_real_schedulers(variant_plane: ControlPlane) -> None:
