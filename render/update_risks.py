@@ -30,8 +30,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from components import versions
-from components.chart_source import pinned_chart_name
 from config import ConfigError
+from config.chart_source import pinned_chart_name
 from config.control_planes import members_of
 from config.lab import DeployedLab
 from render import program

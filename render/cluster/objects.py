@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from components.chart_source import (
+from config.chart_source import (
     TRAINING_OPERATOR_OVERLAY,
     chart_folder,
     chart_name,
@@ -132,7 +132,7 @@ def _parsed(text: str) -> list[dict[str, Any]]:
 
 def chart_dir(upstream: Path, chart: str, version: str) -> Path:
     """The chart a release installs: its folder when it names one (gpu-cluster:chartsDir, which the
-    config checked), else the vendored copy upstream/charts/<chart>-<version> (components/chart_source.py)."""
+    config checked), else the vendored copy upstream/charts/<chart>-<version> (config/chart_source.py)."""
     path = Path(chart) if is_local_chart(chart) else upstream / "charts" / chart_folder(chart, version)
     if not (path / "Chart.yaml").is_file():
         raise CheckSetupError(
@@ -343,7 +343,7 @@ def _containers(doc: dict[str, Any]) -> list[dict[str, Any]]:
 def _configfile_transforms() -> dict[Any, Any]:
     """pinned manifest -> the program's transform of each document."""
     from components import rdma_network
-    from components.chart_source import MULTUS_DAEMONSET
+    from config.chart_source import MULTUS_DAEMONSET
 
     return {MULTUS_DAEMONSET: rdma_network.pin_multus}
 
