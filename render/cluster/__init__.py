@@ -15,7 +15,6 @@ project (its charts/ holds the pinned, unmodified charts).
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from config import DevStack, GkeStack, LabStack, StackConfig
@@ -24,6 +23,7 @@ from render.cluster import kueue_admitted_pods, kueue_check, pod_fields
 from render.cluster import nodes as node_model
 from render.cluster.admission import Admission, plan_dependencies
 from render.cluster.objects import CheckSetupError, collect
+from render.cluster.report import Report
 from render.cluster.scheduling import Placement, expand, schedule
 from render.cluster.workloads import workloads
 
@@ -38,25 +38,6 @@ def upstream_dir(project_dir: Path = program.PROJECT_DIR) -> Path:
             "upstream folder (../shared/upstream), or pass --no-check"
         )
     return path
-
-
-@dataclass
-class Report:
-    stack: str
-    problems: list[str] = field(default_factory=list)  # each: "<subject>: <reason>"
-    lines: list[str] = field(default_factory=list)  # one per workload
-    notes: list[str] = field(default_factory=list)  # what the model assumes
-    nodes: list[str] = field(default_factory=list)
-    objects: int = 0
-    # What the lines say, as data: the modelled nodes (a gke pool is one shape) and one placement
-    # per line, in the lines' order (render/summary.py and render/cluster_picture.py read them).
-    modelled: list[node_model.Node] = field(default_factory=list)
-    placements: list[Placement] = field(default_factory=list)
-    queued: list[str] = field(default_factory=list)  # one per job queued in Kueue: would it be admitted
-
-    @property
-    def ok(self) -> bool:
-        return not self.problems
 
 
 def _names(names: list[str], most: int = 4) -> str:
