@@ -4,8 +4,8 @@
 program's own, every Helm release rendered with its pinned upstream chart, kustomize
 directories expanded), asks what the API server would say of each (admission.py, pod_security.py)
 and where each pod would run on the nodes the stack will have (nodes.py, workloads.py,
-scheduling.py). The verdict is a Report: one line per workload, and the problems that would keep
-`pulumi up` from finishing. `python -m render` writes it to summary.md (render/summary.py) and
+scheduling.py). The verdict is a Report (report.py): one line per workload, and the problems that
+would keep `pulumi up` from finishing. `python -m render` writes it to summary.md (render/summary.py) and
 exits 3 on a problem.
 
 Upstream data comes from one folder: $GPU_CLUSTER_UPSTREAM, else ../shared/upstream beside the
