@@ -12,7 +12,8 @@ from every module's own imports with ast: at module level, under TYPE_CHECKING a
 
 How an import counts: `import a.b` is an edge to `a.b`; `from a import b` an edge to `a` and, when
 `a.b` is a module, to `a.b` too (it reads the package `a`'s namespace first). That Python runs
-`a/__init__.py` before `a.b` is loading order, not a dependency `a.b` names: not an edge.
+`a/__init__.py` before `a.b` is loading order, not a dependency `a.b` names: not an edge. The
+training image's code imports itself from workloads/ (`trainer.args`): those names count too.
 """
 
 from __future__ import annotations
@@ -29,6 +30,9 @@ NOT_SOURCE = {".venv", ".git", ".ci", "out", "site", "node_modules", "__pycache_
 # docs/architecture.md's floors, lowest first; tests/ stands beside them (it may import any floor).
 FLOORS = {"config": 1, "workloads": 1, "components": 2, "stacks": 3, "__main__": 4, "render": 4,
           "bench": 5, "e2e": 5}
+# Folders that are import roots of their own: the training image puts workloads/ on its path, so its
+# code (and the tests and benchmarks of it) import `trainer.args`, meaning workloads/trainer/args.py.
+PATH_ROOTS = ("workloads",)
 # The one import allowed to point up a floor: config/ reads the pinned versions (its defaults).
 UPWARD_ALLOWED = {("config", "components.versions")}
 # Function-local imports of project modules allowed, each with its reason. None today.
@@ -69,18 +73,28 @@ def _package(module: str, path: Path) -> str:
     return module if path.name == "__init__.py" else module.rpartition(".")[0]
 
 
-def _resolve(name: str, known: Iterable[str]) -> str | None:
+def import_names(found: dict[str, Path]) -> dict[str, str]:
+    """Each name a module is imported by -> its dotted name: its own, and under a PATH_ROOTS folder
+    its name from there too (`trainer.args` for workloads.trainer.args)."""
+    names = {m: m for m in found}
+    for m in found:
+        root, _, rest = m.partition(".")
+        if root in PATH_ROOTS and rest:
+            names[rest] = m
+    return names
+
+
+def _resolve(name: str, known: dict[str, str]) -> str | None:
     """The deepest project module `name` names (`a.b.c` may be a module or an attribute of `a.b`)."""
-    known = set(known)
     parts = name.split(".")
     for end in range(len(parts), 0, -1):
         if ".".join(parts[:end]) in known:
-            return ".".join(parts[:end])
+            return known[".".join(parts[:end])]
     return None
 
 
 def _targets(node: ast.Import | ast.ImportFrom, module: str, path: Path,
-             known: set[str]) -> list[tuple[str, bool]]:
+             known: dict[str, str]) -> list[tuple[str, bool]]:
     """(module imported, whether only as the package of a submodule imported beside it)."""
     if isinstance(node, ast.Import):
         return [(m, False) for a in node.names if (m := _resolve(a.name, known))]
@@ -89,7 +103,7 @@ def _targets(node: ast.Import | ast.ImportFrom, module: str, path: Path,
         package = _package(module, path).split(".")
         anchor = package[: len(package) - (node.level - 1)]
         base = ".".join([*anchor, *([base] if base else [])])
-    submodules = [f"{base}.{a.name}" for a in node.names if f"{base}.{a.name}" in known]
+    submodules = [known[f"{base}.{a.name}"] for a in node.names if f"{base}.{a.name}" in known]
     only_submodules = len(submodules) == len(node.names)
     return [(m, only_submodules) for m in [_resolve(base, known)] if m] + [(m, False) for m in submodules]
 
@@ -106,7 +120,7 @@ def _function_nodes(tree: ast.AST) -> set[int]:
 def imports(root: Path) -> list[Import]:
     """Every import of a project module by a project module under `root`, wherever it stands."""
     known = modules(root)
-    names = set(known)
+    names = import_names(known)
     out: list[Import] = []
     for module, path in known.items():
         tree = ast.parse(path.read_text(), filename=str(path))
@@ -232,6 +246,7 @@ def test_the_graph_sees_the_real_imports() -> None:
     assert ("render.cluster.kueue_check", "render.cluster.report", False) in edges  # under TYPE_CHECKING
     assert ("bench.plan_scale", "render.program", True) in edges  # inside child(), timed on purpose
     assert ("tests.test_import_graph", "tests.conftest", False) in edges
+    assert ("workloads.trainer.train", "workloads.trainer.args", False) in edges  # the image's own root
     assert len(TREE) > 1000
 
 
