@@ -28,8 +28,8 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components import versions
-from components.chart_source import ChartSource
 from components.namespaces import pod_security_namespace
+from config.chart_source import ChartSource
 from config.lab import Cni as CniKind
 
 

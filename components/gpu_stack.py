@@ -51,7 +51,6 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components import dcgm_metrics, versions
-from components.chart_source import ChartSource
 from components.device_plugin import NvidiaDevicePlugin, NvidiaDevicePluginArgs, plugin_config
 from components.namespaces import pod_security_namespace
 from components.scheduling_contract import (
@@ -62,6 +61,7 @@ from components.scheduling_contract import (
     addon_tolerations,
     gpu_agent_tolerations,
 )
+from config.chart_source import ChartSource
 from config.gpu import GpuConfig, GpuStack, SharingMode
 
 GPU_NAMESPACE = "gpu-system"

@@ -47,12 +47,12 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components import versions
-from components.chart_source import MULTUS_DAEMONSET, ChartSource
 from components.cluster_addon import tolerate_control_plane
 from components.manifest_resource import manifest_resource, registers_like_typed
 from components.scheduling_contract import GPU_NODE_SELECTOR_TERMS, JOB_LABEL, METRICS_NODE_LABEL, gpu_tolerations
 from components.storage_contract import TRAINING_NAMESPACE
 from components.training import launch
+from config.chart_source import MULTUS_DAEMONSET, ChartSource
 from config.training import POD_RDMA_INTERFACE, RoceConfig
 
 NETWORK_NAME = "roce"  # the NetworkAttachmentDefinition pods name in their annotation

@@ -15,7 +15,7 @@ from typing import ClassVar
 from pydantic import Field, field_validator
 
 from components import versions
-from components.chart_source import MULTUS_DAEMONSET, TRAINING_OPERATOR_OVERLAY, ChartSource
+from config.chart_source import MULTUS_DAEMONSET, TRAINING_OPERATOR_OVERLAY, ChartSource
 from config.charts_dir import PinnedChart, PinnedDownload, charts_dir_problems
 from config.errors import Problems
 from config.fields import Model, check_quantity

@@ -1,6 +1,6 @@
 """gpu-cluster:chartsDir: the folder of pinned Helm charts and upstream manifests for clusters
 without internet access, checked before anything is registered. Each chart the stack installs must
-be there, unpacked as <chart>-<version>/ (components/chart_source.py), and its Chart.yaml must say the
+be there, unpacked as <chart>-<version>/ (config/chart_source.py), and its Chart.yaml must say the
 pinned name and version: Helm installs a local folder as it finds it, whatever version the release
 asks for. Each manifest it applies must be there as <name>-<version>/<path>: a YAML file, or a
 kustomize overlay (a folder with a kustomization file); neither says its version."""
@@ -13,7 +13,7 @@ from typing import NamedTuple, TypeAlias
 
 import yaml
 
-from components.chart_source import PinnedManifest, chart_folder, chart_name
+from config.chart_source import PinnedManifest, chart_folder, chart_name
 from config.errors import Problems
 
 KEY = "chartsDir"

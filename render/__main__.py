@@ -75,7 +75,7 @@ from config import ConfigError
 from config.gke_provisioning import reservation_warnings
 from config.network_policy_enforcement import unenforced_warning
 from config.queue_flavors import topology_warnings
-from render import out_dir, program, summary, update, update_encryption, update_risks, update_teams, yaml_text
+from render import cluster, out_dir, program, summary, update, update_encryption, update_risks, update_teams, yaml_text
 
 if TYPE_CHECKING:
     from render.cluster import Report
@@ -252,8 +252,6 @@ def main(argv: list[str] | None = None) -> int:
         changes.notes = notes + changes.notes
     report = None
     if not args.no_check:
-        from render import cluster
-
         try:
             report = cluster.check(plan, plan.config, cluster.upstream_dir())
         except cluster.CheckSetupError as err:

@@ -11,6 +11,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from render.cluster.kueue_admission import QuotaBook
+from render.cluster.kueue_admission import _fmt as quantity_text
+from render.cluster.kueue_objects import read
+from render.cluster.objects import Obj
+
 KUEUE_GROUP = "kueue.x-k8s.io/"
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"  # set by the API server on every Namespace
 
@@ -33,12 +38,6 @@ def section(objects: list[dict[str, Any]]) -> list[str]:
               and str(o.get("apiVersion", "")).startswith(KUEUE_GROUP)]
     if not queues:
         return []
-    # The check's Kueue model, loaded only when there are queues to show.
-    from render.cluster.kueue_admission import QuotaBook
-    from render.cluster.kueue_admission import _fmt as quantity_text
-    from render.cluster.kueue_objects import read
-    from render.cluster.objects import Obj
-
     world = read([Obj(o, "", "plan") for o in queues])
     book = QuotaBook(world)
     out = ["", "## Team quotas", "",

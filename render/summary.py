@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from config.control_planes import failures_survived
 from config.lab import LabStack
-from render import program, quota_table
+from render import cluster_picture, program, quota_table
 
 if TYPE_CHECKING:
     from render.cluster import Report
@@ -90,10 +90,8 @@ def planned_cluster(report: Report | None, picture: str) -> list[str]:
 
 
 def _per_node(report: Report) -> list[str]:
-    from render.cluster_picture import boxes
-
     out = []
-    for box in boxes(report):
+    for box in cluster_picture.boxes(report):
         placed = [f"{r.ref}{f' ×{r.pods}' if r.pods != 1 else ''}" for r in [*box.services, *box.jobs]]
         out.append(f"- `{box.node.name}`: " + (", ".join(placed) or "nothing placed"))
     return out
@@ -138,8 +136,6 @@ def write(plan: program.Plan, out: Path, put: Callable[[Path, str], None], repor
     """summary.md, and with the check's report the picture: cluster.dot, cluster.svg (graphviz)."""
     picture = ""
     if report is not None:
-        from render import cluster_picture  # the check's modules: loaded only when it ran
-
         source = cluster_picture.dot_source(report)
         put(out / "cluster.dot", source)
         try:

@@ -32,7 +32,6 @@ import copy
 import re
 from dataclasses import dataclass, field
 from enum import StrEnum
-from pathlib import Path
 
 from render import drain_guards, program
 from render.update_inputs import (
@@ -408,14 +407,3 @@ def compare(old: list[Resource], new: list[Resource], stack: str = "", against: 
                      "instead of a delete and a create (aliases are not modelled)")
     notes.append("secrets are never decrypted: a changed secret shows as no change")
     return UpdatePlan(stack=stack, against=against, steps=ordered, notes=notes)
-
-
-def older_resources(path: Path, stack: str) -> list[Resource]:
-    """The older side's resources (render/update_risks.py older_side: a plan.json as written, or a
-    stack file rendered with today's program).
-
-    Raises config.ConfigError for a bad older stack file, ValueError for a plan of another stack.
-    """
-    from render import update_risks
-
-    return update_risks.older_side(path, stack).resources

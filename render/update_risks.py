@@ -30,11 +30,12 @@ from typing import Any
 from pydantic import ValidationError
 
 from components import versions
-from components.chart_source import pinned_chart_name
 from config import ConfigError
+from config.chart_source import pinned_chart_name
 from config.control_planes import members_of
 from config.lab import DeployedLab
 from render import program
+from render.update_inputs import Resource
 
 # The Cni component's Helm releases (components/cni.py): the CRDs release rides along with calico.
 _CNI_RELEASE = "gpucluster:k8s:Cni$kubernetes:helm.sh/v3:Release::"
@@ -42,7 +43,7 @@ _CNI_RELEASE = "gpucluster:k8s:Cni$kubernetes:helm.sh/v3:Release::"
 
 @dataclass
 class Side:
-    """One side of an update: its plan entries (update.Resource) and stack outputs."""
+    """One side of an update: its plan entries (update_inputs.Resource) and stack outputs."""
 
     resources: list[Any]
     outputs: dict[str, Any] = field(default_factory=dict)
@@ -50,8 +51,6 @@ class Side:
 
 
 def plan_side(plan: program.Plan) -> Side:
-    from render.update import Resource
-
     return Side(Resource.from_plan(plan), dict(plan.outputs), plan.config)
 
 
@@ -60,8 +59,6 @@ def older_side(path: Path, stack: str) -> Side:
 
     Raises config.ConfigError for a bad older stack file, ValueError for a plan of another stack.
     """
-    from render.update import Resource
-
     text = path.read_bytes().decode("utf-8", errors="replace")  # a stack file's bad bytes: its reader names the line
     if path.suffix == ".json" or text.lstrip().startswith("{"):
         data = json.loads(text)

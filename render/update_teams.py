@@ -20,8 +20,8 @@ from __future__ import annotations
 from typing import Any
 
 from components import versions
-from components.chart_source import chart_name, pinned_chart_name
 from components.queues.team_admission import LOCAL_QUEUE_NAMESPACE_LABEL
+from config.chart_source import chart_name, pinned_chart_name
 
 _NAMESPACE = "kubernetes:core/v1:Namespace"
 _RELEASE = "kubernetes:helm.sh/v3:Release"

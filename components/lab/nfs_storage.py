@@ -19,9 +19,9 @@ import pulumi_kubernetes as k8s
 from pulumi_command import remote
 
 from components import versions
-from components.chart_source import ChartSource
 from components.lab import scripts
 from components.storage_contract import CLAIM_NAME, TRAINING_NAMESPACE, SharedClaim, TeamVolumes, claim_manifest
+from config.chart_source import ChartSource
 
 CSI_DRIVER = "nfs.csi.k8s.io"
 STORAGE_CLASS = "gpu-cluster-nfs"

@@ -41,12 +41,12 @@ import pulumi_kubernetes as k8s
 import pulumi_random as random
 
 from components import versions
-from components.chart_source import ChartSource
 from components.gpu_health_access import WEBHOOK_TOKEN_SECRET, token_secret
 from components.monitoring import alerts, dashboards, etcd_backup, gpu_health, kueue, rdma
 from components.monitoring.dashboards import PanelGroup
 from components.namespaces import pod_security_namespace
 from components.scheduling_contract import addon_affinity, addon_tolerations
+from config.chart_source import ChartSource
 from config.monitoring import MonitoringConfig
 
 NAMESPACE = "monitoring"

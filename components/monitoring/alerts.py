@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from components.monitoring import runbook
+from components.monitoring.runbook import remedy, url
 from components.scheduling_contract import GPU_RESOURCE, metric_label_name
 from components.scheduling_contract import METRICS_NODE_LABEL as NODE
 from config.monitoring import MonitoringAlerts
@@ -75,7 +75,7 @@ def _alert(name: str, expr: str, for_: str, severity: str, summary: str, descrip
         rule["for"] = for_
     rule["labels"] = {"severity": severity}
     rule["annotations"] = {"summary": summary, "description": description,
-                           "runbook": runbook.remedy(name), "runbook_url": runbook.url(name)}
+                           "runbook": remedy(name), "runbook_url": url(name)}
     return rule
 
 

@@ -28,12 +28,12 @@ import pulumi_kubernetes as k8s
 from pulumi_kubernetes import _utilities as k8s_utilities
 
 from components import versions
-from components.chart_source import ChartSource
 from components.manifest_resource import manifest_resource
 from components.namespaces import pod_security_namespace
 from components.queues import kueue, objects, provisioning, team_admission, team_directories, team_storage
 from components.storage_contract import TRAINING_NAMESPACE, TeamVolumes
 from components.training.wandb_launch import TeamQueue
+from config.chart_source import ChartSource
 from config.queues import PROGRAM_QUEUE, Flavor, QueuesConfig, Team
 
 

@@ -47,7 +47,6 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components import versions
-from components.chart_source import TRAINING_OPERATOR_OVERLAY, ChartSource
 from components.cluster_addon import tolerate_control_plane
 from components.rdma_network import NETWORKS_ANNOTATION, PodRdma, exporter_sidecar
 from components.scheduling_contract import (
@@ -60,6 +59,7 @@ from components.scheduling_contract import (
 from components.storage_contract import MOUNTS, TRAINING_NAMESPACE, SharedClaim
 from components.training import launch
 from components.training.network_policy import RDZV_PORT, job_peers
+from config.chart_source import TRAINING_OPERATOR_OVERLAY, ChartSource
 from config.queues import PRIORITY_LABEL, PROGRAM_PRIORITY_CLASS, QUEUE_LABEL, REQUIRED_TOPOLOGY
 from config.training import Launcher, TrainingConfig
 

@@ -86,11 +86,11 @@ import pulumi_kubernetes as k8s
 import yaml
 
 from components import versions
-from components.chart_source import ChartSource
 from components.namespaces import pod_security_namespace
 from components.scheduling_contract import GPU_RESOURCE, JOB_LABEL, addon_affinity, addon_tolerations
 from components.storage_contract import MOUNTS, TRAINING_NAMESPACE, SharedClaim
 from components.training.job import TrainingJobArgs, pod_template
+from config.chart_source import ChartSource
 from config.queues import BATCH_PRIORITY_CLASS, PRIORITY_LABEL, QUEUE_LABEL
 from config.training import Launcher, TrainingConfig
 from config.wandb import WandbConfig

@@ -4,8 +4,8 @@
 program's own, every Helm release rendered with its pinned upstream chart, kustomize
 directories expanded), asks what the API server would say of each (admission.py, pod_security.py)
 and where each pod would run on the nodes the stack will have (nodes.py, workloads.py,
-scheduling.py). The verdict is a Report: one line per workload, and the problems that would keep
-`pulumi up` from finishing. `python -m render` writes it to summary.md (render/summary.py) and
+scheduling.py). The verdict is a Report (report.py): one line per workload, and the problems that
+would keep `pulumi up` from finishing. `python -m render` writes it to summary.md (render/summary.py) and
 exits 3 on a problem.
 
 Upstream data comes from one folder: $GPU_CLUSTER_UPSTREAM, else ../shared/upstream beside the
@@ -15,7 +15,6 @@ project (its charts/ holds the pinned, unmodified charts).
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from config import DevStack, GkeStack, LabStack, StackConfig
@@ -24,6 +23,7 @@ from render.cluster import kueue_admitted_pods, kueue_check, pod_fields
 from render.cluster import nodes as node_model
 from render.cluster.admission import Admission, plan_dependencies
 from render.cluster.objects import CheckSetupError, collect
+from render.cluster.report import Report
 from render.cluster.scheduling import Placement, expand, schedule
 from render.cluster.workloads import workloads
 
@@ -38,25 +38,6 @@ def upstream_dir(project_dir: Path = program.PROJECT_DIR) -> Path:
             "upstream folder (../shared/upstream), or pass --no-check"
         )
     return path
-
-
-@dataclass
-class Report:
-    stack: str
-    problems: list[str] = field(default_factory=list)  # each: "<subject>: <reason>"
-    lines: list[str] = field(default_factory=list)  # one per workload
-    notes: list[str] = field(default_factory=list)  # what the model assumes
-    nodes: list[str] = field(default_factory=list)
-    objects: int = 0
-    # What the lines say, as data: the modelled nodes (a gke pool is one shape) and one placement
-    # per line, in the lines' order (render/summary.py and render/cluster_picture.py read them).
-    modelled: list[node_model.Node] = field(default_factory=list)
-    placements: list[Placement] = field(default_factory=list)
-    queued: list[str] = field(default_factory=list)  # one per job queued in Kueue: would it be admitted
-
-    @property
-    def ok(self) -> bool:
-        return not self.problems
 
 
 def _names(names: list[str], most: int = 4) -> str:

@@ -20,7 +20,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from render.cluster import memo, pod_security
+import render.cluster.memo as memo
+import render.cluster.pod_security as pod_security
 from render.cluster.objects import Obj
 from render.cluster.workloads import Workload
 

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from render.cluster import kueue_admission, kueue_objects
+import render.cluster.kueue_admission as kueue_admission
+import render.cluster.kueue_objects as kueue_objects
 from render.cluster.nodes import Node
 from render.cluster.objects import Obj
 from render.cluster.scheduling import Placement, place

@@ -15,8 +15,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+import render.cluster.kueue_admission as kueue_admission
+import render.cluster.kueue_objects as kueue_objects
+import render.cluster.kueue_preemption as kueue_preemption
+import render.cluster.kueue_provisioning as kueue_provisioning
+import render.cluster.kueue_webhook_order as kueue_webhook_order
 from render import program
-from render.cluster import kueue_admission, kueue_objects, kueue_preemption, kueue_provisioning, kueue_webhook_order
 from render.cluster.admission import Ancestry, plan_dependencies
 from render.cluster.kueue_node_replacement import pinned_after_taint
 from render.cluster.nodes import Node
@@ -24,7 +28,7 @@ from render.cluster.objects import Obj
 from render.cluster.scheduling import Placement
 
 if TYPE_CHECKING:
-    from render.cluster import Report
+    from render.cluster.report import Report
 
 
 def _fmt(resource: str, v: float) -> str:

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from render.cluster import kueue_admission as ka
+import render.cluster.kueue_admission as ka
 from render.cluster.kueue_objects import GROUP, ClusterQueue, KueueWorld, QueuedWorkload
 from render.cluster.objects import Obj
 from render.cluster.scheduling import Capacity

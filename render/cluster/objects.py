@@ -18,7 +18,11 @@ from typing import Any
 
 import yaml
 
-from components.chart_source import (
+import render.cluster.memo as memo
+from components import rdma_network, versions
+from components.cluster_addon import as_cluster_addon
+from config.chart_source import (
+    MULTUS_DAEMONSET,
     TRAINING_OPERATOR_OVERLAY,
     chart_folder,
     chart_name,
@@ -27,7 +31,6 @@ from components.chart_source import (
     pinned_manifest,
 )
 from render import program
-from render.cluster import memo
 
 # Resource types that are bundles the provider expands, or patches of objects that already exist.
 RELEASE_TYPE = "kubernetes:helm.sh/v3:Release"
@@ -132,7 +135,7 @@ def _parsed(text: str) -> list[dict[str, Any]]:
 
 def chart_dir(upstream: Path, chart: str, version: str) -> Path:
     """The chart a release installs: its folder when it names one (gpu-cluster:chartsDir, which the
-    config checked), else the vendored copy upstream/charts/<chart>-<version> (components/chart_source.py)."""
+    config checked), else the vendored copy upstream/charts/<chart>-<version> (config/chart_source.py)."""
     path = Path(chart) if is_local_chart(chart) else upstream / "charts" / chart_folder(chart, version)
     if not (path / "Chart.yaml").is_file():
         raise CheckSetupError(
@@ -231,8 +234,6 @@ def _namespaced_guess(doc: dict[str, Any]) -> bool:
 # namespace, images, labels, secretGenerator, strategic-merge patches of whole objects).
 
 def _addon(d: dict[str, Any]) -> dict[str, Any]:
-    from components.cluster_addon import as_cluster_addon
-
     return as_cluster_addon(d) if d.get("kind") == "Deployment" else d
 
 
@@ -245,8 +246,6 @@ def _kustomize_transforms() -> dict[Any, Any]:
 
 def _chart_transforms() -> dict[str, Any]:
     """helm/v4 chart -> the program's `transforms` function for its children (as above)."""
-    from components import versions
-
     return {chart_name(versions.WHEREABOUTS_CHART): _addon}
 
 
@@ -342,9 +341,6 @@ def _containers(doc: dict[str, Any]) -> list[dict[str, Any]]:
 
 def _configfile_transforms() -> dict[Any, Any]:
     """pinned manifest -> the program's transform of each document."""
-    from components import rdma_network
-    from components.chart_source import MULTUS_DAEMONSET
-
     return {MULTUS_DAEMONSET: rdma_network.pin_multus}
 
 

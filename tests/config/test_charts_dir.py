@@ -11,8 +11,8 @@ import pytest
 
 import config
 from components import versions
-from components.chart_source import MULTUS_DAEMONSET, TRAINING_OPERATOR_OVERLAY, PinnedManifest
 from config import ConfigError
+from config.chart_source import MULTUS_DAEMONSET, TRAINING_OPERATOR_OVERLAY, PinnedManifest
 from render import program
 from tests.conftest import SEED_002_ROCE, stack_config_with
 from tests.render_cli import render_cli

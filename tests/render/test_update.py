@@ -19,7 +19,7 @@ import yaml
 
 from components.gpu_health_pairs import check_name
 from render import __main__ as render_main
-from render import program, update
+from render import program, update, update_risks
 from render.update import Action, Resource
 from tests.conftest import PROJECT_DIR
 
@@ -220,7 +220,7 @@ def test_against_a_plan_json_without_options(tmp_path: Path) -> None:
                for r in old.resources]
     path = tmp_path / "plan.json"
     path.write_text(json.dumps({"stack": "lab", "resources": entries, "outputs": {}}))
-    older = update.older_resources(path, "lab")
+    older = update_risks.older_side(path, "lab").resources
     plan = update.compare(older, Resource.from_plan(program.run("lab")), "lab", str(path))
     with_options = update.compare(Resource.from_plan(old), Resource.from_plan(program.run("lab")), "lab", str(path))
     assert [(s.resource.name, s.label) for s in plan.steps] == [(s.resource.name, s.label) for s in with_options.steps]

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from components.chart_source import PinnedManifest, chart_name, pinned_manifest
+from config.chart_source import PinnedManifest, chart_name, pinned_manifest
 from e2e.published_charts import published_charts
 from render import program
 from render.cluster import objects

@@ -3,7 +3,8 @@ URL (the default), or, with gpu-cluster:chartsDir, a folder of the pinned copies
 internet access: each chart unpacked as <chart>-<version>/, each manifest (an install YAML file, a
 kustomize overlay) at <name>-<version>/<path>. The one home of the pinned thing -> folder mapping:
 the components, the config's refusals (config/charts_dir.py) and the whole-cluster check
-(render/cluster/objects.py) use it."""
+(render/cluster/objects.py) use it. It holds no Pulumi: it stands on the config's floor (the config
+builds a stack's ChartSource and checks its folder); the components, a floor up, import it."""
 
 from __future__ import annotations
 
