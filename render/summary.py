@@ -140,7 +140,7 @@ def write(plan: program.Plan, out: Path, put: Callable[[Path, str], None], repor
     if report is not None:
         from render import cluster_picture  # the check's modules: loaded only when it ran
 
-        source = cluster_picture.dot_source(report)
+        source = cluster_picture.dot_source(report, plan.config)
         put(out / "cluster.dot", source)
         try:
             put(out / "cluster.svg", cluster_picture.svg(source))
