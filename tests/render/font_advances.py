@@ -79,7 +79,8 @@ def font_for(family: str) -> Font:
     path = Path(subprocess.run([fc_match, "-f", "%{file}", family], capture_output=True, text=True,
                                timeout=30, check=True).stdout)
     data = path.read_bytes()
-    assert data[:4] in (b"\x00\x01\x00\x00", b"true"), f"{path} is not a TrueType font"
+    # TrueType or OpenType with CFF outlines: both carry head, hhea, hmtx and cmap (not a collection).
+    assert data[:4] in (b"\x00\x01\x00\x00", b"true", b"OTTO"), f"{path} is not a TrueType or OpenType font"
     tables = _tables(data)
     (units_per_em,) = struct.unpack_from(">H", tables[b"head"], 18)
     (metrics,) = struct.unpack_from(">H", tables[b"hhea"], 34)
