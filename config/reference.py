@@ -32,6 +32,7 @@ from pydantic import BaseModel
 import config
 from config import stack_file
 from config.addons import Addons, Platform
+from config.errors import DOC_PAGES
 from config.walk import Key, model_of, walk
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -237,9 +238,19 @@ SECTION_NOTES: dict[str, str] = {
 }
 
 
+def _explained_in(top: str) -> list[str]:
+    """The page a refusal of the section's keys links (config/errors.py DOC_PAGES), unless that is this page."""
+    page = DOC_PAGES.get(top, str(REFERENCE))
+    path, _, anchor = page.partition("#")
+    if Path(path) == REFERENCE:
+        return []
+    link = os.path.relpath(path, REFERENCE.parent) + (f"#{anchor}" if anchor else "")
+    return [f"Explained in [{page}]({link}); a refused key of this section links it.", ""]
+
+
 def _section(top: str, keyed: dict[Row, list[Platform]]) -> list[str]:
     title = top if ":" in top else f"{config.NAMESPACE}:{top}"
-    lines = [f"## {title}", "", "| Key | Type | Default | Allowed | Platforms | Description |",
+    lines = [f"## {title}", "", *_explained_in(top), "| Key | Type | Default | Allowed | Platforms | Description |",
              "|---|---|---|---|---|---|"]
     order: dict[str, int] = {}
     for row in keyed:

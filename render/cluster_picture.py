@@ -4,7 +4,10 @@ host, a gke node pool's shape, a dev node) listing what the check placed on it, 
 
 The boxes come from the check's own data (Report.modelled, Report.placements), so the picture
 shows what the check decided, not a second opinion. A gke pool is one box: its pods are counted
-over all the nodes it may scale to.
+over all the nodes it may scale to. A lab behind kube-vip frames its control planes with the VIP.
+Each row gives the count first, then the name: the SVG is drawn by a viewer in its own font, and
+a name wider there than dot measured it must not run over the count
+(tests/render/test_cluster_picture_layout.py holds that against the font's own widths).
 
 `python -m render.cluster_picture lab docs/images/cluster-lab.svg` redraws the picture the docs
 show (tests/render/test_summary_picture.py fails when it is stale).
@@ -22,6 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from config.lab import LabStack
+from render import cluster, program
 from render.cluster.scheduling import Placement, expand, pod_requests
 
 if TYPE_CHECKING:
@@ -29,6 +34,9 @@ if TYPE_CHECKING:
     from render.cluster.nodes import Node
 
 ROW = 4  # boxes per row: a 128-worker lab stays a tall picture, not a 129-box-wide line
+# Room after each name, per character of the longest: dot measures text with the fonts of the machine
+# that draws, a viewer shows it in its own (DejaVu Sans runs about 10% wider than Helvetica's metrics).
+SLACK_PER_CHARACTER = 0.6  # points at fontsize 10
 DOT_SECONDS = 120  # dot on a few hundred boxes takes seconds; a hung dot must not hang render
 # The install lines README's "The two commands" and docs/commands.md give too (tests/test_docs_graphviz.py).
 GRAPHVIZ_INSTALL = ("apt-get install graphviz", "brew install graphviz")
@@ -124,14 +132,16 @@ def _node_title(n: Node) -> list[str]:
     return title
 
 
-def _row_html(row: Row) -> str:
+def _row_html(row: Row, slack: int) -> str:
+    """The count first, then the name: a name drawn wider than dot measured it runs into the slack
+    column at the box's right edge, never over the count (a viewer's font is not dot's)."""
     what = f"{row.pods} pod{'s' if row.pods != 1 else ''}" + (" per node" if row.per_node else "")
     if row.gpus_each:
         what += f" × {_count(row.gpus_each)} GPU"
     colour = ' COLOR="#b00020"' if row.failed else ""
     mark = "✗ " if row.failed else ""
-    return (f'<TR><TD ALIGN="LEFT"><FONT{colour or ""}>{html.escape(mark + row.ref)}</FONT></TD>'
-            f'<TD ALIGN="RIGHT">{html.escape(what)}</TD></TR>')
+    return (f'<TR><TD ALIGN="RIGHT">{html.escape(what)}</TD>'
+            f'<TD ALIGN="LEFT"><FONT{colour}>{html.escape(mark + row.ref)}</FONT></TD><TD WIDTH="{slack}"></TD></TR>')
 
 
 def _box_html(box: Box) -> str:
@@ -139,31 +149,72 @@ def _box_html(box: Box) -> str:
     head_colour = "#d7ecd9" if n.is_gpu else "#e3e6ea"
     title = "<BR/>".join(f"<B>{html.escape(t)}</B>" if i == 0 else html.escape(t)
                          for i, t in enumerate(_node_title(n)))
-    rows = [f'<TR><TD COLSPAN="2" BGCOLOR="{head_colour}">{title}</TD></TR>']
+    slack = math.ceil(SLACK_PER_CHARACTER * max((len(r.ref) + 2 for r in box.services + box.jobs), default=0))
+    rows = [f'<TR><TD COLSPAN="3" BGCOLOR="{head_colour}">{title}</TD></TR>']
     service_gpus = sum(r.gpus_each * r.pods for r in box.services)
     job_gpus = max(box.job_gpus.values(), default=0.0)
     if service_gpus or job_gpus:
-        rows.append(f'<TR><TD COLSPAN="2">GPUs asked: {html.escape(_count(service_gpus))} by services, '
+        rows.append(f'<TR><TD COLSPAN="3">GPUs asked: {html.escape(_count(service_gpus))} by services, '
                     f'up to {html.escape(_count(job_gpus))} by one job</TD></TR>')
     elif n.is_gpu:
-        rows.append('<TR><TD COLSPAN="2">no GPU asked</TD></TR>')
+        rows.append('<TR><TD COLSPAN="3">no GPU asked</TD></TR>')
     if box.services:
-        rows.append('<TR><TD COLSPAN="2" ALIGN="LEFT"><I>runs</I></TD></TR>')
-        rows += [_row_html(r) for r in box.services]
+        rows.append('<TR><TD COLSPAN="3" ALIGN="LEFT"><I>runs</I></TD></TR>')
+        rows += [_row_html(r, slack) for r in box.services]
     if box.jobs:
-        rows.append('<TR><TD COLSPAN="2" ALIGN="LEFT"><I>jobs, one after another</I></TD></TR>')
-        rows += [_row_html(r) for r in box.jobs]
+        rows.append('<TR><TD COLSPAN="3" ALIGN="LEFT"><I>jobs, one after another</I></TD></TR>')
+        rows += [_row_html(r, slack) for r in box.jobs]
     if not box.services and not box.jobs:
-        rows.append('<TR><TD COLSPAN="2"><I>nothing placed</I></TD></TR>')
+        rows.append('<TR><TD COLSPAN="3"><I>nothing placed</I></TD></TR>')
     return '<<TABLE BORDER="1" CELLBORDER="0" CELLSPACING="0" CELLPADDING="3">' + "".join(rows) + "</TABLE>>"
+
+
+@dataclass(frozen=True)
+class ControlPlaneGroup:
+    """A lab's control planes behind kube-vip's virtual IP: drawn as one group with the VIP."""
+
+    endpoint: str  # "<VIP>:6443", as every node and the kubeconfig reach the API
+    members: tuple[str, ...]  # the control planes' host names, in the stack file's order
+
+
+def control_plane_group(config: object) -> ControlPlaneGroup | None:
+    """The group on a lab with kubeVip (one control plane too: the API is still reached at the VIP);
+    None without a VIP, where the API is one control plane's own address (or a load balancer the
+    stack does not draw) and a group would say nothing a box does not."""
+    if not isinstance(config, LabStack) or config.kube_vip is None:
+        return None
+    return ControlPlaneGroup(config.kube_vip.endpoint, tuple(h.name for h in config.control_planes))
+
+
+VIP_NODE = "kube-vip VIP"  # a space: no host name (a DNS label) can take this id
+
+
+def _rank_lines(rows: list[list[str]], indent: str) -> list[str]:
+    """Each row side by side, in order (a rank=same inside a cluster, or dot pulls its nodes out)."""
+    return [f"{indent}{{rank=same; " + " -> ".join(_id(n) for n in row) + ";}" for row in rows]
+
+
+def _group_lines(group: ControlPlaneGroup, rows: list[list[str]]) -> list[str]:
+    """The cluster subgraph: the VIP above the rows of control planes, in one frame."""
+    line = "kube-vip: held by one control plane at a time"
+    side = f'<TD WIDTH="{math.ceil(SLACK_PER_CHARACTER * len(line) / 2)}"></TD>'  # centred: half each side
+    vip = (f'<<TABLE BORDER="1" CELLBORDER="0" CELLSPACING="0" CELLPADDING="3" BGCOLOR="#e3e6ea"><TR>{side}'
+           f'<TD><B>VIP {html.escape(group.endpoint)}</B><BR/>{line}</TD>{side}</TR></TABLE>>')
+    return (["  subgraph cluster_control_plane {",
+             f"    label={_id(f'control plane: VIP {group.endpoint}')}; fontsize=12; style=rounded; "
+             'color="#5f6b7a";',
+             f"    {_id(VIP_NODE)} [label={vip}];"]
+            + _rank_lines(rows, "    ") + ["  }"]
+            + [f"  {_id(VIP_NODE)} -> {_id(n)};" for n in rows[0]])
 
 
 def _id(name: str) -> str:
     return '"' + name.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def dot_source(report: Report) -> str:
-    """The .dot of the picture: deterministic for one report (the docs' copy is compared to it)."""
+def dot_source(report: Report, config: object) -> str:
+    """The .dot of the picture of report, the check of a stack of config: deterministic for one
+    report (the docs' copy is compared to it)."""
     verdict = "yes" if report.ok else f"no, {len(report.problems)} problems"
     lines = ["digraph planned_cluster {",
              f"  label={_id(f'stack {report.stack}: would it come up? {verdict}')};",
@@ -180,10 +231,15 @@ def dot_source(report: Report) -> str:
         lines.append('  "not placed" [label=<<TABLE BORDER="1" COLOR="#b00020" CELLBORDER="0" CELLSPACING="0" '
                      f'CELLPADDING="3"><TR><TD BGCOLOR="#f6d5da"><B>not placed</B></TD></TR>{rows}</TABLE>>];')
         names.append("not placed")
-    rows_of = [names[i:i + ROW] for i in range(0, len(names), ROW)]
-    for row in rows_of:  # a row side by side, in order; each row under the one before
-        lines.append("  {rank=same; " + " -> ".join(_id(n) for n in row) + ";}" if len(row) > 1
-                     else f"  {{rank=same; {_id(row[0])};}}")
+    group = control_plane_group(config)
+    members = [n for n in names if group is not None and n in group.members]
+    others = [n for n in names if n not in members]
+    group_rows = [members[i:i + ROW] for i in range(0, len(members), ROW)]
+    other_rows = [others[i:i + ROW] for i in range(0, len(others), ROW)]
+    if group is not None and group_rows:  # members is empty without a group
+        lines += _group_lines(group, group_rows)
+    lines += _rank_lines(other_rows, "  ")
+    rows_of = group_rows + other_rows  # each row under the one before
     for upper, lower in zip(rows_of, rows_of[1:], strict=False):
         lines += [f"  {_id(a)} -> {_id(b)};" for a, b in zip(upper, lower, strict=False)]
     lines.append("}")
@@ -207,14 +263,12 @@ def svg(source: str) -> str:
 
 def main(argv: list[str]) -> int:
     """python -m render.cluster_picture STACK OUT.svg: the check of STACK, drawn to OUT.svg."""
-    from render import cluster, program
-
     if len(argv) != 2:
         print("usage: python -m render.cluster_picture STACK OUT.svg", file=sys.stderr)
         return 2
     plan = program.run(argv[0])
     report = cluster.check(plan, plan.config, cluster.upstream_dir())
-    Path(argv[1]).write_text(svg(dot_source(report)))
+    Path(argv[1]).write_text(svg(dot_source(report, plan.config)))
     return 0
 
 

@@ -136,7 +136,7 @@ def write(plan: program.Plan, out: Path, put: Callable[[Path, str], None], repor
     """summary.md, and with the check's report the picture: cluster.dot, cluster.svg (graphviz)."""
     picture = ""
     if report is not None:
-        source = cluster_picture.dot_source(report)
+        source = cluster_picture.dot_source(report, plan.config)
         put(out / "cluster.dot", source)
         try:
             put(out / "cluster.svg", cluster_picture.svg(source))

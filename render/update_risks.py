@@ -82,7 +82,7 @@ def refusals(older: Side, new_config: Any) -> list[str]:
         deployed = DeployedLab.model_validate(record)
     except ValidationError:
         return []
-    return [f"{ConfigError.qualified_key(key)}: {message}" for key, message in check(deployed)]
+    return [ConfigError.refusal(key, message) for key, message in check(deployed)]  # as `up` would say it
 
 
 def cni(side: Side) -> str:

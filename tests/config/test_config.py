@@ -480,7 +480,8 @@ def test_config_error_is_a_pulumi_run_error():
     err = problems_of(lab_raw(cni="weave"))
     assert isinstance(err, pulumi.RunError)
     assert err.problems == [("cni", "must be one of 'flannel' or 'calico' (got 'weave')")]
-    assert str(err) == "invalid stack configuration:\n  gpu-cluster:cni: must be one of 'flannel' or 'calico' (got 'weave')"
+    assert str(err) == ("invalid stack configuration:\n  gpu-cluster:cni: must be one of 'flannel' or 'calico' "
+                        "(got 'weave') (docs/network-policies.md#who-enforces-them)")
 
 
 # ---------------------------------------------------------------------------------------------

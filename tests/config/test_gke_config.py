@@ -278,7 +278,8 @@ def test_missing_project_and_region_name_the_gcp_keys():
 def test_config_error_shows_gcp_keys_as_they_are():
     """One formatting path: gcp: keys as they are, every other key under gpu-cluster:."""
     err = ConfigError([("gcp:project", "is required"), ("gke.zone", "is wrong")])
-    assert str(err) == "invalid stack configuration:\n  gcp:project: is required\n  gpu-cluster:gke.zone: is wrong"
+    assert str(err) == ("invalid stack configuration:\n  gcp:project: is required (docs/getting-started/gke.md)\n"
+                        "  gpu-cluster:gke.zone: is wrong (docs/getting-started/gke.md)")
     assert err.args == (str(err),)
 
 

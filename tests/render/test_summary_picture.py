@@ -83,12 +83,12 @@ def test_picture_names_every_node_and_placed_workload(stack: str, lab: tuple[pro
     """gke too: a pool is one box, its pods counted over the nodes it may scale to."""
     need_dot()
     if stack == "lab":
-        report = lab[1]
+        plan, report = lab
     else:
         plan = program.run(stack)
         report = cluster.check(plan, plan.config, upstream_dir)
     assert any(p.nodes for p in report.placements)
-    assert_picture_matches(cluster_picture.svg(cluster_picture.dot_source(report)), report)
+    assert_picture_matches(cluster_picture.svg(cluster_picture.dot_source(report, plan.config)), report)
 
 
 def test_committed_docs_picture_is_current(lab: tuple[program.Plan, Report]) -> None:
@@ -98,7 +98,7 @@ def test_committed_docs_picture_is_current(lab: tuple[program.Plan, Report]) -> 
     assert_picture_matches(committed, lab[1])
     need_dot()
     # The same text in every box; graphviz versions may place it differently, so positions are not compared.
-    fresh = cluster_picture.svg(cluster_picture.dot_source(lab[1]))
+    fresh = cluster_picture.svg(cluster_picture.dot_source(lab[1], lab[0].config))
     assert Counter(texts_of(committed)) == Counter(texts_of(fresh)), \
         "docs/images/cluster-lab.svg is stale: python -m render.cluster_picture lab docs/images/cluster-lab.svg"
 
@@ -118,7 +118,7 @@ def test_render_goes_on_without_graphviz(dot: str | None, lab: tuple[program.Pla
     render_main.write(lab[0], out, lab[1])
     summary = (out / "summary.md").read_text()
     assert not (out / "cluster.svg").exists()
-    assert (out / "cluster.dot").read_text() == cluster_picture.dot_source(lab[1])
+    assert (out / "cluster.dot").read_text() == cluster_picture.dot_source(lab[1], lab[0].config)
     assert "The picture of the planned cluster was not drawn: it needs graphviz" in summary
     assert "[cluster.dot](cluster.dot)" in summary
     assert ("not on PATH" in summary) if dot is None else ("syntax error in line 1" in summary)

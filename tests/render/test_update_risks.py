@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
+from config import ConfigError
 from config.lab import LabStack
 from render import __main__ as render_main
 from render import program, update, update_risks
@@ -90,7 +91,7 @@ def test_refusals_are_the_rule_up_runs(monkeypatch: pytest.MonkeyPatch) -> None:
     new = program.run("lab", config=_config(allowRebuild=True))
     assert update_risks.refusals(older, new.config) == []
     assert update_risks.refusals(older, program.run("lab").config) == [
-        f"gpu-cluster:podCidr: {p[1]}" for p in program.run("lab").config.change_problems(
+        ConfigError.refusal("podCidr", p[1]) for p in program.run("lab").config.change_problems(
             update_risks.DeployedLab.model_validate(older.outputs["deployed"]))]
     seen: list[Any] = []
 
@@ -99,7 +100,8 @@ def test_refusals_are_the_rule_up_runs(monkeypatch: pytest.MonkeyPatch) -> None:
         return [("hosts[0].name", "the test's rule")]
 
     monkeypatch.setattr(LabStack, "change_problems", rule)
-    assert update_risks.refusals(older, new.config) == ["gpu-cluster:hosts[0].name: the test's rule"]
+    assert update_risks.refusals(older, new.config) == [
+        "gpu-cluster:hosts[0].name: the test's rule (docs/getting-started/lab.md)"]
     assert seen and str(seen[0].pod_cidr) == "10.245.0.0/16"
 
 
