@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass
 
 from config.gcp.machine_types import check_general_purpose
+from config.gcp.machines import GPU_MACHINES
 
 
 @dataclass(frozen=True)
@@ -46,25 +47,8 @@ ACCELERATORS: dict[str, Accelerator] = {
     )
 }
 
-# Accelerator-optimized machine types: type -> (accelerator, the fixed GPU count).
-FIXED: dict[str, tuple[str, int]] = {
-    **{f"a2-highgpu-{n}g": ("nvidia-tesla-a100", n) for n in (1, 2, 4, 8)},
-    "a2-megagpu-16g": ("nvidia-tesla-a100", 16),
-    **{f"a2-ultragpu-{n}g": ("nvidia-a100-80gb", n) for n in (1, 2, 4, 8)},
-    **{f"a3-highgpu-{n}g": ("nvidia-h100-80gb", n) for n in (1, 2, 4, 8)},
-    "a3-megagpu-8g": ("nvidia-h100-mega-80gb", 8),
-    # Google, "Accelerator-optimized machine family" (cloud.google.com/compute/docs/accelerator-optimized-machines):
-    # the A3 Ultra and A4 series have one machine type each, with 8 GPUs (Google's Cluster Toolkit,
-    # modules/internal/gpu-definition: "a3-ultragpu-8g" = { type = "nvidia-h200-141gb", count = 8 }).
-    # Not A4X (a4x-highgpu-4g, GB200): Arm (Grace) hosts, and nothing of this program's node
-    # software (driver installer, images) is checked on arm64.
-    "a3-ultragpu-8g": ("nvidia-h200-141gb", 8),
-    "a4-highgpu-8g": ("nvidia-b200", 8),
-    **{f"g2-standard-{cpus}": ("nvidia-l4", 1) for cpus in (4, 8, 12, 16, 32)},
-    "g2-standard-24": ("nvidia-l4", 2),
-    "g2-standard-48": ("nvidia-l4", 4),
-    "g2-standard-96": ("nvidia-l4", 8),
-}
+# Accelerator-optimized machine types: type -> (accelerator, the fixed GPU count), from the one table.
+FIXED: dict[str, tuple[str, int]] = {m.name: (m.accelerator, m.gpus) for m in GPU_MACHINES.values()}
 
 # n1 machines take attachable GPUs: accelerator -> allowed counts per machine.
 N1_ATTACHABLE: dict[str, tuple[int, ...]] = {
@@ -73,13 +57,6 @@ N1_ATTACHABLE: dict[str, tuple[int, ...]] = {
     "nvidia-tesla-p4": (1, 2, 4),
     "nvidia-tesla-p100": (1, 2, 4),
 }
-# The machine types whose GKE nodes Google labels with their physical place (cloud.google.com/
-# gce-topology-block, -subblock, -host: Google, "Schedule GKE workloads with Topology Aware
-# Scheduling", cloud.google.com/ai-hypercomputer/docs/workloads/schedule-gke-workloads-tas, "Topology
-# of GKE nodes on A4 and A3 Ultra VMs"). Its block is "the organization-specific ID of the reserved
-# block in which the VM is located": capacity from a reservation (config/queue_flavors.py).
-TOPOLOGY_LABELLED = ("a3-ultragpu-8g", "a4-highgpu-8g")
-
 _N1 = re.compile(r"n1-(standard|highmem|highcpu)-[0-9]+")
 
 
@@ -115,9 +92,9 @@ def check(machine_type: str, accelerator_type: str, count: int) -> list[tuple[st
     if family in {t.split("-", 1)[0] for t in FIXED}:
         known = ", ".join(t for t in FIXED if t.startswith(family + "-"))
         return [("machineType", f"{machine_type} is not a GPU machine type of {family}; known: {known}")]
-    return [("machineType", f"{machine_type!r} is not a GPU machine type this program knows: a2-highgpu-*, "
-                            "a2-megagpu-16g, a2-ultragpu-*, a3-highgpu-*, a3-megagpu-8g, a3-ultragpu-8g, a4-highgpu-8g, g2-standard-*, "
-                            "n1-(standard|highmem|highcpu)-*")]
+    return [("machineType", f"{machine_type!r} is not a GPU machine type this program knows: {', '.join(FIXED)}, "
+                            "n1-(standard|highmem|highcpu)-* (config/gcp/machines.py: a machine type without a row "
+                            "there has no known size)")]
 
 
 def _family_of(accelerator_type: str) -> str:
