@@ -76,6 +76,9 @@ class Inventory:
     default_level: TopologyLevel | None = None  # queues.rdmaTopologyLevel when unset
     values_known: bool = True  # whether the config knows each node's value of each level
     missing_level: str = ""  # why a level is not there ({level}: the level asked for)
+    # The level binds every job across nodes, not only those over a RoCE pod network (gke: its GPU
+    # traffic runs over the nodes' own NICs, and there is no network.roce).
+    level_binds_multinode_jobs: bool = False
 
 
 class QueuesChoice(Protocol):

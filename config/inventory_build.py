@@ -113,6 +113,7 @@ def gke_inventory(pools: Sequence[GpuPool], gpu: GpuConfig) -> Inventory:
                       TopologyLevel.HOST: GKE_HOST_LABEL},
         levels_present=frozenset(TopologyLevel) if labelled else frozenset(),
         topology_labels=(GKE_BLOCK_LABEL, GKE_SUBBLOCK_LABEL, GKE_HOST_LABEL), values_known=False,
+        level_binds_multinode_jobs=True,
         missing_level=("{level}: no GPU pool carries Google's topology labels, so Kueue would leave every GPU node "
                        f"out of the flavors and admit no job that requires the level (gke.gpuPools: "
                        f"{described or 'none'}); Google writes cloud.google.com/gce-topology-* on "

@@ -37,14 +37,7 @@ from stacks.contract import Cluster
 
 
 def kubeadm_settings(cfg: LabStack) -> KubeadmSettings:
-    return KubeadmSettings(
-        kubernetes_version=cfg.kubernetes_version,
-        api_endpoint=cfg.api_endpoint,
-        pod_cidr=cfg.pod_cidr,
-        service_cidr=cfg.service_cidr,
-        gpu_taint=cfg.gpu_taint,
-        hardening=cfg.hardening,
-    )
+    return KubeadmSettings.of(cfg)
 
 
 def host_software(cfg: LabStack) -> HostSoftware:
