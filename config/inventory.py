@@ -79,6 +79,9 @@ class Inventory:
     # The level binds every job across nodes, not only those over a RoCE pod network (gke: its GPU
     # traffic runs over the nodes' own NICs, and there is no network.roce).
     level_binds_multinode_jobs: bool = False
+    # Node name -> the labels the program writes on it after it joins (lab: hosts[].block, .rack and
+    # .gpuModel, by NodePatch; dev: the GPU label on gpuNodes); gke's pools carry theirs from GKE.
+    labels_written: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
 class QueuesChoice(Protocol):

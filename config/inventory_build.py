@@ -42,6 +42,12 @@ def _lab_unit_problem(gpu: GpuConfig, model: str | None, first: int, per_gpu: in
     return sharing_key(gpu), f"{per_gpu}; name the GPU in hosts[].gpuModel (e.g. NVIDIA-H100-80GB-HBM3)"
 
 
+def placement_labels(h: Host) -> dict[str, str]:
+    """The node labels of a host's place (block, rack) and GPU model, those it names."""
+    named = ((BLOCK_LABEL, h.block), (RACK_LABEL, h.rack), (GPU_MODEL_LABEL, h.gpu_model))
+    return {label: value for label, value in named if value}
+
+
 def lab_inventory(hosts: Sequence[Host], gpu: GpuConfig) -> Inventory:
     """One group per hosts[].gpuModel in the order the hosts first name them (one `gpu` group without
     models), labelled as node prep's NodePatch labels them; racks and blocks as the hosts name them."""
@@ -65,8 +71,9 @@ def lab_inventory(hosts: Sequence[Host], gpu: GpuConfig) -> Inventory:
     present = [level for level, _ in named] + [TopologyLevel.HOST]
     default = (TopologyLevel.RACK if TopologyLevel.RACK in present
                else TopologyLevel.BLOCK if TopologyLevel.BLOCK in present else None)
+    written = {h.name: labels for h in hosts if (labels := placement_labels(h))}
     return Inventory(
-        groups=tuple(groups), unit=describe(gpu),
+        groups=tuple(groups), unit=describe(gpu), labels_written=written,
         level_labels={TopologyLevel.BLOCK: BLOCK_LABEL, TopologyLevel.RACK: RACK_LABEL,
                       TopologyLevel.HOST: HOSTNAME_LABEL},
         levels_present=frozenset(present), topology_labels=tuple(label for _, label in named),
@@ -134,4 +141,5 @@ def dev_inventory(gpu_nodes: Sequence[str], counts: Mapping[str, int], gpu: GpuC
                                  else per_gpu if isinstance(per_gpu, str) else gpus * per_gpu),
                           size_key="gpuNodeGpus",
                           unit_problem=(sharing_key(gpu), per_gpu) if known and isinstance(per_gpu, str) else None),),
-        unit=describe(gpu), missing_level="dev's nodes have no topology levels: leave it unset")
+        unit=describe(gpu), missing_level="dev's nodes have no topology levels: leave it unset",
+        labels_written={node: {GPU_NODE_LABEL[0]: GPU_NODE_LABEL[1]} for node in gpu_nodes})
