@@ -54,6 +54,9 @@ class NodeGroup:
     memory_gib: float | None = None
     allocatable: tuple[float, float] | None = None  # per node (cores, bytes) left to pods, where known
     gpu_nics: int | None = None
+    gpu_memory_gb: int | None = None  # one GPU's memory, where the config names the GPU (gke: its accelerator)
+    # MIG instances per GPU of each profile, where the MIG table tells which GPU it is (config/mig_profiles.py).
+    mig_slices: dict[str, int] = field(default_factory=dict)
     taints: tuple[str, ...] = ()  # taint keys the nodes carry (gke flex-start: GKE's queued taint)
     in_topology: bool = True  # its flavor names the cluster's Topology (flex-start flavors do not)
     # Google writes its topology labels on these nodes, values unknown offline; `placement` says where.

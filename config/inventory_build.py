@@ -20,6 +20,7 @@ from components.scheduling_contract import (
     GPU_NODE_LABEL,
     RACK_LABEL,
 )
+from config.gcp.accelerators import ACCELERATORS
 from config.gcp.machine_shapes import gke_allocatable, machine_shape
 from config.gcp.machines import GPU_MACHINES, TOPOLOGY_LABELLED
 from config.gke_pools import GpuPool
@@ -27,7 +28,14 @@ from config.gke_provisioning import GKE_QUEUED_LABEL, GkeProvisioning, flex_star
 from config.gpu import GpuConfig, GpuStack
 from config.inventory import HOSTNAME_LABEL, Inventory, NodeGroup, TopologyLevel, flavor_name
 from config.lab_hosts import Host
-from config.queue_units import describe, gke_units_per_node, sharing_key, units_per_gpu
+from config.queue_units import (
+    describe,
+    gke_mig_model,
+    gke_units_per_node,
+    sharing_key,
+    slices_by_profile,
+    units_per_gpu,
+)
 
 
 def _lab_unit_problem(gpu: GpuConfig, model: str | None, first: int, per_gpu: int | str) -> tuple[str, str] | None:
@@ -52,7 +60,7 @@ def lab_inventory(hosts: Sequence[Host], gpu: GpuConfig) -> Inventory:
     """One group per hosts[].gpuModel in the order the hosts first name them (one `gpu` group without
     models), labelled as node prep's NodePatch labels them; racks and blocks as the hosts name them."""
     gpu_hosts = [(i, h) for i, h in enumerate(hosts) if h.is_gpu]
-    models = list(dict.fromkeys(h.gpu_model for _, h in gpu_hosts if h.gpu_model))
+    models: list[str | None] = list(dict.fromkeys(h.gpu_model for _, h in gpu_hosts if h.gpu_model))
     groups = []
     for model in models or [None]:
         members = [(i, h) for i, h in gpu_hosts if h.gpu_model == model]
@@ -64,7 +72,7 @@ def lab_inventory(hosts: Sequence[Host], gpu: GpuConfig) -> Inventory:
             node_labels={GPU_MODEL_LABEL: model} if model else {GPU_NODE_LABEL[0]: GPU_NODE_LABEL[1]},
             nodes=tuple(h.name for _, h in members), node_count=len(members), gpu_model=model, gpus=gpus,
             units=per_gpu if isinstance(per_gpu, str) else gpus * per_gpu, size_key=f"hosts[].gpus of the {model} hosts" if model else "hosts[].gpus",
-            unit_problem=_lab_unit_problem(gpu, model, first, per_gpu)))
+            unit_problem=_lab_unit_problem(gpu, model, first, per_gpu), mig_slices=slices_by_profile(model)))
     named = [(level, label) for level, field, label in ((TopologyLevel.BLOCK, "block", BLOCK_LABEL),
                                                         (TopologyLevel.RACK, "rack", RACK_LABEL))
              if gpu_hosts and all(getattr(h, field) for _, h in gpu_hosts)]
@@ -97,6 +105,8 @@ def _gke_group(i: int, pool: GpuPool, gpu: GpuConfig) -> NodeGroup:
         unit_problem=(sharing_key(gpu), per_node) if isinstance(per_node, str) else None,
         vcpus=shape[0] if shape else None, memory_gib=shape[1] if shape else None,
         allocatable=gke_allocatable(*shape) if shape else None, gpu_nics=row.gpu_nics if row else None,
+        gpu_memory_gb=ACCELERATORS[pool.accelerator.type].memory_gb if pool.accelerator.type in ACCELERATORS else None,
+        mig_slices=slices_by_profile(None, gke_mig_model(pool.accelerator.type)),
         taints=(GKE_QUEUED_TAINT.key,) if flex else (), in_topology=not flex,
         topology_labelled=(pool.machine_type in TOPOLOGY_LABELLED
                            and pool.provisioning is GkeProvisioning.RESERVATION),

@@ -70,6 +70,20 @@ def units_per_gpu(gpu: GpuConfig, gpu_model: str | None = None, mig_model: str |
             "(counted in slices) cannot be sized")
 
 
+def slices_by_profile(gpu_model: str | None, mig_model: str | None = None) -> dict[str, int]:
+    """MIG instances of each profile one GPU holds, where the table tells which GPU it is: `mig_model`
+    (gke: from the accelerator type) or a GFD product name that picks one count per profile."""
+    if mig_model is not None:
+        return dict(SLICES_PER_GPU.get(mig_model, {}))
+    if gpu_model is None:
+        return {}
+    tokens = {t.upper() for t in re.split(r"[-_ .]", gpu_model)}
+    named = [m for m in SLICES_PER_GPU if m.split()[0].upper() in tokens]
+    sized = [m for m in named if m.split()[1].upper() in tokens]
+    which = sized or named
+    return dict(SLICES_PER_GPU[which[0]]) if len(which) == 1 else {}
+
+
 def gke_mig_model(accelerator_type: str) -> str:
     """The MIG table's model of a gke accelerator type, "" for one without MIG (L4)."""
     return GKE_ACCELERATOR_GPU.get(accelerator_type, "")

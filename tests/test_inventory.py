@@ -73,6 +73,7 @@ def test_the_gke_inventory_sizes_each_pool_from_the_table() -> None:
     assert [(g.name, g.flavor, g.gpu_model, g.node_count, g.gpus, g.units, g.vcpus, g.gpu_nics) for g in inv.groups] \
         == [(name, "nvidia-h200-141gb", "nvidia-h200-141gb", 2, 16, 16, 224, 8) for name in ("h200", "h200-reserved")]
     # Google labels only the reservation's nodes, with values no offline check knows.
+    assert all(g.gpu_memory_gb == 141 and g.mig_slices == {} for g in inv.groups)  # H200: no MIG on GKE here
     assert [g.topology_labelled for g in inv.groups] == [False, True] and not inv.values_known
     assert inv.levels_present == frozenset(TopologyLevel)
     assert cfg.inventory is inv  # built once
@@ -92,6 +93,11 @@ def test_the_lab_inventory_counts_its_hosts_in_the_quota_unit() -> None:
     (g,) = whole.groups
     assert (g.nodes, g.gpus, g.units, g.flavor) == (("gpu-1", "gpu-2"), 12, 12, "nvidia-h100-80gb-hbm3")
     assert whole.default_level is TopologyLevel.RACK and whole.values_known
+    # MIG slices per profile, from the MIG table for the GPU GFD names (an A100 40GB holds 4 1g.10gb)
+    assert (g.mig_slices["1g.10gb"], g.mig_slices["7g.80gb"]) == (7, 1) and "1g.5gb" not in g.mig_slices
+    assert _lab({"mode": "none"}, model="NVIDIA-A100-SXM4-40GB").inventory.groups[0].mig_slices["1g.10gb"] == 4
+    assert whole.labels_written["gpu-2"] == {"gpu-cluster.io/rack": "r2",
+                                             "gpu-cluster.io/gpu-model": "NVIDIA-H100-80GB-HBM3"}
     assert _lab({"mode": "time-slicing", "replicas": 4}).inventory.groups[0].units == 48
     mig = _lab({"mode": "mig", "migProfile": "all-1g.10gb"})
     assert mig.inventory.groups[0].units == 84

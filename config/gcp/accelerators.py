@@ -24,26 +24,28 @@ class Accelerator:
     product: str
     # MIG partition sizes GKE accepts for gpu_partition_size (empty: no MIG)
     mig_partitions: tuple[str, ...] = ()
+    memory_gb: int = 0  # memory of one GPU (Google, "GPU machine types": the GPU models' table)
 
 
 ACCELERATORS: dict[str, Accelerator] = {
     a.type: a
     for a in (
-        Accelerator("nvidia-tesla-a100", "A100 40GB", ("1g.5gb", "2g.10gb", "3g.20gb", "4g.20gb", "7g.40gb")),
-        Accelerator("nvidia-a100-80gb", "A100 80GB", ("1g.10gb", "2g.20gb", "3g.40gb", "7g.80gb")),
-        Accelerator("nvidia-h100-80gb", "H100 80GB", ("1g.10gb", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb")),
+        Accelerator("nvidia-tesla-a100", "A100 40GB", ("1g.5gb", "2g.10gb", "3g.20gb", "4g.20gb", "7g.40gb"), 40),
+        Accelerator("nvidia-a100-80gb", "A100 80GB", ("1g.10gb", "2g.20gb", "3g.40gb", "7g.80gb"), 80),
+        Accelerator("nvidia-h100-80gb", "H100 80GB", ("1g.10gb", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"),
+                    80),
         # A3 Mega; GKE's multi-instance GPU page lists A100 and H100 (80GB), not H100 Mega: no MIG here.
-        Accelerator("nvidia-h100-mega-80gb", "H100 Mega 80GB"),
+        Accelerator("nvidia-h100-mega-80gb", "H100 Mega 80GB", memory_gb=80),
         # A3 Ultra and A4 (Google, "GPU machine types", cloud.google.com/compute/docs/gpus: "A4: NVIDIA
         # B200 Blackwell GPUs (nvidia-b200)", "A3 Ultra: NVIDIA H200 SXM GPUs (nvidia-h200-141gb)"). No MIG
         # here: GKE's multi-instance GPU page lists A100 and H100.
-        Accelerator("nvidia-h200-141gb", "H200 141GB"),
-        Accelerator("nvidia-b200", "B200"),
-        Accelerator("nvidia-l4", "L4"),
-        Accelerator("nvidia-tesla-t4", "T4"),
-        Accelerator("nvidia-tesla-v100", "V100"),
-        Accelerator("nvidia-tesla-p4", "P4"),
-        Accelerator("nvidia-tesla-p100", "P100"),
+        Accelerator("nvidia-h200-141gb", "H200 141GB", memory_gb=141),
+        Accelerator("nvidia-b200", "B200", memory_gb=180),
+        Accelerator("nvidia-l4", "L4", memory_gb=24),
+        Accelerator("nvidia-tesla-t4", "T4", memory_gb=16),
+        Accelerator("nvidia-tesla-v100", "V100", memory_gb=16),
+        Accelerator("nvidia-tesla-p4", "P4", memory_gb=8),
+        Accelerator("nvidia-tesla-p100", "P100", memory_gb=16),
     )
 }
 
