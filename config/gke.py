@@ -19,8 +19,8 @@ from typing import ClassVar, Literal
 
 from pydantic import Field, field_validator
 
+import config.mig_profiles as mig_profiles
 from components.scheduling_contract import GKE_POOL_OWN_LABELS, NO_GKE_DEVICE_PLUGIN_LABEL
-from config import mig_profiles
 from config.addons import Addons, Platform
 from config.errors import Problems
 from config.fields import Model, check_display_name, empty_to_none

@@ -35,7 +35,8 @@ def _top_level_imports(tree: ast.Module, known: set[str]) -> set[str]:
         elif isinstance(node, ast.Import):
             out |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module:
-            out |= {f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in known else node.module for a in node.names}
+            # `from config import lab` runs config/__init__.py first: an edge to the package too
+            out |= {node.module, *(f"{node.module}.{a.name}" for a in node.names)}
     return out & known
 
 
