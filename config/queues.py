@@ -36,10 +36,10 @@ from pydantic import Field, field_validator
 from config.errors import Problems
 from config.fields import DNS_LABEL, Model, check_quantity
 from config.inventory import Inventoried, TopologyLevel
-from config.queue_flavors import Flavor, flavors, level_problems, quota_problems
+from config.queue_flavors import Flavor as Flavor  # re-exported: components and tests read flavors from here
+from config.queue_flavors import flavors as flavors  # re-exported too
+from config.queue_flavors import level_problems, quota_problems
 from config.queue_resources import resource_problems
-
-__all__ = ["Flavor", "flavors"]  # re-exported: the components and tests read the flavors from here
 
 # The program's own queue (LocalQueue in the training namespace, ClusterQueue of the same name).
 PROGRAM_QUEUE = "gpu-cluster"

@@ -103,14 +103,18 @@ def _local_project_imports(path: Path) -> list[str]:
 
 
 def _local_project_imports_at(path: Path, root: Path) -> list[str]:
-    found = []
+    found: list[str] = []
     for fn in ast.walk(ast.parse(path.read_text())):
         if isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
             for node in ast.walk(fn):
-                module = (node.module if isinstance(node, ast.ImportFrom) else
-                          node.names[0].name if isinstance(node, ast.Import) else None)
-                if module and module.split(".")[0] in PROJECT_PACKAGES:
-                    found.append(f"{path.relative_to(root)}:{node.lineno} {module}")
+                if isinstance(node, ast.ImportFrom) and node.module:
+                    modules = [node.module]
+                elif isinstance(node, ast.Import):
+                    modules = [a.name for a in node.names]
+                else:
+                    continue
+                found += [f"{path.relative_to(root)}:{node.lineno} {m}" for m in modules
+                          if m.split(".")[0] in PROJECT_PACKAGES]
     return found
 
 
