@@ -71,7 +71,8 @@ def lab_inventory(hosts: Sequence[Host], gpu: GpuConfig) -> Inventory:
             name=model or "gpu", flavor=flavor_name(model) if model else "gpu",
             node_labels={GPU_MODEL_LABEL: model} if model else {GPU_NODE_LABEL[0]: GPU_NODE_LABEL[1]},
             nodes=tuple(h.name for _, h in members), node_count=len(members), gpu_model=model, gpus=gpus,
-            units=per_gpu if isinstance(per_gpu, str) else gpus * per_gpu, size_key=f"hosts[].gpus of the {model} hosts" if model else "hosts[].gpus",
+            units=per_gpu if isinstance(per_gpu, str) else gpus * per_gpu,
+            size_key=f"hosts[].gpus of the {model} hosts" if model else "hosts[].gpus",
             unit_problem=_lab_unit_problem(gpu, model, first, per_gpu), mig_slices=slices_by_profile(model)))
     named = [(level, label) for level, field, label in ((TopologyLevel.BLOCK, "block", BLOCK_LABEL),
                                                         (TopologyLevel.RACK, "rack", RACK_LABEL))

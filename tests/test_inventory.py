@@ -48,6 +48,10 @@ def test_every_accepted_gpu_machine_type_has_a_row_with_its_size() -> None:
     assert machine_shape("a3-ultragpu-8g") == (224, 2952.0)
     assert machine_shape("a4-highgpu-8g") == (224, 3968.0)
     assert set(TOPOLOGY_LABELLED) == {"a3-ultragpu-8g", "a4-highgpu-8g"}
+    # Each GPU's memory, as its product name says where it says one (A100 40GB, H200 141GB).
+    for acc in accelerators.ACCELERATORS.values():
+        assert acc.memory_gb > 0
+        assert not acc.product.endswith("GB") or acc.product.endswith(f" {acc.memory_gb}GB"), acc
 
 
 def test_a_gpu_machine_type_without_a_row_is_refused_naming_the_key() -> None:
