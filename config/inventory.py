@@ -50,6 +50,11 @@ class NodeGroup:
     size_key: str  # the config key the size comes from, for messages
     # (key, message) refusing the sharing mode for this group's GPUs, when units is a reason.
     unit_problem: tuple[str, str] | None = None
+    # GPUs of each named node (lab: hosts[].gpus; dev: gpuNodeGpus, where declared); gke: every node
+    # of the pool has gpus_per_node.
+    node_gpus: dict[str, int] = field(default_factory=dict)
+    gpus_per_node: int | None = None  # where every node of the group has the same count
+    units_per_gpu: int | None = None  # one GPU in the quota unit (1, the replicas, the MIG slices); None: unknown
     vcpus: int | None = None  # per node, where declared (gke: the machine table)
     memory_gib: float | None = None
     allocatable: tuple[float, float] | None = None  # per node (cores, bytes) left to pods, where known

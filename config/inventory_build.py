@@ -50,6 +50,10 @@ def _lab_unit_problem(gpu: GpuConfig, model: str | None, first: int, per_gpu: in
     return sharing_key(gpu), f"{per_gpu}; name the GPU in hosts[].gpuModel (e.g. NVIDIA-H100-80GB-HBM3)"
 
 
+def _same(counts: set[int]) -> int | None:
+    return next(iter(counts)) if len(counts) == 1 else None
+
+
 def placement_labels(h: Host) -> dict[str, str]:
     """The node labels of a host's place (block, rack) and GPU model, those it names."""
     named = ((BLOCK_LABEL, h.block), (RACK_LABEL, h.rack), (GPU_MODEL_LABEL, h.gpu_model))
@@ -73,7 +77,9 @@ def lab_inventory(hosts: Sequence[Host], gpu: GpuConfig) -> Inventory:
             nodes=tuple(h.name for _, h in members), node_count=len(members), gpu_model=model, gpus=gpus,
             units=per_gpu if isinstance(per_gpu, str) else gpus * per_gpu,
             size_key=f"hosts[].gpus of the {model} hosts" if model else "hosts[].gpus",
-            unit_problem=_lab_unit_problem(gpu, model, first, per_gpu), mig_slices=slices_by_profile(model)))
+            unit_problem=_lab_unit_problem(gpu, model, first, per_gpu), mig_slices=slices_by_profile(model),
+            node_gpus={h.name: h.gpus for _, h in members}, gpus_per_node=_same({h.gpus for _, h in members}),
+            units_per_gpu=None if isinstance(per_gpu, str) else per_gpu))
     named = [(level, label) for level, field, label in ((TopologyLevel.BLOCK, "block", BLOCK_LABEL),
                                                         (TopologyLevel.RACK, "rack", RACK_LABEL))
              if gpu_hosts and all(getattr(h, field) for _, h in gpu_hosts)]
@@ -104,6 +110,8 @@ def _gke_group(i: int, pool: GpuPool, gpu: GpuConfig) -> NodeGroup:
         nodes=(), node_count=nodes, gpu_model=pool.accelerator.type, gpus=nodes * pool.accelerator.count,
         units=per_node if isinstance(per_node, str) else nodes * per_node, size_key="gke.gpuPools",
         unit_problem=(sharing_key(gpu), per_node) if isinstance(per_node, str) else None,
+        gpus_per_node=pool.accelerator.count,
+        units_per_gpu=None if isinstance(per_node, str) else per_node // pool.accelerator.count,
         vcpus=shape[0] if shape else None, memory_gib=shape[1] if shape else None,
         allocatable=gke_allocatable(*shape) if shape else None, gpu_nics=row.gpu_nics if row else None,
         gpu_memory_gb=ACCELERATORS[pool.accelerator.type].memory_gb if pool.accelerator.type in ACCELERATORS else None,
@@ -150,7 +158,9 @@ def dev_inventory(gpu_nodes: Sequence[str], counts: Mapping[str, int], gpu: GpuC
                           nodes=tuple(gpu_nodes), node_count=len(gpu_nodes), gpu_model=None, gpus=gpus,
                           units=("not every gpuNodeGpus count is declared" if gpus is None
                                  else per_gpu if isinstance(per_gpu, str) else gpus * per_gpu),
-                          size_key="gpuNodeGpus",
+                          size_key="gpuNodeGpus", node_gpus=dict(counts),
+                          gpus_per_node=_same(set(counts.values())) if known else None,
+                          units_per_gpu=None if isinstance(per_gpu, str) else per_gpu,
                           unit_problem=(sharing_key(gpu), per_gpu) if known and isinstance(per_gpu, str) else None),),
         unit=describe(gpu), missing_level="dev's nodes have no topology levels: leave it unset",
         labels_written={node: {GPU_NODE_LABEL[0]: GPU_NODE_LABEL[1]} for node in gpu_nodes})

@@ -77,7 +77,8 @@ def test_the_gke_inventory_sizes_each_pool_from_the_table() -> None:
     assert [(g.name, g.flavor, g.gpu_model, g.node_count, g.gpus, g.units, g.vcpus, g.gpu_nics) for g in inv.groups] \
         == [(name, "nvidia-h200-141gb", "nvidia-h200-141gb", 2, 16, 16, 224, 8) for name in ("h200", "h200-reserved")]
     # Google labels only the reservation's nodes, with values no offline check knows.
-    assert all(g.gpu_memory_gb == 141 and g.mig_slices == {} for g in inv.groups)  # H200: no MIG on GKE here
+    assert all(g.gpu_memory_gb == 141 and g.mig_slices == {} and (g.gpus_per_node, g.units_per_gpu) == (8, 1)
+               for g in inv.groups)  # H200: no MIG on GKE here
     assert [g.topology_labelled for g in inv.groups] == [False, True] and not inv.values_known
     assert inv.levels_present == frozenset(TopologyLevel)
     assert cfg.inventory is inv  # built once
@@ -102,9 +103,10 @@ def test_the_lab_inventory_counts_its_hosts_in_the_quota_unit() -> None:
     assert _lab({"mode": "none"}, model="NVIDIA-A100-SXM4-40GB").inventory.groups[0].mig_slices["1g.10gb"] == 4
     assert whole.labels_written["gpu-2"] == {"gpu-cluster.io/rack": "r2",
                                              "gpu-cluster.io/gpu-model": "NVIDIA-H100-80GB-HBM3"}
+    assert (g.node_gpus, g.gpus_per_node, g.units_per_gpu) == ({"gpu-1": 8, "gpu-2": 4}, None, 1)
     assert _lab({"mode": "time-slicing", "replicas": 4}).inventory.groups[0].units == 48
     mig = _lab({"mode": "mig", "migProfile": "all-1g.10gb"})
-    assert mig.inventory.groups[0].units == 84
+    assert (mig.inventory.groups[0].units, mig.inventory.groups[0].units_per_gpu) == (84, 7)
     assert [f.gpus for f in flavors(mig)] == [84]
 
 
