@@ -21,6 +21,7 @@ from config.errors import Problems
 from config.fields import Model, check_quantity
 from config.gpu import GpuConfig, GpuStack, gpu_problems
 from config.health import GpuHealthConfig, gpu_health_problems
+from config.inventory import Inventory
 from config.monitoring import MonitoringConfig, monitoring_problems
 from config.queues import QueuesConfig, queues_problems
 from config.training import AcceptanceConfig, Launcher, NetworkConfig, TrainingConfig, training_problems
@@ -207,6 +208,19 @@ class Addons(Model):
                                              v.WANDB_LAUNCH_AGENT_CHART_REPO)),
         )
         return gpu + tuple(download for needed, download in optional if needed)
+
+    @property
+    @abstractmethod
+    def inventory(self) -> Inventory:
+        """The GPU nodes as this platform's config describes them (config/inventory.py), built once."""
+
+    def unenforced_warning(self) -> str:
+        """render's warning when the pod network ignores NetworkPolicies (config/network_policy_enforcement.py)."""
+        return ""
+
+    def reservation_warnings(self) -> list[str]:
+        """render's warnings on capacity whose size the config does not hold (gke: reservations)."""
+        return []
 
     def roce_interface_warning(self) -> str | None:
         """Where the plan cannot tell whether network.roce.interface is a node's own interface: render's

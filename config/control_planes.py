@@ -43,7 +43,7 @@ from config.errors import Problems
 from config.fields import Model, check_remote_host, ipv4_or_none, unusable_address
 
 if TYPE_CHECKING:
-    from config.lab import Host
+    from config.lab_hosts import Host
 
 CONTROL_PLANE_COUNTS = (1, 3, 5)
 API_SERVER_PORT = 6443  # kube-apiserver's bind port (kubeadm's default), the VIP's too

@@ -10,6 +10,7 @@ minikube's (docker driver) and are declared so that the ranges this program hand
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 from typing import Annotated, Any, ClassVar, Literal
 
@@ -21,8 +22,11 @@ from config.errors import Problems
 from config.fields import check_abs_path, check_display_name, check_dns_subdomain, empty_to_none, host_dir_problem
 from config.gpu_inventory import MAX_GPUS_PER_NODE, fit_problems
 from config.inert_keys import inert_dev_problems
-from config.lab import NFS_EXPORT_DESCRIPTION, LabStack, NfsExport
-from config.network_policy_enforcement import DEV_CNI_DESCRIPTION, DevCni
+from config.inventory import Inventory
+from config.inventory_build import dev_inventory
+from config.lab import LabStack
+from config.lab_parts import NFS_EXPORT_DESCRIPTION, NfsExport
+from config.network_policy_enforcement import DEV_CNI_DESCRIPTION, DevCni, dev_unenforced_warning
 from config.roce_interface import dev_roce_interface_problems, unknown_interface_warning
 
 # minikube's defaults: its service range (pkg/minikube/constants/constants.go, DefaultServiceCIDR
@@ -131,6 +135,13 @@ class DevStack(Addons):
         """GPU node -> its GPUs, for the gpuNodes whose count gpuNodeGpus declares."""
         return {node: self.gpu_node_gpus[node] for node in self.gpu_nodes if node in self.gpu_node_gpus}
 
+    def unenforced_warning(self) -> str:
+        return dev_unenforced_warning(self.cluster_cni)
+
+    @functools.cached_property
+    def inventory(self) -> Inventory:
+        return dev_inventory(self.gpu_nodes, self.gpu_counts, self.gpu)
+
     @property
     def gpu_node_count(self) -> int:
         """The nodes gpuNodes lists."""
@@ -182,7 +193,7 @@ class DevStack(Addons):
         problems += [("gpuNodeGpus", f"{node} is not in gpuNodes") for node in self.gpu_node_gpus
                      if node not in self.gpu_nodes]
         problems += dev_roce_interface_problems(self.network.roce)
-        return problems + self._address_problems() + inert_dev_problems(self, secrets)
+        return problems + self._address_problems() + inert_dev_problems(self, self.gpu_counts, self.kube_context, secrets)
 
     def roce_interface_warning(self) -> str | None:
         """Another cluster's node may be reached on any interface name (config/roce_interface.py)."""

@@ -12,14 +12,15 @@ project; the labels a pool may not set are the scheduling contract's (components
 from __future__ import annotations
 
 import enum
+import functools
 import ipaddress
 import re
 from typing import ClassVar, Literal
 
 from pydantic import Field, field_validator
 
+import config.mig_profiles as mig_profiles
 from components.scheduling_contract import GKE_POOL_OWN_LABELS, NO_GKE_DEVICE_PLUGIN_LABEL
-from config import mig_profiles
 from config.addons import Addons, Platform
 from config.errors import Problems
 from config.fields import Model, check_display_name, empty_to_none
@@ -35,11 +36,15 @@ from config.gke_pools import (  # the pool model, re-exported: components and te
     _check_gce_name,
     _check_zone,
     gke_gpus_per_node,
+    provisioning_problems,
+    reservation_value,
 )
-from config.gke_provisioning import provisioning_problems
+from config.gke_provisioning import GkeProvisioning
 from config.gpu import GpuStack, SharingMode
 from config.inert_keys import inert_gke_problems
-from config.network_policy_enforcement import GKE_DATAPLANE_DESCRIPTION, GkeDataplane
+from config.inventory import Inventory
+from config.inventory_build import gke_inventory
+from config.network_policy_enforcement import GKE_DATAPLANE_DESCRIPTION, GkeDataplane, gke_unenforced_warning
 
 __all__ = ["GkeAccelerator", "GkeAutoscaling", "GkeConfig", "GkeDriver", "GkeGpuSharing", "GkeSharingStrategy",
            "GkeStack", "GpuPool", "gke_gpus_per_node"]
@@ -223,6 +228,21 @@ class GkeStack(Addons):
             raise ValueError(problem)
         return v
 
+    def unenforced_warning(self) -> str:
+        return gke_unenforced_warning(self.gke.dataplane)
+
+    @functools.cached_property
+    def inventory(self) -> Inventory:
+        return gke_inventory(self.gke.gpu_pools, self.gpu)
+
+    def reservation_warnings(self) -> list[str]:
+        """A reservation's size is not in the config, so no check can know it."""
+        return [f"gpu-cluster:gke.gpuPools[{i}] ({p.name}) consumes reservation {reservation_value(p)}: how many "
+                f"VMs it holds is not known offline; the check counts the pool at autoscaling.maxNodes "
+                f"({p.autoscaling.max_nodes * len(p.zones)} nodes), GKE creates no more than the reservation has "
+                "free (`gcloud compute reservations describe`)"
+                for i, p in enumerate(self.gke.gpu_pools) if p.provisioning is GkeProvisioning.RESERVATION]
+
     @property
     def gpu_node_count(self) -> int:
         """The nodes that exist after `up`: each pool's minimum per zone."""
@@ -283,7 +303,8 @@ class GkeStack(Addons):
             problems += mig_profiles.gke_pool_problems(self.gpu.sharing.mig_profile,
                                                        [p.accelerator.type for p in gke.gpu_pools])
         problems += team_namespace_problems(self.queues)
-        problems += inert_gke_problems(self)
+        private = self.gke.private_nodes
+        problems += inert_gke_problems(self, not private.enabled and private.master_cidr != type(private)().master_cidr)
         if operator:
             installer = {p.driver.installer for p in gke.gpu_pools if not p.driver.gke_managed}
             if len(installer) > 1:

@@ -12,6 +12,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
+from config.errors import Problems
 from config.fields import Model, empty_to_none, label_problems
 from config.gcp import locations
 from config.gke_provisioning import GkeProvisioning, check_project, check_reservation_name
@@ -155,3 +156,38 @@ def gke_gpus_per_node(pool: GpuPool) -> int:
     return pool.accelerator.count * per_gpu
 
 
+def reservation_value(pool: GpuPool) -> str:
+    """The reservation as GKE's reservation affinity names it: its name, or its path in its project."""
+    assert pool.reservation is not None
+    if pool.reservation_project:
+        return f"projects/{pool.reservation_project}/reservations/{pool.reservation}"
+    return pool.reservation
+
+
+def provisioning_problems(key: str, pool: GpuPool, queues_enabled: bool) -> Problems:
+    """One pool's provisioning against its own keys and queues.enabled; `key` is gke.gpuPools[i]."""
+    problems: Problems = []
+    mode = pool.provisioning
+    if mode is GkeProvisioning.RESERVATION and pool.reservation is None:
+        problems.append((f"{key}.reservation", "is required with provisioning reservation: the name of a "
+                                               "specific reservation (`gcloud compute reservations list`)"))
+    if mode is not GkeProvisioning.RESERVATION:
+        why = (" (queued provisioning consumes no reservation: GKE requires reservation affinity NONE)"
+               if mode is GkeProvisioning.FLEX_START else "")
+        if pool.reservation is not None:
+            problems.append((f"{key}.reservation", f"applies to provisioning reservation only, not {mode.value}{why}"))
+        if pool.reservation_project is not None:
+            problems.append((f"{key}.reservationProject", f"applies to provisioning reservation only, not {mode.value}"))
+    if mode is GkeProvisioning.FLEX_START:
+        if not queues_enabled:
+            problems.append((f"{key}.provisioning", "flexStart needs queues.enabled: true: queued provisioning creates "
+                                                    "nodes only for a ProvisioningRequest, which Kueue makes for each "
+                                                    "job it admits to this pool (without Kueue no pod ever gets a node)"))
+        if pool.autoscaling.min_nodes != 0:
+            problems.append((f"{key}.autoscaling.minNodes", f"must be 0 with provisioning flexStart (got "
+                                                            f"{pool.autoscaling.min_nodes}): queued provisioning scales "
+                                                            "from zero, GKE creates nodes only for a ProvisioningRequest"))
+        if pool.spot:
+            problems.append((f"{key}.spot", "flexStart and spot are two provisioning models; a pool uses one "
+                                            "(set spot false, or provisioning onDemand)"))
+    return problems

@@ -28,19 +28,18 @@ What is inert where, and why (each from the wiring in stacks/ that ignores it):
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from config.errors import Problems
 from config.fields import Model
 from config.gpu import GpuStack, SharingMode
 from config.health import GpuDiagnostic
+from config.lab_hosts import Host
+from config.lab_parts import LabStorage, NvidiaDriver
 
 if TYPE_CHECKING:
     from config.addons import Addons
-    from config.dev import DevStack
-    from config.gke import GkeStack
-    from config.lab import LabStack
 
 
 def _pair_check_problems(cfg: Addons, gpu_counts: Mapping[str, int] | None, unknown_why: str) -> Problems:
@@ -98,10 +97,9 @@ def _switched_off_problems(cfg: Addons) -> Problems:
     return problems
 
 
-def inert_lab_problems(cfg: LabStack) -> Problems:
-    problems = _pair_check_problems(cfg, {h.name: h.gpus for h in cfg.hosts if h.is_gpu}, "")  # lab knows every count
+def inert_lab_problems(cfg: Addons, hosts: Sequence[Host], drv: NvidiaDriver, st: LabStorage) -> Problems:
+    problems = _pair_check_problems(cfg, {h.name: h.gpus for h in hosts if h.is_gpu}, "")  # lab knows every count
     problems += _gate_problems(cfg) + _switched_off_problems(cfg)
-    drv = cfg.nvidia_driver
     if cfg.gpu.stack is GpuStack.OPERATOR and not drv.preinstalled:
         why = ("with gpu.stack operator the GPU Operator's driver container installs the driver, not node prep "
                "(set nvidiaDriver.preinstalled for a driver already on the hosts)")
@@ -109,26 +107,25 @@ def inert_lab_problems(cfg: LabStack) -> Problems:
             problems.append(("nvidiaDriver.version", f"does nothing: {why}"))
         if drv.branch != type(drv)().branch:
             problems.append(("nvidiaDriver.branch", f"does nothing: {why}"))
-    st = cfg.storage
     if not st.provision and st.export_path != type(st)().export_path:
         problems.append(("storage.exportPath", "does nothing without storage.provision: true (it is the directory the "
                                                "program's own NFS server exports)"))
     return problems
 
 
-def inert_dev_problems(cfg: DevStack, secrets: frozenset[str]) -> Problems:
-    counts = cfg.gpu_counts
+def inert_dev_problems(cfg: Addons, counts: Mapping[str, int], kube_context: str | None,
+                       secrets: frozenset[str]) -> Problems:
     problems = _pair_check_problems(
         cfg, counts if counts else None,
         "dev knows no GPU node's GPU count (declare them: gpuNodeGpus {node: count})")
     problems += _gate_problems(cfg) + _switched_off_problems(cfg)
-    if "kubeconfig" in secrets and cfg.kube_context:
+    if "kubeconfig" in secrets and kube_context:
         problems.append(("kubeContext", "does nothing with the kubeconfig secret set (the provider is given that "
                                         "kubeconfig and its current context): remove one of them"))
     return problems
 
 
-def inert_gke_problems(cfg: GkeStack) -> Problems:
+def inert_gke_problems(cfg: Addons, master_cidr_unused: bool) -> Problems:
     problems = _pair_check_problems(
         cfg, None, "gke's GPU nodes come and go with the autoscaler, so no node's GPU count is known by name")
     problems += _gate_problems(cfg) + _switched_off_problems(cfg)
@@ -137,8 +134,7 @@ def inert_gke_problems(cfg: GkeStack) -> Problems:
         problems.append(("gpuHealth.diagnostic", "does nothing on gke: the scheduled diagnostic runs on GPU nodes "
                                                  "known by name, and gke's come and go with the autoscaler; set "
                                                  "diagnostic.enabled false or leave it at its defaults"))
-    private = cfg.gke.private_nodes
-    if not private.enabled and private.master_cidr != type(private)().master_cidr:
+    if master_cidr_unused:
         problems.append(("gke.privateNodes.masterCidr", "does nothing with gke.privateNodes.enabled false (a public "
                                                         "cluster has no private control-plane range)"))
     return problems

@@ -10,7 +10,7 @@ allowRebuild says it is meant."""
 
 from __future__ import annotations
 
-import enum
+import functools
 import ipaddress
 import re
 from typing import Any, ClassVar, Literal
@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 
 from components import versions
-from config.addons import Addons, Platform, Storage
+from config.addons import Addons, Platform
 from config.address_plan import (
     Address,
     Range,
@@ -42,11 +42,6 @@ from config.errors import Problems
 from config.etcd_backup import EtcdBackupConfig, etcd_backup_problems
 from config.fields import (
     APT_VERSION,
-    Model,
-    check_abs_path,
-    check_host_key,
-    check_posix_user,
-    check_remote_host,
     empty_to_none,
     host_dir_problem,
     volatile_dir_problem,
@@ -55,96 +50,16 @@ from config.gpu import GpuStack
 from config.gpu_inventory import fit_problems
 from config.hardening import Hardening
 from config.inert_keys import inert_lab_problems
+from config.inventory import Inventory
+from config.inventory_build import lab_inventory
 from config.lab_hosts import Host, Role, host_list_problems
+from config.lab_parts import _DEV_STORAGE_KEYS, LabStorage, NvidiaDriver
+from config.lab_parts import NFS_EXPORT_DESCRIPTION as NFS_EXPORT_DESCRIPTION  # re-exported
+from config.lab_parts import Bastion as Bastion  # re-exported: components import the lab model from here
+from config.lab_parts import NfsExport as NfsExport
+from config.network_policy_enforcement import Cni as Cni  # re-exported
+from config.network_policy_enforcement import lab_unenforced_warning
 from config.roce_interface import lab_roce_interface_problems, unknown_interface_warning
-
-
-class Cni(enum.StrEnum):
-    FLANNEL = "flannel"
-    CALICO = "calico"
-
-
-class Bastion(Model):
-    """An SSH jump host in front of the lab servers."""
-
-    host: str = Field(description="Address or DNS name of the jump host.")
-    ssh_user: str = Field(default="ubuntu", description="SSH user on the jump host.")
-    ssh_port: int = Field(default=22, ge=1, le=65535, description="SSH port of the jump host.")
-    host_key: str = Field(description="Pinned SSH host key of the jump host.")
-
-    _host_key = field_validator("host_key")(classmethod(lambda cls, v: check_host_key(v)))
-    _ssh_user = field_validator("ssh_user")(classmethod(lambda cls, v: check_posix_user(v)))
-    # Loopback allowed: the jump host may be a local SSH tunnel (the program connects from here).
-    _host = field_validator("host")(classmethod(lambda cls, v: check_remote_host(v, loopback_ok=True)))
-
-
-class NvidiaDriver(Model):
-    """The NVIDIA driver installed on lab GPU hosts."""
-
-    branch: str = Field(
-        default=versions.NVIDIA_DRIVER_BRANCH_DEFAULT,
-        description="Driver branch: installs nvidia-driver-<branch>-server and holds it.",
-    )
-    version: str | None = Field(
-        default=None, description="Exact Debian version of that package (optional, pins fully)."
-    )
-    preinstalled: bool = Field(
-        default=False, description="Hosts already have a working driver: install none, only check that it sees the GPUs."
-    )
-
-    @field_validator("branch")
-    @classmethod
-    def _branch(cls, v: str) -> str:
-        if not re.fullmatch(r"[0-9]{3}", v):
-            raise ValueError("must be a driver branch number such as '570'")
-        return v
-
-    @field_validator("version")
-    @classmethod
-    def _version(cls, v: str | None) -> str | None:
-        if v is not None and not APT_VERSION.fullmatch(v):
-            raise ValueError("must be a Debian package version such as '570.172.08-0ubuntu0.22.04.1'")
-        return v
-
-
-# What lab's storage.nfs is (dev's adds how it is mounted).
-NFS_EXPORT_DESCRIPTION = "An existing NFS export {server, path} that every node can mount."
-
-
-class NfsExport(Model):
-    server: str = Field(description="NFS server address or DNS name.")
-    path: str = Field(description="Exported directory on the server, absolute.")
-
-    # The server's own layout: '/' is allowed (an NFSv4 pseudo-root).
-    _path = field_validator("path")(classmethod(lambda cls, v: check_abs_path(v, root_ok=True)))
-    _server = field_validator("server")(classmethod(lambda cls, v: check_remote_host(v)))
-
-
-# dev's storage keys: refused in a lab stack unless left empty.
-_DEV_STORAGE_KEYS = ("hostPath", "useDefaultClass")
-
-
-class LabStorage(Storage):
-    """lab: an existing NFS export, or an NFS server this program sets up on the control plane."""
-
-    nfs: NfsExport | None = Field(default=None, description=NFS_EXPORT_DESCRIPTION)
-    provision: bool = Field(
-        default=False, description="Set up an NFS server on the control plane, exporting storage.exportPath to the nodes."
-    )
-    export_path: str = Field(
-        default="/srv/gpu-cluster/shared",
-        description="provision: the exported directory (kept on destroy), at least two levels deep and outside "
-                    "system directories, /tmp, /var/tmp, /run and /dev/shm.",
-    )
-
-    _optional = field_validator("nfs", mode="before")(classmethod(lambda cls, v: empty_to_none(v)))
-    # Syntax here; which directories are refused (host_dir_problem) is a stack check, so that a
-    # refused directory is reported together with the other storage problems.
-    _abs = field_validator("export_path")(classmethod(lambda cls, v: check_abs_path(v)))
-
-    @property
-    def configured(self) -> bool:
-        return bool(self.nfs or self.provision)
 
 
 class LabStack(Addons):
@@ -232,6 +147,13 @@ class LabStack(Addons):
         if not re.fullmatch(r"1\.[67]\..+", v):
             raise ValueError(f"{v}: only containerd 1.6.x and 1.7.x are supported; 2.x is not supported yet")
         return v
+
+    def unenforced_warning(self) -> str:
+        return lab_unenforced_warning(self.cni)
+
+    @functools.cached_property
+    def inventory(self) -> Inventory:
+        return lab_inventory(self.hosts, self.gpu)
 
     @property
     def gpu_node_count(self) -> int:
@@ -358,7 +280,7 @@ class LabStack(Addons):
             problems.append(("network.roce", "network.rdma on lab moves each GPU node's RoCE NIC into its training pod: "
                                              "set network.roce {interface, pciAddress, hca, driver, range} (docs/rdma.md)"))
         problems += lab_roce_interface_problems(self.network.roce, self.kube_vip, self.control_planes)
-        problems += inert_lab_problems(self)
+        problems += inert_lab_problems(self, self.hosts, self.nvidia_driver, self.storage)
         problems += etcd_backup_problems(self.etcd_backup, self.storage.export_path if self.storage.provision else None)
         return problems
 

@@ -23,7 +23,7 @@ from pydantic import Field, field_validator
 from config.errors import Problems
 from config.fields import DNS_LABEL, Model, check_host_key, check_posix_user, unusable_address
 from config.gpu_inventory import check_gpu_count
-from config.queue_flavors import flavor_name
+from config.inventory import flavor_name
 
 # A label value (Kubernetes: at most 63 characters, alphanumerics at both ends, '-', '_', '.' between).
 _LABEL_VALUE = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")

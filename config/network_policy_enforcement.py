@@ -13,16 +13,18 @@ Kubernetes docs). Each platform's choice, and its default:
   none). Plain `minikube start` picks bridge (kindnet with several nodes or another runtime),
   which enforce nothing; `minikube start --cni=calico` (or cilium) does.
 
-`render` prints `unenforced_warning` and writes it to summary.md; it is a warning, not a refusal:
+`render` prints each stack's `unenforced_warning()` (the three functions below) and writes it to summary.md; it is a warning, not a refusal:
 a cluster without enforcement still runs, only without the isolation the policies describe.
 """
 
 from __future__ import annotations
 
 import enum
-from typing import Any
 
-from config.lab import Cni
+
+class Cni(enum.StrEnum):
+    FLANNEL = "flannel"
+    CALICO = "calico"
 
 
 class GkeDataplane(enum.StrEnum):
@@ -60,16 +62,23 @@ _WHAT = ("the NetworkPolicies this program writes (the training namespace's defa
          "data egress; the GPU health service's ingress) are accepted by the API server but not enforced")
 
 
-def unenforced_warning(cfg: Any) -> str:
-    """The warning for a stack whose pod network ignores NetworkPolicies, '' when it enforces them."""
-    platform = str(cfg.platform)
-    if platform == "lab" and cfg.cni is Cni.FLANNEL:
+def lab_unenforced_warning(cni: Cni) -> str:
+    """lab's warning for a pod network that ignores NetworkPolicies, '' when it enforces them."""
+    if cni is Cni.FLANNEL:
         return (f"gpu-cluster:cni is flannel: {_WHAT}; set gpu-cluster:cni: calico for a new cluster "
                 "(docs/network-policies.md; a running cluster's CNI is not changed in place)")
-    if platform == "gke" and cfg.gke.dataplane is GkeDataplane.LEGACY:
+    return ""
+
+
+def gke_unenforced_warning(dataplane: GkeDataplane) -> str:
+    if dataplane is GkeDataplane.LEGACY:
         return (f"gpu-cluster:gke.dataplane is legacy: {_WHAT}; gke.dataplane: v2 (the default) enforces them, "
                 "and replaces the cluster (docs/network-policies.md)")
-    if platform == "dev" and cfg.cluster_cni not in ENFORCING_DEV_CNIS:
-        return (f"gpu-cluster:clusterCni is {cfg.cluster_cni.value}: {_WHAT}; start minikube with "
+    return ""
+
+
+def dev_unenforced_warning(cni: DevCni) -> str:
+    if cni not in ENFORCING_DEV_CNIS:
+        return (f"gpu-cluster:clusterCni is {cni.value}: {_WHAT}; start minikube with "
                 "`--cni=calico` and set gpu-cluster:clusterCni: calico (docs/getting-started/dev.md)")
     return ""

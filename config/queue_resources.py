@@ -2,50 +2,49 @@
 
 Kueue holds a team's `cpu` and `memory` as a nominal quota in every GPU flavor (components/queues/
 objects.py), and a flavor's pods run on that flavor's nodes only: a quota larger than every
-flavor's nodes can hold is a guarantee no flavor can keep. Known only on gke, where each GPU pool's
-machine type has a size (config/gcp/machine_shapes.py: vCPUs and memory less GKE's reservations,
-the node allocatable) and its maximum is maxNodes x zones; lab hosts and dev nodes declare no CPU
-or memory, so nothing is claimed there, nor anywhere on a gke stack with a GPU pool of unknown
-shape (its flavor might be the largest). Refused, naming queues.teams[i].cpu or .memory: a team's quota beyond the
+flavor's nodes can hold is a guarantee no flavor can keep. Read from the GPU inventory
+(config/inventory.py): known on gke, where each GPU pool's machine type has a size (its row in
+config/gcp/machines.py, less GKE's reservations: the node allocatable) and its maximum is maxNodes
+x zones; lab hosts and dev nodes declare no CPU or memory, so nothing is claimed there. Refused, naming queues.teams[i].cpu or .memory: a team's quota beyond the
 largest flavor. The teams together are not held to it: CPU and memory are not the scarce part, and
 GPU jobs' pods draw on them only alongside GPUs.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import Protocol
 
 from config.errors import Problems
-from config.gcp.machine_shapes import gke_allocatable, machine_shape
+from config.inventory import Inventory
 from config.quantities import parse_quantity
 
 _GIB = 1024**3
 
 
-def gke_flavor_resources(stack: Any) -> dict[str, tuple[float, float]] | None:
-    """GPU flavor name -> (allocatable cores, bytes) of its nodes at their maximum; None when a
-    pool's machine type has no known shape (or the stack is not gke)."""
-    if str(stack.platform) != "gke":
-        return None
-    from config.gke_provisioning import GkeProvisioning, flex_start_flavor_name
+class _Team(Protocol):
+    @property
+    def cpu(self) -> str: ...
+    @property
+    def memory(self) -> str: ...
 
+
+def flavor_resources(inv: Inventory) -> dict[str, tuple[float, float]] | None:
+    """GPU flavor name -> (allocatable cores, bytes) of its nodes at their maximum; None when a
+    group's node size is not known (lab and dev declare none)."""
     out: dict[str, tuple[float, float]] = {}
-    for pool in stack.gke.gpu_pools:
-        shape = machine_shape(pool.machine_type)
-        if shape is None:
+    for g in inv.groups:
+        if g.allocatable is None:
             return None
-        cpu, memory = gke_allocatable(*shape)
-        nodes = pool.autoscaling.max_nodes * len(pool.zones)
-        name = (flex_start_flavor_name(pool) if pool.provisioning is GkeProvisioning.FLEX_START
-                else pool.accelerator.type)
-        have = out.get(name, (0.0, 0.0))
-        out[name] = (have[0] + nodes * cpu, have[1] + nodes * memory)
+        cpu, memory = g.allocatable
+        have = out.get(g.flavor, (0.0, 0.0))
+        out[g.flavor] = (have[0] + g.node_count * cpu, have[1] + g.node_count * memory)
     return out
 
 
-def resource_problems(teams: Any, stack: Any) -> Problems:
+def resource_problems(teams: Sequence[_Team], inv: Inventory) -> Problems:
     """Each team's cpu and memory within the largest GPU flavor's nodes, where their size is known."""
-    sizes = gke_flavor_resources(stack)
+    sizes = flavor_resources(inv)
     if not sizes:
         return []
     problems: Problems = []

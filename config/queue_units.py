@@ -21,10 +21,8 @@ profile whose count differs between the GPUs that have it when hosts[].gpuModel 
 from __future__ import annotations
 
 import re
-from typing import Any
 
-from config.errors import Problems
-from config.gke_pools import gke_gpus_per_node
+from config.gke_pools import GpuPool, gke_gpus_per_node
 from config.gpu import GpuConfig, GpuStack, MigStrategy, SharingMode
 from config.mig_profiles import GKE_ACCELERATOR_GPU, SLICES_PER_GPU
 
@@ -72,12 +70,26 @@ def units_per_gpu(gpu: GpuConfig, gpu_model: str | None = None, mig_model: str |
             "(counted in slices) cannot be sized")
 
 
+def slices_by_profile(gpu_model: str | None, mig_model: str | None = None) -> dict[str, int]:
+    """MIG instances of each profile one GPU holds, where the table tells which GPU it is: `mig_model`
+    (gke: from the accelerator type) or a GFD product name that picks one count per profile."""
+    if mig_model is not None:
+        return dict(SLICES_PER_GPU.get(mig_model, {}))
+    if gpu_model is None:
+        return {}
+    tokens = {t.upper() for t in re.split(r"[-_ .]", gpu_model)}
+    named = [m for m in SLICES_PER_GPU if m.split()[0].upper() in tokens]
+    sized = [m for m in named if m.split()[1].upper() in tokens]
+    which = sized or named
+    return dict(SLICES_PER_GPU[which[0]]) if len(which) == 1 else {}
+
+
 def gke_mig_model(accelerator_type: str) -> str:
     """The MIG table's model of a gke accelerator type, "" for one without MIG (L4)."""
     return GKE_ACCELERATOR_GPU.get(accelerator_type, "")
 
 
-def gke_units_per_node(pool: Any, gpu: GpuConfig) -> int | str:
+def gke_units_per_node(pool: GpuPool, gpu: GpuConfig) -> int | str:
     """The covered GPU resource one node of a gke pool offers: what GKE's own sharing gives
     (config/gke_pools.py gke_gpus_per_node) x the operator's (gpu.sharing)."""
     units = units_per_gpu(gpu, mig_model=gke_mig_model(pool.accelerator.type))
@@ -94,37 +106,6 @@ def describe(gpu: GpuConfig) -> str:
     return "GPUs"
 
 
-def _key(gpu: GpuConfig) -> str:
+def sharing_key(gpu: GpuConfig) -> str:
+    """The key that chose a sharing mode whose units cannot be sized."""
     return "gpu.sharing.mode" if gpu.stack is GpuStack.DEVICE_PLUGIN else "gpu.sharing.migProfile"
-
-
-def unit_problems(stack: Any) -> Problems:
-    """With queues on: every GPU the flavors count has a known size in the covered resource."""
-    platform, gpu = str(stack.platform), stack.gpu
-    problems: Problems = []
-    if platform == "lab":
-        first: dict[str | None, int] = {}
-        for i, h in enumerate(stack.hosts):
-            if h.is_gpu:
-                first.setdefault(h.gpu_model, i)
-        for model, i in first.items():
-            units = units_per_gpu(gpu, model)
-            if not isinstance(units, str):
-                continue
-            if gpu.stack is GpuStack.DEVICE_PLUGIN or gpu.sharing.mig_profile == "all-balanced":
-                problems.append((_key(gpu), units))
-            elif model is not None:  # a profile of several counts, and a model the table does not tell apart
-                problems.append((f"hosts[{i}].gpuModel", f"{units}: name the GPU as GFD does, with its memory "
-                                                         "(e.g. NVIDIA-A100-SXM4-40GB)"))
-            else:
-                problems.append((_key(gpu), f"{units}; name the GPU in hosts[].gpuModel (e.g. NVIDIA-H100-80GB-HBM3)"))
-    elif platform == "gke":
-        for pool in stack.gke.gpu_pools:
-            units = gke_units_per_node(pool, gpu)
-            if isinstance(units, str):
-                problems.append((_key(gpu), units))
-    elif stack.gpu_nodes and len(stack.gpu_counts) == len(stack.gpu_nodes):  # dev, when its size is known
-        units = units_per_gpu(gpu)
-        if isinstance(units, str):
-            problems.append((_key(gpu), units))
-    return list(dict.fromkeys(problems))

@@ -30,23 +30,16 @@ from __future__ import annotations
 
 import enum
 from collections import Counter
-from dataclasses import dataclass
-from typing import Any
 
 from pydantic import Field, field_validator
 
-from components.scheduling_contract import GKE_ACCELERATOR_LABEL, GPU_NODE_LABEL
 from config.errors import Problems
 from config.fields import DNS_LABEL, Model, check_quantity
-from config.queue_flavors import (
-    TopologyLevel,
-    lab_flavors,
-    level_problems,
-    quota_problems,
-    topology,
-)
+from config.inventory import Inventoried, TopologyLevel
+from config.queue_flavors import Flavor as Flavor  # re-exported: components and tests read flavors from here
+from config.queue_flavors import flavors as flavors  # re-exported too
+from config.queue_flavors import level_problems, quota_problems
 from config.queue_resources import resource_problems
-from config.queue_units import describe, gke_units_per_node, unit_problems, units_per_gpu
 
 # The program's own queue (LocalQueue in the training namespace, ClusterQueue of the same name).
 PROGRAM_QUEUE = "gpu-cluster"
@@ -176,49 +169,7 @@ class QueuesConfig(Model):
 REQUIRED_TOPOLOGY = "kueue.x-k8s.io/podset-required-topology"
 
 
-@dataclass(frozen=True)
-class Flavor:
-    """One ResourceFlavor: a GPU kind, the node labels that pick its nodes, its GPUs (None: unknown)."""
-
-    name: str
-    node_labels: dict[str, str]
-    gpus: int | None
-    key: str  # the config key its size comes from, for messages
-    # Kueue's Topology for this flavor's nodes (topology-aware scheduling): its name and node-label
-    # levels, top first; None: no topology (jobs are admitted on quota alone).
-    topology: tuple[str, tuple[str, ...]] | None = None
-    model: str | None = None  # the GPU model (lab) or accelerator type (gke) a team's quota mapping names
-    # What one of `gpus` is: the covered GPU resource's unit (config/queue_units.py), for messages.
-    unit: str = "GPUs"
-
-
-def flavors(stack: Any) -> tuple[Flavor, ...]:
-    """The GPU flavors of a stack (lab.LabStack, dev.DevStack or gke.GkeStack), by its platform."""
-    platform = str(stack.platform)
-    if platform == "gke":
-        from config.gke_provisioning import GkeProvisioning, flex_start_flavors
-
-        by_type: dict[str, int | None] = {}
-        for pool in stack.gke.gpu_pools:
-            if pool.provisioning is GkeProvisioning.FLEX_START:
-                continue  # its own flavor, behind Kueue's ProvisioningRequest admission check
-            per_node, size = gke_units_per_node(pool, stack.gpu), by_type.get(pool.accelerator.type, 0)
-            nodes = pool.autoscaling.max_nodes * len(pool.zones)
-            by_type[pool.accelerator.type] = (None if isinstance(per_node, str) or size is None
-                                              else size + nodes * per_node)
-        return tuple(Flavor(kind, {GKE_ACCELERATOR_LABEL: kind}, gpus, "gke.gpuPools", topology(stack), model=kind,
-                            unit=describe(stack.gpu)) for kind, gpus in sorted(by_type.items())) \
-            + flex_start_flavors(stack.gke.gpu_pools, stack.gpu)
-    if platform == "lab":
-        return lab_flavors(stack)
-    label = {GPU_NODE_LABEL[0]: GPU_NODE_LABEL[1]}
-    counts, units = stack.gpu_counts, units_per_gpu(stack.gpu)
-    known = bool(stack.gpu_nodes) and len(counts) == len(stack.gpu_nodes) and not isinstance(units, str)
-    return (Flavor("gpu", label, sum(counts.values()) * int(units) if known else None, "gpuNodeGpus",
-                   unit=describe(stack.gpu)),)
-
-
-def queues_problems(q: QueuesConfig, stack: Any) -> Problems:
+def queues_problems(q: QueuesConfig, stack: Inventoried) -> Problems:
     """The teams against each other, the program's namespaces and the cluster's GPUs."""
     if not q.enabled:
         return ([("queues.teams", "is set but queues.enabled is false")] if q.teams else []) + level_problems(q, stack)
@@ -237,6 +188,7 @@ def queues_problems(q: QueuesConfig, stack: Any) -> Problems:
                                                  f"not one of {', '.join(sorted(RESERVED_NAMESPACES))}"))
         if not t.group:
             problems.append((f"{key}.group", "is required: the group whose members may submit the team's jobs"))
-    units = unit_problems(stack)  # a flavor of unknown units is not sized: its quotas are not judged
+    # A flavor of unknown units is not sized: its quotas are not judged.
+    units = list(dict.fromkeys(g.unit_problem for g in stack.inventory.groups if g.unit_problem is not None))
     return (problems + units + (quota_problems(q.teams, flavors(stack)) if not units else [])
-            + resource_problems(q.teams, stack) + level_problems(q, stack))
+            + resource_problems(q.teams, stack.inventory) + level_problems(q, stack))

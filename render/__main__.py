@@ -72,8 +72,6 @@ from typing import TYPE_CHECKING, Any
 
 from components.lab import etcd_backup
 from config import ConfigError
-from config.gke_provisioning import reservation_warnings
-from config.network_policy_enforcement import unenforced_warning
 from config.queue_flavors import topology_warnings
 from render import cluster, out_dir, program, summary, update, update_encryption, update_risks, update_teams, yaml_text
 
@@ -258,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
             return failed(1, "**Not known: the whole-cluster check could not run** (--no-check plans without it)",
                           f"the whole-cluster check cannot run: {err}")
     # Warnings do not change the exit status: the stack comes up, only not as the program means it.
-    warnings = [w for w in [unenforced_warning(plan.config), *reservation_warnings(plan.config),
+    warnings = [w for w in [plan.config.unenforced_warning(), *plan.config.reservation_warnings(),
                             *topology_warnings(plan.config), plan.config.roce_interface_warning()] if w]
     try:
         write(plan, out, report, changes.markdown() if changes else "", warnings,

@@ -316,9 +316,9 @@ def _queue(cfg: Addons) -> str | None:
 
 def _rdma_topology(cfg: Addons, pod_net: PodRdma | None) -> str | None:
     """With queues and a Topology, the label of queues.rdmaTopologyLevel (config/queue_flavors.py) for
-    a job over RDMA (pod_net, lab) or, on gke (no RoCE there), one across nodes: all its pods are
-    admitted into one domain of that level."""
-    across_nodes = str(cfg.platform) == "gke" and cfg.training.nodes > 1
+    a job over RDMA (pod_net, lab) or, where the inventory says the level binds every multi-node job
+    (gke: no RoCE there), one across nodes: all its pods are admitted into one domain of that level."""
+    across_nodes = cfg.inventory.level_binds_multinode_jobs and cfg.training.nodes > 1
     return required_topology(cfg) if pod_net is not None or across_nodes else None
 
 

@@ -16,7 +16,8 @@ from stacks.contract import Cluster
 def build(cfg: DevStack, secrets: StackSecrets) -> dict[str, object]:
     existing = ExistingCluster(
         "cluster",
-        ExistingClusterArgs(kubeconfig=secrets.kubeconfig, context=cfg.kube_context, gpu_nodes=cfg.gpu_nodes),
+        ExistingClusterArgs(kubeconfig=secrets.kubeconfig, context=cfg.kube_context, gpu_nodes=cfg.gpu_nodes,
+                            gpu_node_labels=cfg.inventory.labels_written),
     )
     labels: list[pulumi.Resource] = list(existing.gpu_labels)
     namespace, claim = None, None

@@ -27,7 +27,6 @@ from components.lab.nfs_storage import NfsServerArgs, NfsSharedStorage, NfsShare
 from components.lab.node_join import Membership, MembershipArgs, NodeJoin, NodeJoinArgs, join_token_id
 from components.lab.node_prep import HostSoftware, NodePrep, NodePrepArgs, RoceHost
 from components.lab.upgrade import UpgradePolicy
-from components.scheduling_contract import BLOCK_LABEL, GPU_MODEL_LABEL, RACK_LABEL
 from components.training_namespace import training_namespace
 from config import ConfigError, LabStack, StackSecrets
 from config.gpu import GpuStack
@@ -37,14 +36,7 @@ from stacks.contract import Cluster
 
 
 def kubeadm_settings(cfg: LabStack) -> KubeadmSettings:
-    return KubeadmSettings(
-        kubernetes_version=cfg.kubernetes_version,
-        api_endpoint=cfg.api_endpoint,
-        pod_cidr=cfg.pod_cidr,
-        service_cidr=cfg.service_cidr,
-        gpu_taint=cfg.gpu_taint,
-        hardening=cfg.hardening,
-    )
+    return KubeadmSettings.of(cfg)
 
 
 def host_software(cfg: LabStack) -> HostSoftware:
@@ -128,12 +120,6 @@ def deployed_before() -> DeployedLab | None:
         return None  # not written by this program; the hosts' own checks still apply
 
 
-def placement_labels(h: Host) -> dict[str, str]:
-    """The node labels of a host's place (block, rack) and GPU model, those it names."""
-    named = ((BLOCK_LABEL, h.block), (RACK_LABEL, h.rack), (GPU_MODEL_LABEL, h.gpu_model))
-    return {label: value for label, value in named if value}
-
-
 def build(cfg: LabStack, secrets: StackSecrets) -> dict[str, object]:
     assert secrets.ssh_private_key is not None  # the config model requires it for lab
     if problems := cfg.change_problems(deployed_before()):
@@ -189,14 +175,14 @@ def build(cfg: LabStack, secrets: StackSecrets) -> dict[str, object]:
             ),
         ))
 
-    # hosts[].rack, .block and .gpuModel: the node labels Kueue's Topology and GPU flavors read; a
+    # hosts[].rack, .block and .gpuModel (as the inventory has them): the node labels Kueue's Topology and GPU flavors read; a
     # patch, since kubelet's --node-labels apply only when a node registers (a rack named later
     # would never reach it). Named -rack, as when it carried the rack alone: a new name would replace it.
-    joined = {j.host.name: j.ready for j in joins}
+    joined, written = {j.host.name: j.ready for j in joins}, cfg.inventory.labels_written
     racks = [k8s.core.v1.NodePatch(
-        f"{h.name}-rack", metadata=k8s.meta.v1.ObjectMetaPatchArgs(name=h.name, labels=placement_labels(h)),
-        opts=pulumi.ResourceOptions(provider=cp.provider, depends_on=[joined.get(h.name, cp.init)]),
-    ) for h in cfg.hosts if placement_labels(h)]
+        f"{name}-rack", metadata=k8s.meta.v1.ObjectMetaPatchArgs(name=name, labels=labels),
+        opts=pulumi.ResourceOptions(provider=cp.provider, depends_on=[joined.get(name, cp.init)]),
+    ) for name, labels in written.items()]
 
     namespace, claim = None, None
     st = cfg.storage

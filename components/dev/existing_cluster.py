@@ -17,12 +17,16 @@ import pulumi_kubernetes as k8s
 
 from components.scheduling_contract import GPU_NODE_LABEL
 
+GPU_NODE = {GPU_NODE_LABEL[0]: GPU_NODE_LABEL[1]}
+
 
 @dataclass(frozen=True)
 class ExistingClusterArgs:
     kubeconfig: pulumi.Output[str] | None = None
     context: str | None = None
     gpu_nodes: tuple[str, ...] = field(default=())
+    # The labels written on each GPU node (the dev inventory's, config/inventory.py); default: the GPU label.
+    gpu_node_labels: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
 class ExistingCluster(pulumi.ComponentResource):
@@ -43,7 +47,7 @@ class ExistingCluster(pulumi.ComponentResource):
         self.gpu_labels = [
             k8s.core.v1.NodePatch(
                 f"{name}-gpu-label-{node}",
-                metadata=k8s.meta.v1.ObjectMetaPatchArgs(name=node, labels={GPU_NODE_LABEL[0]: GPU_NODE_LABEL[1]}),
+                metadata=k8s.meta.v1.ObjectMetaPatchArgs(name=node, labels=args.gpu_node_labels.get(node, GPU_NODE)),
                 opts=pulumi.ResourceOptions(parent=self, provider=self.provider),
             )
             for node in args.gpu_nodes

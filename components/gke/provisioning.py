@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 import pulumi_gcp as gcp
 
-from config.gke_pools import GpuPool
-from config.gke_provisioning import RESERVATION_KEY, GkeProvisioning, reservation_value
+from config.gke_pools import GpuPool, reservation_value
+from config.gke_provisioning import RESERVATION_KEY, GkeProvisioning
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import yaml
 
@@ -40,6 +40,30 @@ class KubeadmSettings:
     gpu_taint: bool  # taint GPU workers nvidia.com/gpu=present:NoSchedule
     # The audit log, Secrets encryption and kubelet access (components/lab/hardening.py).
     hardening: Hardening = Hardening()
+
+    @classmethod
+    def of(cls, lab: LabKeys) -> KubeadmSettings:
+        """The settings from the lab config's keys of the same names: the program's (stacks/lab.py) and
+        the check's node model (render/cluster/nodes.py) build them here alike."""
+        return cls(kubernetes_version=lab.kubernetes_version, api_endpoint=lab.api_endpoint, pod_cidr=lab.pod_cidr,
+                   service_cidr=lab.service_cidr, gpu_taint=lab.gpu_taint, hardening=lab.hardening)
+
+
+class LabKeys(Protocol):
+    """The lab config's keys the kubeadm files read (config/lab.py LabStack)."""
+
+    @property
+    def kubernetes_version(self) -> str: ...
+    @property
+    def api_endpoint(self) -> str: ...
+    @property
+    def pod_cidr(self) -> ipaddress.IPv4Network: ...
+    @property
+    def service_cidr(self) -> ipaddress.IPv4Network: ...
+    @property
+    def gpu_taint(self) -> bool: ...
+    @property
+    def hardening(self) -> Hardening: ...
 
 
 def _node_registration(cluster: KubeadmSettings, host: Host, control_plane: bool) -> dict[str, Any]:

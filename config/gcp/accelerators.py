@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass
 
 from config.gcp.machine_types import check_general_purpose
+from config.gcp.machines import GPU_MACHINES
 
 
 @dataclass(frozen=True)
@@ -23,48 +24,33 @@ class Accelerator:
     product: str
     # MIG partition sizes GKE accepts for gpu_partition_size (empty: no MIG)
     mig_partitions: tuple[str, ...] = ()
+    memory_gb: int = 0  # memory of one GPU (Google, "GPU machine types": the GPU models' table)
 
 
 ACCELERATORS: dict[str, Accelerator] = {
     a.type: a
     for a in (
-        Accelerator("nvidia-tesla-a100", "A100 40GB", ("1g.5gb", "2g.10gb", "3g.20gb", "4g.20gb", "7g.40gb")),
-        Accelerator("nvidia-a100-80gb", "A100 80GB", ("1g.10gb", "2g.20gb", "3g.40gb", "7g.80gb")),
-        Accelerator("nvidia-h100-80gb", "H100 80GB", ("1g.10gb", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb")),
+        Accelerator("nvidia-tesla-a100", "A100 40GB", ("1g.5gb", "2g.10gb", "3g.20gb", "4g.20gb", "7g.40gb"), 40),
+        Accelerator("nvidia-a100-80gb", "A100 80GB", ("1g.10gb", "2g.20gb", "3g.40gb", "7g.80gb"), 80),
+        Accelerator("nvidia-h100-80gb", "H100 80GB", ("1g.10gb", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"),
+                    80),
         # A3 Mega; GKE's multi-instance GPU page lists A100 and H100 (80GB), not H100 Mega: no MIG here.
-        Accelerator("nvidia-h100-mega-80gb", "H100 Mega 80GB"),
+        Accelerator("nvidia-h100-mega-80gb", "H100 Mega 80GB", memory_gb=80),
         # A3 Ultra and A4 (Google, "GPU machine types", cloud.google.com/compute/docs/gpus: "A4: NVIDIA
         # B200 Blackwell GPUs (nvidia-b200)", "A3 Ultra: NVIDIA H200 SXM GPUs (nvidia-h200-141gb)"). No MIG
         # here: GKE's multi-instance GPU page lists A100 and H100.
-        Accelerator("nvidia-h200-141gb", "H200 141GB"),
-        Accelerator("nvidia-b200", "B200"),
-        Accelerator("nvidia-l4", "L4"),
-        Accelerator("nvidia-tesla-t4", "T4"),
-        Accelerator("nvidia-tesla-v100", "V100"),
-        Accelerator("nvidia-tesla-p4", "P4"),
-        Accelerator("nvidia-tesla-p100", "P100"),
+        Accelerator("nvidia-h200-141gb", "H200 141GB", memory_gb=141),
+        Accelerator("nvidia-b200", "B200", memory_gb=180),
+        Accelerator("nvidia-l4", "L4", memory_gb=24),
+        Accelerator("nvidia-tesla-t4", "T4", memory_gb=16),
+        Accelerator("nvidia-tesla-v100", "V100", memory_gb=16),
+        Accelerator("nvidia-tesla-p4", "P4", memory_gb=8),
+        Accelerator("nvidia-tesla-p100", "P100", memory_gb=16),
     )
 }
 
-# Accelerator-optimized machine types: type -> (accelerator, the fixed GPU count).
-FIXED: dict[str, tuple[str, int]] = {
-    **{f"a2-highgpu-{n}g": ("nvidia-tesla-a100", n) for n in (1, 2, 4, 8)},
-    "a2-megagpu-16g": ("nvidia-tesla-a100", 16),
-    **{f"a2-ultragpu-{n}g": ("nvidia-a100-80gb", n) for n in (1, 2, 4, 8)},
-    **{f"a3-highgpu-{n}g": ("nvidia-h100-80gb", n) for n in (1, 2, 4, 8)},
-    "a3-megagpu-8g": ("nvidia-h100-mega-80gb", 8),
-    # Google, "Accelerator-optimized machine family" (cloud.google.com/compute/docs/accelerator-optimized-machines):
-    # the A3 Ultra and A4 series have one machine type each, with 8 GPUs (Google's Cluster Toolkit,
-    # modules/internal/gpu-definition: "a3-ultragpu-8g" = { type = "nvidia-h200-141gb", count = 8 }).
-    # Not A4X (a4x-highgpu-4g, GB200): Arm (Grace) hosts, and nothing of this program's node
-    # software (driver installer, images) is checked on arm64.
-    "a3-ultragpu-8g": ("nvidia-h200-141gb", 8),
-    "a4-highgpu-8g": ("nvidia-b200", 8),
-    **{f"g2-standard-{cpus}": ("nvidia-l4", 1) for cpus in (4, 8, 12, 16, 32)},
-    "g2-standard-24": ("nvidia-l4", 2),
-    "g2-standard-48": ("nvidia-l4", 4),
-    "g2-standard-96": ("nvidia-l4", 8),
-}
+# Accelerator-optimized machine types: type -> (accelerator, the fixed GPU count), from the one table.
+FIXED: dict[str, tuple[str, int]] = {m.name: (m.accelerator, m.gpus) for m in GPU_MACHINES.values()}
 
 # n1 machines take attachable GPUs: accelerator -> allowed counts per machine.
 N1_ATTACHABLE: dict[str, tuple[int, ...]] = {
@@ -73,13 +59,6 @@ N1_ATTACHABLE: dict[str, tuple[int, ...]] = {
     "nvidia-tesla-p4": (1, 2, 4),
     "nvidia-tesla-p100": (1, 2, 4),
 }
-# The machine types whose GKE nodes Google labels with their physical place (cloud.google.com/
-# gce-topology-block, -subblock, -host: Google, "Schedule GKE workloads with Topology Aware
-# Scheduling", cloud.google.com/ai-hypercomputer/docs/workloads/schedule-gke-workloads-tas, "Topology
-# of GKE nodes on A4 and A3 Ultra VMs"). Its block is "the organization-specific ID of the reserved
-# block in which the VM is located": capacity from a reservation (config/queue_flavors.py).
-TOPOLOGY_LABELLED = ("a3-ultragpu-8g", "a4-highgpu-8g")
-
 _N1 = re.compile(r"n1-(standard|highmem|highcpu)-[0-9]+")
 
 
@@ -115,9 +94,9 @@ def check(machine_type: str, accelerator_type: str, count: int) -> list[tuple[st
     if family in {t.split("-", 1)[0] for t in FIXED}:
         known = ", ".join(t for t in FIXED if t.startswith(family + "-"))
         return [("machineType", f"{machine_type} is not a GPU machine type of {family}; known: {known}")]
-    return [("machineType", f"{machine_type!r} is not a GPU machine type this program knows: a2-highgpu-*, "
-                            "a2-megagpu-16g, a2-ultragpu-*, a3-highgpu-*, a3-megagpu-8g, a3-ultragpu-8g, a4-highgpu-8g, g2-standard-*, "
-                            "n1-(standard|highmem|highcpu)-*")]
+    return [("machineType", f"{machine_type!r} is not a GPU machine type this program knows: {', '.join(FIXED)}, "
+                            "n1-(standard|highmem|highcpu)-* (config/gcp/machines.py: a machine type without a row "
+                            "there has no known size)")]
 
 
 def _family_of(accelerator_type: str) -> str:

@@ -1,29 +1,20 @@
 """vCPUs and memory of the Compute Engine machine types a gke stack can name, and what GKE leaves of
 them to pods (node allocatable). The whole-cluster check's node model (render/cluster/nodes.py) sizes
 gke nodes with them, and the queues' config check holds a team's CPU and memory quota to them
-(config/queue_resources.py). Unknown shapes leave CPU and memory unchecked.
+(config/queue_resources.py). GPU machine types are sized by their row in config/gcp/machines.py
+(the config accepts no other accelerator-optimized type); the general-purpose families by formula.
 
-Imports nothing of the project, so the config model can use it.
+Imports only the machine table, so the config model can use it.
 """
 
 from __future__ import annotations
 
 import re
 
+from config.gcp.machines import GPU_MACHINES
+
 GIB = 1024**3
 
-# vCPUs and memory (GiB, as Compute Engine states it in GB = GiB) of the machine types a stack can
-# name; unknown shapes leave CPU and memory unchecked.
-FIXED_SHAPES: dict[str, tuple[int, float]] = {
-    **{f"a2-highgpu-{n}g": (12 * n, 85.0 * n) for n in (1, 2, 4, 8)},
-    "a2-megagpu-16g": (96, 1360.0),
-    **{f"a2-ultragpu-{n}g": (12 * n, 170.0 * n) for n in (1, 2, 4, 8)},
-    "a3-highgpu-1g": (26, 234.0), "a3-highgpu-2g": (52, 468.0), "a3-highgpu-4g": (104, 936.0),
-    "a3-highgpu-8g": (208, 1872.0), "a3-megagpu-8g": (208, 1872.0),
-    "g2-standard-4": (4, 16.0), "g2-standard-8": (8, 32.0), "g2-standard-12": (12, 48.0),
-    "g2-standard-16": (16, 64.0), "g2-standard-24": (24, 96.0), "g2-standard-32": (32, 128.0),
-    "g2-standard-48": (48, 192.0), "g2-standard-96": (96, 384.0),
-}
 # GiB per vCPU of the general-purpose families.
 PER_CPU: dict[tuple[str, str], float] = {
     ("e2", "standard"): 4, ("e2", "highmem"): 8, ("e2", "highcpu"): 1,
@@ -37,8 +28,8 @@ PER_CPU: dict[tuple[str, str], float] = {
 
 def machine_shape(machine_type: str) -> tuple[int, float] | None:
     """(vCPUs, memory GiB) of a Compute Engine machine type, or None if not known here."""
-    if machine_type in FIXED_SHAPES:
-        return FIXED_SHAPES[machine_type]
+    if machine_type in GPU_MACHINES:
+        return GPU_MACHINES[machine_type].vcpus, GPU_MACHINES[machine_type].memory_gb
     m = re.fullmatch(r"([a-z0-9]+)-(standard|highmem|highcpu)-(\d+)", machine_type)
     if m and (m.group(1), m.group(2)) in PER_CPU:
         cpus = int(m.group(3))

@@ -38,8 +38,11 @@ from typing import Any
 
 import yaml
 
+from components.lab import kubeadm  # the JoinConfiguration each worker receives
+from components.scheduling_contract import GKE_BLOCK_LABEL, GKE_HOST_LABEL, GKE_SUBBLOCK_LABEL
 from config import DevStack, LabStack, StackConfig
 from config.gcp.machine_shapes import gke_allocatable, machine_shape
+from config.gcp.machines import TOPOLOGY_LABELLED
 
 GIB = 1024**3
 CONTROL_PLANE_ROLE = "node-role.kubernetes.io/control-plane"
@@ -90,16 +93,13 @@ _SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 def lab_nodes(cfg: LabStack, init_stdin: str | None, node_patches: Sequence[dict[str, Any]] = ()) -> list[Node]:
-    from components.lab import kubeadm  # the JoinConfiguration each worker receives
-    from stacks.lab import kubeadm_settings  # ... built from the settings the program passes
-
     init_reg: tuple[dict[str, str], list[dict[str, str]]] | None = None
     if init_stdin:
         for doc in yaml.load_all(init_stdin, Loader=_SAFE_LOADER):  # noqa: S506 (a safe loader)
             if isinstance(doc, dict) and doc.get("kind") == "InitConfiguration":
                 init_reg = _registration_of(doc)
     first = cfg.control_planes[0]
-    cluster = kubeadm_settings(cfg)
+    cluster = kubeadm.KubeadmSettings.of(cfg)  # the settings the program builds (stacks/lab.py), alike
     nodes = []
     for h in cfg.hosts:
         if h is first and init_reg is not None:
@@ -116,14 +116,14 @@ def lab_nodes(cfg: LabStack, init_stdin: str | None, node_patches: Sequence[dict
 
 
 # --- gke ---
-# Machine shapes and GKE's allocatable: config/gcp/machine_shapes.py (the config checks quotas on them).
+# Machine shapes and GKE's allocatable: config/gcp/machines.py and machine_shapes.py (the config checks
+# quotas on them). Which machine types carry Google's topology labels: the same table's rows.
 # Google, "Schedule GKE workloads with Topology Aware Scheduling" (cloud.google.com/ai-hypercomputer/
 # docs/workloads/schedule-gke-workloads-tas), "Topology of GKE nodes on A4 and A3 Ultra VMs": the
 # labels of a node's physical place, on those machine types; the block is "the organization-specific
 # ID of the reserved block in which the VM is located", so capacity of a reservation.
-GOOGLE_TOPOLOGY_LABELS = ("cloud.google.com/gce-topology-block", "cloud.google.com/gce-topology-subblock",
-                          "cloud.google.com/gce-topology-host")
-GOOGLE_TOPOLOGY_MACHINES = ("a4-highgpu-8g", "a3-ultragpu-8g")
+GOOGLE_TOPOLOGY_LABELS = (GKE_BLOCK_LABEL, GKE_SUBBLOCK_LABEL, GKE_HOST_LABEL)
+GOOGLE_TOPOLOGY_MACHINES = TOPOLOGY_LABELLED
 
 
 def google_topology(node_config: dict[str, Any]) -> tuple[str, ...]:

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 import config
-from config.gke_provisioning import GkeProvisioning, reservation_value, reservation_warnings
+from config.gke_pools import reservation_value
+from config.gke_provisioning import GkeProvisioning
 from config.queues import flavors
 from tests.config.test_gke_config import A100, L4, assert_problem, gke_raw, pool
 from tests.render_cli import render_cli
@@ -31,7 +32,7 @@ def raw(*pools: dict[str, Any], queues: dict[str, Any] | None = None) -> dict[st
 def test_every_pool_is_on_demand_unless_it_says_otherwise():
     cfg = config.parse(raw(L4, A100))
     assert {p.provisioning for p in cfg.gke.gpu_pools} == {GkeProvisioning.ON_DEMAND}
-    assert reservation_warnings(cfg) == []
+    assert cfg.reservation_warnings() == []
 
 
 def test_a_flex_start_pool_with_queues_and_a_reservation_pool_are_accepted():

@@ -5,7 +5,7 @@ size is not in the config (lab hosts, dev nodes, a machine type of unknown shape
 from __future__ import annotations
 
 from tests.config.refusals import accepted, reported
-from tests.config.test_gke_config import A100, L4, gke_raw, pool
+from tests.config.test_gke_config import A100, L4, gke_raw
 from tests.config.test_queues_config import dev_raw, queues, team
 from tests.conftest import lab_raw
 
@@ -30,7 +30,3 @@ def test_no_claim_where_the_nodes_size_is_unknown() -> None:
     huge = queues(team(cpu="100000", memory="1000Ti"))
     accepted(lab_raw(queues=huge))
     accepted(dev_raw(queues=huge))
-    # a4-highgpu-8g: a machine type of the accelerator table whose vCPUs and memory the shapes table
-    # does not have: that flavor might hold it, so nothing is claimed
-    b200 = pool(A100, name="b200", machineType="a4-highgpu-8g", accelerator={"type": "nvidia-b200", "count": 8})
-    accepted({**gke_raw(L4, b200), "queues": huge})

@@ -19,7 +19,6 @@ import pytest
 import yaml
 
 import config
-from config.network_policy_enforcement import unenforced_warning
 from render import __main__ as render_main
 from render import program
 from tests.config.refusals import accepted, reported
@@ -126,14 +125,14 @@ DEV = {"platform": "dev", "kubeContext": "minikube", "gpuNodes": ["minikube"]}
 def test_dev_default_is_plain_minikube_and_warns() -> None:
     cfg = accepted(dict(DEV))
     assert isinstance(cfg, config.DevStack) and cfg.cluster_cni.value == "minikube-default"
-    assert "gpu-cluster:clusterCni is minikube-default" in unenforced_warning(cfg)
-    assert "--cni=calico" in unenforced_warning(cfg)
+    assert "gpu-cluster:clusterCni is minikube-default" in cfg.unenforced_warning()
+    assert "--cni=calico" in cfg.unenforced_warning()
 
 
 @pytest.mark.parametrize("cni, warns", [("calico", False), ("cilium", False), ("bridge", True),
                                         ("kindnet", True), ("flannel", True)])
 def test_dev_warns_unless_the_cluster_cni_enforces(cni: str, warns: bool) -> None:
-    assert bool(unenforced_warning(accepted({**DEV, "clusterCni": cni}))) is warns
+    assert bool(accepted({**DEV, "clusterCni": cni}).unenforced_warning()) is warns
 
 
 def test_dev_refuses_a_cni_minikube_has_no_flag_for() -> None:

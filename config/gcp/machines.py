@@ -1,0 +1,74 @@
+"""The one table of Compute Engine GPU machine types: one row per accelerator-optimized machine type
+(its GPUs, vCPUs, memory, GPU NICs, whether GKE labels its nodes with their physical place), each row
+citing where Google states it. The gke config accepts a GPU pool's machine type only from here (or
+n1 with attachable GPUs, sized by formula: config/gcp/machine_shapes.py), so no accepted GPU machine
+goes without a size; the Inventory (config/inventory.py), the queues' quota checks and the check's
+node model (render/cluster/nodes.py) all read it.
+
+Imports nothing of the project: the floor of config/.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Where the rows come from (Google's pages; the Cluster Toolkit's modules/internal/gpu-definition
+# maps each machine type to its accelerator and count the same way).
+GPU_MACHINE_TYPES = "Google, 'GPU machine types', cloud.google.com/compute/docs/gpus"
+ACCELERATOR_OPTIMIZED = ("Google, 'Accelerator-optimized machine family', "
+                         "cloud.google.com/compute/docs/accelerator-optimized-machines")
+GKE_TOPOLOGY = ("Google, 'Schedule GKE workloads with Topology Aware Scheduling', cloud.google.com/ai-hypercomputer/"
+                "docs/workloads/schedule-gke-workloads-tas ('Topology of GKE nodes on A4 and A3 Ultra VMs')")
+
+
+@dataclass(frozen=True)
+class GpuMachine:
+    """One accelerator-optimized machine type, as Google states it."""
+
+    name: str
+    accelerator: str  # the Compute Engine accelerator type (config/gcp/accelerators.py)
+    gpus: int
+    vcpus: int
+    memory_gb: float  # Compute Engine's "GB" of instance memory, which it means as GiB
+    source: str
+    # NICs for GPU traffic (GPUDirect-TCPX/-TCPXO or RoCE), beside the host's own; None: not stated.
+    gpu_nics: int | None = None
+    # GKE writes cloud.google.com/gce-topology-block/-subblock/-host on its nodes (from a reservation).
+    topology_labelled: bool = False
+
+
+def _a2() -> tuple[GpuMachine, ...]:
+    high = tuple(GpuMachine(f"a2-highgpu-{n}g", "nvidia-tesla-a100", n, 12 * n, 85.0 * n, ACCELERATOR_OPTIMIZED)
+                 for n in (1, 2, 4, 8))
+    ultra = tuple(GpuMachine(f"a2-ultragpu-{n}g", "nvidia-a100-80gb", n, 12 * n, 170.0 * n, ACCELERATOR_OPTIMIZED)
+                  for n in (1, 2, 4, 8))
+    return (*high, GpuMachine("a2-megagpu-16g", "nvidia-tesla-a100", 16, 96, 1360.0, ACCELERATOR_OPTIMIZED), *ultra)
+
+
+def _a3_high() -> tuple[GpuMachine, ...]:
+    return tuple(GpuMachine(f"a3-highgpu-{n}g", "nvidia-h100-80gb", n, 26 * n, 234.0 * n, ACCELERATOR_OPTIMIZED,
+                            gpu_nics=4 if n == 8 else None) for n in (1, 2, 4, 8))
+
+
+def _g2() -> tuple[GpuMachine, ...]:
+    gpus = {4: 1, 8: 1, 12: 1, 16: 1, 24: 2, 32: 1, 48: 4, 96: 8}
+    return tuple(GpuMachine(f"g2-standard-{cpus}", "nvidia-l4", n, cpus, 4.0 * cpus, ACCELERATOR_OPTIMIZED)
+                 for cpus, n in gpus.items())
+
+
+GPU_MACHINES: dict[str, GpuMachine] = {m.name: m for m in (
+    *_a2(),
+    *_a3_high(),
+    GpuMachine("a3-megagpu-8g", "nvidia-h100-mega-80gb", 8, 208, 1872.0, ACCELERATOR_OPTIMIZED, gpu_nics=8),
+    # A3 Ultra and A4: one machine type each, 8 GPUs with one ConnectX-7 RoCE NIC per GPU; Google labels
+    # their GKE nodes with their place in a reservation. Not A4X (a4x-highgpu-4g, GB200): Arm (Grace)
+    # hosts, and nothing of this program's node software (driver installer, images) is checked on arm64.
+    GpuMachine("a3-ultragpu-8g", "nvidia-h200-141gb", 8, 224, 2952.0, f"{ACCELERATOR_OPTIMIZED}; {GKE_TOPOLOGY}",
+               gpu_nics=8, topology_labelled=True),
+    GpuMachine("a4-highgpu-8g", "nvidia-b200", 8, 224, 3968.0, f"{ACCELERATOR_OPTIMIZED}; {GKE_TOPOLOGY}",
+               gpu_nics=8, topology_labelled=True),
+    *_g2(),
+)}
+
+# The machine types whose GKE nodes carry Google's topology labels (a reservation's block, sub-block, host).
+TOPOLOGY_LABELLED = tuple(m.name for m in GPU_MACHINES.values() if m.topology_labelled)
