@@ -1,5 +1,5 @@
 """Upstream Deployments as cluster add-ons: tolerating the control-plane taint and preferring a
-node without GPUs (components/scheduling_contract.py), for manifests and charts whose own pod
+node without GPUs (config/scheduling_contract.py), for manifests and charts whose own pod
 spec cannot be given tolerations (the training operator's kustomize overlay, whereabouts'
 reconciler). Applied as a Pulumi `transforms` callback to the children of a provider-side
 component (kustomize/v2 Directory, helm/v4 Chart); the whole-cluster check applies the same
@@ -12,14 +12,14 @@ from typing import Any
 
 import pulumi
 
-from components.scheduling_contract import addon_affinity, addon_tolerations
+from config.scheduling_contract import addon_affinity, addon_tolerations
 
 DEPLOYMENT_TYPE = "kubernetes:apps/v1:Deployment"
 
 
 def as_cluster_addon(manifest: dict[str, Any]) -> dict[str, Any]:
     """A copy of a Deployment whose pods tolerate the control-plane taint and prefer a node without
-    GPUs (components/scheduling_contract.py); upstream's own tolerations and affinity are kept."""
+    GPUs (config/scheduling_contract.py); upstream's own tolerations and affinity are kept."""
     manifest = copy.deepcopy(manifest)
     pod = manifest.setdefault("spec", {}).setdefault("template", {}).setdefault("spec", {})
     tolerations = list(pod.get("tolerations") or [])

@@ -4,7 +4,7 @@ Follows the upstream static manifest (deployments/static/nvidia-device-plugin.ym
 versions.py) with two changes: it runs only on GPU nodes (nodes labelled
 nvidia.com/gpu.present=true by this program, or GKE accelerator nodes), and it tolerates the
 nvidia.com/gpu taint this program and GKE put on GPU nodes, the control-plane taint (a control plane
-with a GPU is a GPU node too: components/scheduling_contract.py), plus CriticalAddonsOnly. Not
+with a GPU is a GPU node too: config/scheduling_contract.py), plus CriticalAddonsOnly. Not
 privileged: it needs only the kubelet's device-plugin socket directory (and, with a MIG strategy,
 CAP_SYS_ADMIN: see below).
 
@@ -26,7 +26,7 @@ import pulumi_kubernetes as k8s
 import yaml
 
 from components import versions
-from components.scheduling_contract import GPU_NODE_SELECTOR_TERMS, GPU_RESOURCE, gpu_tolerations
+from config.scheduling_contract import GPU_NODE_SELECTOR_TERMS, GPU_RESOURCE, gpu_tolerations
 
 
 @dataclass(frozen=True)

@@ -63,14 +63,14 @@ from components.gpu_health_access import (
 )
 from components.manifest_resource import manifest_resource, registers_like_typed
 from components.namespaces import pod_security_namespace
-from components.scheduling_contract import (
+from components.storage_contract import TRAINING_NAMESPACE
+from config.health import PAIR_ROUNDS_MAX, GpuHealthConfig
+from config.scheduling_contract import (
     GPU_RESOURCE,
     addon_affinity,
     addon_tolerations,
     gpu_tolerations,
 )
-from components.storage_contract import TRAINING_NAMESPACE
-from config.health import PAIR_ROUNDS_MAX, GpuHealthConfig
 
 NAMESPACE = "gpu-health"
 NAME = "gpu-health"

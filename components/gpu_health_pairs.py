@@ -52,7 +52,6 @@ import pulumi
 
 from components.gpu_health import IDLE_PRIORITY_CLASS, TAINT_KEY, typed_resource
 from components.rdma_network import PodRdma
-from components.scheduling_contract import GPU_RESOURCE, training_job_labels
 from components.storage_contract import TRAINING_NAMESPACE
 from components.training import launch
 from components.training.job import (
@@ -63,6 +62,7 @@ from components.training.job import (
 )
 from components.training.network_policy import job_peers
 from config.health import NcclPairCheck as NcclPairCheckConfig
+from config.scheduling_contract import GPU_RESOURCE, training_job_labels
 from config.training import Launcher, TrainingConfig
 
 # What workloads/gpuhealth/ncclpair.py reads (a test keeps them equal).

@@ -29,7 +29,7 @@ system-node-critical pods in the namespace (GKE allows them elsewhere than kube-
 
 Both namespaces are labelled Pod Security `privileged`: GFD reads host PCI/vGPU data and the
 operator's driver and toolkit containers load kernel modules and write host paths; neither can run
-under a stricter level. Scheduling (components/scheduling_contract.py): node agents (GFD, NFD
+under a stricter level. Scheduling (config/scheduling_contract.py): node agents (GFD, NFD
 worker, DCGM exporter, the operator's operands) tolerate the GPU and the control-plane taint, NFD's
 garbage collector (a cluster add-on) the control-plane taint, preferring a node without GPUs.
 Everything else keeps the defaults of its chart.
@@ -53,7 +53,9 @@ import pulumi_kubernetes as k8s
 from components import dcgm_metrics, versions
 from components.device_plugin import NvidiaDevicePlugin, NvidiaDevicePluginArgs, plugin_config
 from components.namespaces import pod_security_namespace
-from components.scheduling_contract import (
+from config.chart_source import ChartSource
+from config.gpu import GpuConfig, GpuStack, SharingMode
+from config.scheduling_contract import (
     GPU_NODE_SELECTOR_TERMS,
     METRICS_NODE_LABEL,
     MIG_CONFIG_LABEL,
@@ -61,8 +63,6 @@ from components.scheduling_contract import (
     addon_tolerations,
     gpu_agent_tolerations,
 )
-from config.chart_source import ChartSource
-from config.gpu import GpuConfig, GpuStack, SharingMode
 
 GPU_NAMESPACE = "gpu-system"
 OPERATOR_NAMESPACE = "gpu-operator"
@@ -141,7 +141,7 @@ def gfd_values(gke: bool = False, mig_strategy: str = "none") -> dict[str, Any]:
         "devicePlugin": {"enabled": False},
         "gfd": {"enabled": True},
         # GFD (the chart's top-level tolerations) is a node agent: every GPU node, a GPU control
-        # plane included (components/scheduling_contract.py); the chart's CriticalAddonsOnly kept.
+        # plane included (config/scheduling_contract.py); the chart's CriticalAddonsOnly kept.
         "tolerations": [*gpu_agent_tolerations(gke), {"key": "CriticalAddonsOnly", "operator": "Exists"}],
         "nfd": {
             # NFD's worker publishes the features file GFD writes on its node: it must run wherever
@@ -227,7 +227,7 @@ def operator_values(
         # all-disabled or "", the layout the operator gives a MIG-capable node it finds unlabelled.
         "migManager": {"enabled": mig, "config": {"default": MIG_UNLABELLED_LAYOUT}},
         # The operands (driver, toolkit, device plugin, DCGM exporter, GFD, MIG manager) are node
-        # agents: every GPU node, a GPU control plane included (components/scheduling_contract.py).
+        # agents: every GPU node, a GPU control plane included (config/scheduling_contract.py).
         "daemonsets": {"tolerations": gpu_agent_tolerations(gke)},
         # NFD's garbage collector is a cluster add-on with no tolerations by default: Pending on a
         # lab, where every node is tainted. (NFD master and worker already tolerate the control plane.)

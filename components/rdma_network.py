@@ -29,7 +29,7 @@ environment on net1 (launch.secondary_network_env). IPC_LOCK is not in Pod Secur
 list, so the training namespace is `privileged` with RDMA (the lowest level that admits it) and
 `baseline` without.
 
-Which nodes: the GPU nodes (components/scheduling_contract.py); every one must have the NIC under
+Which nodes: the GPU nodes (config/scheduling_contract.py); every one must have the NIC under
 the same interface name and PCI address, since one NetworkAttachmentDefinition serves them all.
 
 Does not manage: SR-IOV virtual functions, InfiniBand (IPoIB) fabrics, PFC/ECN switch settings
@@ -49,10 +49,10 @@ import pulumi_kubernetes as k8s
 from components import versions
 from components.cluster_addon import tolerate_control_plane
 from components.manifest_resource import manifest_resource, registers_like_typed
-from components.scheduling_contract import GPU_NODE_SELECTOR_TERMS, JOB_LABEL, METRICS_NODE_LABEL, gpu_tolerations
 from components.storage_contract import TRAINING_NAMESPACE
 from components.training import launch
 from config.chart_source import MULTUS_DAEMONSET, ChartSource
+from config.scheduling_contract import GPU_NODE_SELECTOR_TERMS, JOB_LABEL, METRICS_NODE_LABEL, gpu_tolerations
 from config.training import POD_RDMA_INTERFACE, RoceConfig
 
 NETWORK_NAME = "roce"  # the NetworkAttachmentDefinition pods name in their annotation

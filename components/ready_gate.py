@@ -3,7 +3,7 @@
 One pod per GPU node (required anti-affinity on the hostname, completions = parallelism = the
 number of GPU nodes), each asking for one GPU and running `nvidia-smi -L` and a CUDA vector add
 (pinned image). They tolerate the GPU and control-plane taints: a control plane with a GPU is
-counted in gpu_nodes, so the gate must reach it (components/scheduling_contract.py). Pods restart
+counted in gpu_nodes, so the gate must reach it (config/scheduling_contract.py). Pods restart
 in place (restartPolicy OnFailure) while a node's driver is still being installed, so the gate
 turns green as soon as the last node is really usable; Pulumi waits for the Job to complete up to
 gpu.gate.timeoutMinutes (the operator's driver container alone can take 10+ minutes). GPU
@@ -22,7 +22,7 @@ import pulumi_kubernetes as k8s
 
 from components import versions
 from components.namespaces import pod_security_namespace
-from components.scheduling_contract import GPU_NODE_SELECTOR_TERMS, GPU_RESOURCE, gpu_tolerations
+from config.scheduling_contract import GPU_NODE_SELECTOR_TERMS, GPU_RESOURCE, gpu_tolerations
 
 GATE_NAMESPACE = "gpu-cluster-system"
 GATE_LABEL = {"app.kubernetes.io/name": "gpu-ready-gate"}

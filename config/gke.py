@@ -6,7 +6,7 @@ gpu.stack, every zone against gcp:region. The pool model itself is config/gke_po
 gets its GPUs (onDemand, flexStart, reservation) is checked by config/gke_provisioning.py.
 
 The GCP tables (config/gcp/: locations, machine types, accelerators) import nothing else of the
-project; the labels a pool may not set are the scheduling contract's (components/scheduling_contract.py).
+project; the labels a pool may not set are the scheduling contract's (config/scheduling_contract.py).
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from typing import ClassVar, Literal
 from pydantic import Field, field_validator
 
 import config.mig_profiles as mig_profiles
-from components.scheduling_contract import GKE_POOL_OWN_LABELS, NO_GKE_DEVICE_PLUGIN_LABEL
 from config.addons import Addons, Platform
 from config.errors import Problems
 from config.fields import Model, check_display_name, empty_to_none
@@ -45,6 +44,7 @@ from config.inert_keys import inert_gke_problems
 from config.inventory import Inventory
 from config.inventory_build import gke_inventory
 from config.network_policy_enforcement import GKE_DATAPLANE_DESCRIPTION, GkeDataplane, gke_unenforced_warning
+from config.scheduling_contract import GKE_POOL_OWN_LABELS, NO_GKE_DEVICE_PLUGIN_LABEL
 
 __all__ = ["GkeAccelerator", "GkeAutoscaling", "GkeConfig", "GkeDriver", "GkeGpuSharing", "GkeSharingStrategy",
            "GkeStack", "GpuPool", "gke_gpus_per_node"]

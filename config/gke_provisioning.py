@@ -27,7 +27,7 @@ from __future__ import annotations
 import enum
 import re
 
-from components.scheduling_contract import GKE_QUEUED_TAINT
+from config.scheduling_contract import GKE_QUEUED_TAINT
 
 # What GKE sets on queued-provisioning nodes: this label (true), and a NoSchedule taint of the same key.
 GKE_QUEUED_LABEL = GKE_QUEUED_TAINT.key

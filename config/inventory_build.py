@@ -8,18 +8,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from components.scheduling_contract import (
-    BLOCK_LABEL,
-    GKE_ACCELERATOR_LABEL,
-    GKE_BLOCK_LABEL,
-    GKE_HOST_LABEL,
-    GKE_POOL_LABEL,
-    GKE_QUEUED_TAINT,
-    GKE_SUBBLOCK_LABEL,
-    GPU_MODEL_LABEL,
-    GPU_NODE_LABEL,
-    RACK_LABEL,
-)
 from config.gcp.accelerators import ACCELERATORS
 from config.gcp.machine_shapes import gke_allocatable, machine_shape
 from config.gcp.machines import GPU_MACHINES, TOPOLOGY_LABELLED
@@ -35,6 +23,18 @@ from config.queue_units import (
     sharing_key,
     slices_by_profile,
     units_per_gpu,
+)
+from config.scheduling_contract import (
+    BLOCK_LABEL,
+    GKE_ACCELERATOR_LABEL,
+    GKE_BLOCK_LABEL,
+    GKE_HOST_LABEL,
+    GKE_POOL_LABEL,
+    GKE_QUEUED_TAINT,
+    GKE_SUBBLOCK_LABEL,
+    GPU_MODEL_LABEL,
+    GPU_NODE_LABEL,
+    RACK_LABEL,
 )
 
 

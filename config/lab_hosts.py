@@ -1,7 +1,7 @@
 """lab: one server of the lab stack (`hosts[]`) and the checks of the host list as a whole.
 
 `rack` (optional) names the rack a GPU host stands in: node prep's NodePatch writes it as the node
-label RACK_LABEL (components/scheduling_contract.py), Kueue's Topology uses it as a level, and jobs
+label RACK_LABEL (config/scheduling_contract.py), Kueue's Topology uses it as a level, and jobs
 over RDMA ask Kueue for all their pods in one rack (docs/queues.md). Either every GPU host names its
 rack or none does: Kueue's topology-aware scheduling leaves a node without the level's label out.
 `block` (optional, the same rule) is the level above: a block holds racks, each rack in one block.

@@ -39,7 +39,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from components.scheduling_contract import GKE_BLOCK_LABEL, GKE_HOST_LABEL, GKE_SUBBLOCK_LABEL
 from config.errors import Problems
 from config.inventory import (
     HOSTNAME_LABEL,
@@ -49,6 +48,7 @@ from config.inventory import (
     TopologyLevel,
     flavor_name,
 )
+from config.scheduling_contract import GKE_BLOCK_LABEL, GKE_HOST_LABEL, GKE_SUBBLOCK_LABEL
 
 __all__ = ["GKE_LEVELS", "HOSTNAME_LABEL", "TOPOLOGY_NAME", "Flavor", "TopologyLevel", "flavor_name"]
 

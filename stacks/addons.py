@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import pulumi
 
-from components import scheduling_contract
 from components.gpu_health import NAMESPACE as GPU_HEALTH_NAMESPACE
 from components.gpu_health import WEBHOOK_URL as GPU_HEALTH_WEBHOOK
 from components.gpu_health import GpuHealth, GpuHealthArgs, level2_command
@@ -36,7 +35,7 @@ from components.training.prepare import PrepareData, PrepareDataArgs
 from components.training.wandb_launch import AGENT_NAMESPACE as WANDB_NAMESPACE
 from components.training.wandb_launch import DEPLOYMENT as WANDB_AGENT
 from components.training.wandb_launch import WandbLaunch, WandbLaunchArgs, submit_command
-from config import StackSecrets
+from config import StackSecrets, scheduling_contract
 from config.addons import Addons
 from config.gpu import MigStrategy, SharingMode
 from config.queue_flavors import required_topology

@@ -10,11 +10,11 @@ from pathlib import Path
 from tests.conftest import PROJECT_DIR
 
 PLATFORM_TYPES = {"StackConfig", "LabStack", "DevStack", "GkeStack", "Addons"}
-# What the config may import of the components: facts with no Pulumi in them. Pinned versions
-# (defaults) and, until issue 32's inventory moves its label names down to the config, the
-# scheduling contract (label names a GKE pool may not set). Where each pinned chart and manifest
-# lies in a charts folder is the config's own (config/chart_source.py); the components read it there.
-CONFIG_MAY_IMPORT = {"components.versions", "components.scheduling_contract"}
+# What the config may import of the components: the pinned versions (defaults), nothing else. The
+# facts both floors need are the config's own and the components read them downward: where each
+# pinned chart lies in a charts folder (config/chart_source.py), the labels, taints and resource
+# names of the GPU scheduling contract (config/scheduling_contract.py).
+CONFIG_MAY_IMPORT = {"components.versions"}
 
 
 def _imports(path: Path) -> list[tuple[str, set[str]]]:
@@ -85,5 +85,5 @@ def test_the_checks_see_imports() -> None:
     lab = _imports(PROJECT_DIR / "stacks" / "lab.py")
     assert any(m == "config" and "LabStack" in n for m, n in lab)
     assert any(m.startswith("components.") for m, _ in lab)
-    gke_config = _imports(PROJECT_DIR / "config" / "gke.py")
-    assert any(m == "components.scheduling_contract" for m, _ in gke_config)
+    lab_config = _imports(PROJECT_DIR / "config" / "lab.py")
+    assert any(m == "components" and "versions" in n for m, n in lab_config)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.scheduling_contract import GPU_NODE_LABEL
+from config.scheduling_contract import GPU_NODE_LABEL
 
 GPU_NODE = {GPU_NODE_LABEL[0]: GPU_NODE_LABEL[1]}
 

@@ -23,8 +23,8 @@ import pulumi_kubernetes as k8s
 import yaml
 
 from components.gke.node_identity import account_id, node_service_account
-from components.scheduling_contract import GKE_POOL_LABEL
 from config.gke import GkeConfig, GkeLocation
+from config.scheduling_contract import GKE_POOL_LABEL
 
 CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 

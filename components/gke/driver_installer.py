@@ -22,7 +22,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components import versions
-from components.scheduling_contract import GKE_ACCELERATOR_LABEL, GKE_DRIVER_LABEL
+from config.scheduling_contract import GKE_ACCELERATOR_LABEL, GKE_DRIVER_LABEL
 
 NAMESPACE = "kube-system"
 INSTALL_DIR_HOST = "/home/kubernetes/bin/nvidia"

@@ -30,14 +30,14 @@ import pulumi_gcp as gcp
 from components.gke.cluster import CLOUD_PLATFORM_SCOPE, GkeCluster
 from components.gke.node_identity import account_id, node_service_account
 from components.gke.provisioning import pool_provisioning
-from components.scheduling_contract import (
+from config.gke import GkeDriver, GkeSharingStrategy, GpuPool
+from config.scheduling_contract import (
     GKE_DRIVER_LABEL,
     GKE_POOL_LABEL,
     GPU_TAINT,
     MIG_CONFIG_LABEL,
     NO_GKE_DEVICE_PLUGIN_LABEL,
 )
-from config.gke import GkeDriver, GkeSharingStrategy, GpuPool
 
 _DRIVER_VERSION = {
     GkeDriver.GKE_DEFAULT: "DEFAULT",

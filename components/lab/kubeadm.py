@@ -19,9 +19,9 @@ from typing import Any, Protocol
 import yaml
 
 from components.lab import hardening
-from components.scheduling_contract import CONTROL_PLANE_TAINT, GPU_NODE_LABEL, GPU_TAINT
 from config.hardening import Hardening
 from config.lab import Host, Role
+from config.scheduling_contract import CONTROL_PLANE_TAINT, GPU_NODE_LABEL, GPU_TAINT
 
 API_VERSION = "kubeadm.k8s.io/v1beta4"  # kubeadm 1.31+; every supported minor
 CRI_SOCKET = "unix:///run/containerd/containerd.sock"

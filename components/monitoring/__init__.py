@@ -11,7 +11,7 @@ alert rules.
   the Prometheus pod moves); retention by time and by size (85% of the volume) so it never fills.
 * Scheduling: every pod of the chart but node-exporter (which tolerates every NoSchedule taint) is
   a cluster add-on: it tolerates the control-plane taint and prefers a node without GPUs, the
-  control plane first (components/scheduling_contract.py). On lab every node is tainted; without
+  control plane first (config/scheduling_contract.py). On lab every node is tainted; without
   this, Grafana, the operator, Prometheus, Alertmanager and the admission-webhook Jobs stay Pending
   and the release times out.
 
@@ -45,9 +45,9 @@ from components.gpu_health_access import WEBHOOK_TOKEN_SECRET, token_secret
 from components.monitoring import alerts, dashboards, etcd_backup, gpu_health, kueue, rdma
 from components.monitoring.dashboards import PanelGroup
 from components.namespaces import pod_security_namespace
-from components.scheduling_contract import addon_affinity, addon_tolerations
 from config.chart_source import ChartSource
 from config.monitoring import MonitoringConfig
+from config.scheduling_contract import addon_affinity, addon_tolerations
 
 NAMESPACE = "monitoring"
 RELEASE_NAME = "monitoring"  # Helm release: objects are named monitoring-grafana, monitoring-prometheus, ...

@@ -27,9 +27,9 @@ from __future__ import annotations
 from typing import Any
 
 from components.monitoring.runbook import remedy, url
-from components.scheduling_contract import GPU_RESOURCE, metric_label_name
-from components.scheduling_contract import METRICS_NODE_LABEL as NODE
 from config.monitoring import MonitoringAlerts
+from config.scheduling_contract import GPU_RESOURCE, metric_label_name
+from config.scheduling_contract import METRICS_NODE_LABEL as NODE
 
 # The Service (hence `job`) of the exporter: dcgm-exporter chart (device-plugin) or GPU Operator.
 DCGM_JOBS = "dcgm-exporter|nvidia-dcgm-exporter"

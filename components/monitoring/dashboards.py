@@ -6,7 +6,7 @@ Two dashboards, provisioned by the Grafana sidecar from labelled ConfigMaps:
   * GPU training: the same metrics per namespace / job / pod holding the GPU (the DCGM exporter's
     pod labels: `exported_namespace`, `exported_pod` and the pod's own labels, among them the
     training job label both launchers put on their pods: JOB_METRIC_LABEL of
-    components/scheduling_contract.py) and the network throughput of those pods
+    config/scheduling_contract.py) and the network throughput of those pods
     (cAdvisor via the kubelet).
 
 Seam for more exporters (RDMA counters later): a `PanelGroup` is a titled row of panels; pass extra
@@ -21,8 +21,8 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
-from components.scheduling_contract import JOB_LABEL, JOB_METRIC_LABEL
-from components.scheduling_contract import METRICS_NODE_LABEL as NODE
+from config.scheduling_contract import JOB_LABEL, JOB_METRIC_LABEL
+from config.scheduling_contract import METRICS_NODE_LABEL as NODE
 
 SCHEMA_VERSION = 39
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}

@@ -34,7 +34,7 @@ from components.gpu_health import STALE_RECONCILES
 from components.gpu_health_access import ALERTMANAGER_CREDENTIALS_FILE
 from components.monitoring.alerts import _alert
 from components.monitoring.dashboards import Panel, PanelGroup
-from components.scheduling_contract import METRICS_NODE_LABEL as NODE
+from config.scheduling_contract import METRICS_NODE_LABEL as NODE
 
 RECEIVER = "gpu-health"
 # alerts.gpu_rules names of a GPU fault: the service decides what each means (cordon, drain, ...).

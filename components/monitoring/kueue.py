@@ -28,7 +28,7 @@ from typing import Any
 
 from components.monitoring.alerts import _alert
 from components.monitoring.dashboards import Panel, PanelGroup
-from components.scheduling_contract import GPU_RESOURCE
+from config.scheduling_contract import GPU_RESOURCE
 
 GROUP = "gpu-cluster.kueue"
 TITLE = "Queues (Kueue)"

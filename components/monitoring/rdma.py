@@ -31,7 +31,7 @@ from typing import Any
 
 from components.monitoring.alerts import _alert
 from components.monitoring.dashboards import Panel, PanelGroup
-from components.scheduling_contract import METRICS_NODE_LABEL as NODE
+from config.scheduling_contract import METRICS_NODE_LABEL as NODE
 
 GROUP = "gpu-cluster.rdma"
 TITLE = "RDMA (RoCE / InfiniBand)"

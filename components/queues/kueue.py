@@ -51,7 +51,7 @@ import yaml
 
 from components import versions
 from components.rdma_network import RDMA_RESOURCE_PREFIX
-from components.scheduling_contract import addon_tolerations
+from config.scheduling_contract import addon_tolerations
 
 NAMESPACE = "kueue-system"
 RELEASE_NAME = "kueue"

@@ -31,7 +31,6 @@ from decimal import Decimal
 from typing import Any
 
 from components.namespaces import PodSecurityLevel
-from components.scheduling_contract import gpu_tolerations
 from components.training import network_policy
 from config.queue_flavors import capped_gpus
 from config.queues import (
@@ -43,6 +42,7 @@ from config.queues import (
     QueuesConfig,
     Team,
 )
+from config.scheduling_contract import gpu_tolerations
 
 KUEUE_API = "kueue.x-k8s.io/v1beta2"
 TEAM_POD_SECURITY: PodSecurityLevel = "baseline"

@@ -26,9 +26,9 @@ import copy
 from typing import Any
 
 from components.queues.objects import KUEUE_API
-from components.scheduling_contract import GKE_QUEUED_TAINT
 from config.gke_provisioning import is_queued_flavor
 from config.queues import Flavor
+from config.scheduling_contract import GKE_QUEUED_TAINT
 
 CHECK_NAME = "gke-queued-provisioning"
 PROVISIONING_CLASS = "queued-provisioning.gke.io"

@@ -39,9 +39,9 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components import versions
-from components.scheduling_contract import addon_affinity, addon_tolerations
 from components.storage_contract import CLAIM_NAME, TRAINING_NAMESPACE
 from config.fields import DNS_LABEL
+from config.scheduling_contract import addon_affinity, addon_tolerations
 
 TEAMS_DIR = "teams"
 EXPORT_MOUNT = "/export"

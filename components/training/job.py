@@ -15,7 +15,7 @@ pytorchjob: a kubeflow.org/v1 PyTorchJob (Master 1 + Worker nodes-1, container `
 
 Both: one pod per GPU node (required anti-affinity), `nvidia.com/gpu` limits, cpu/memory requests
 and limits, the GPU and control-plane taints tolerated (a control plane with a GPU counts as a GPU
-node; workers preferred: components/scheduling_contract.py), a memory-backed /dev/shm for dataloader
+node; workers preferred: config/scheduling_contract.py), a memory-backed /dev/shm for dataloader
 workers, NCCL env from config, the shared claim mounted per components/storage_contract.py, and
 a NetworkPolicy limiting the rendezvous and NCCL ports to the job's own pods. Container command
 and env come from components/training/launch.py, shared with the local end-to-end test.
@@ -49,18 +49,18 @@ import pulumi_kubernetes as k8s
 from components import versions
 from components.cluster_addon import tolerate_control_plane
 from components.rdma_network import NETWORKS_ANNOTATION, PodRdma, exporter_sidecar
-from components.scheduling_contract import (
+from components.storage_contract import MOUNTS, TRAINING_NAMESPACE, SharedClaim
+from components.training import launch
+from components.training.network_policy import RDZV_PORT, job_peers
+from config.chart_source import TRAINING_OPERATOR_OVERLAY, ChartSource
+from config.queues import PRIORITY_LABEL, PROGRAM_PRIORITY_CLASS, QUEUE_LABEL, REQUIRED_TOPOLOGY
+from config.scheduling_contract import (
     GPU_NODE_SELECTOR_TERMS,
     GPU_RESOURCE,
     gpu_tolerations,
     prefer_workers,
     training_job_labels,
 )
-from components.storage_contract import MOUNTS, TRAINING_NAMESPACE, SharedClaim
-from components.training import launch
-from components.training.network_policy import RDZV_PORT, job_peers
-from config.chart_source import TRAINING_OPERATOR_OVERLAY, ChartSource
-from config.queues import PRIORITY_LABEL, PROGRAM_PRIORITY_CLASS, QUEUE_LABEL, REQUIRED_TOPOLOGY
 from config.training import Launcher, TrainingConfig
 
 CONTAINER = {Launcher.INDEXED_JOB: "trainer", Launcher.PYTORCHJOB: "pytorch"}

@@ -29,9 +29,9 @@ from __future__ import annotations
 import ipaddress
 from typing import Any
 
-from components.scheduling_contract import JOB_LABEL
 from components.storage_contract import TRAINING_NAMESPACE
 from components.training import launch
+from config.scheduling_contract import JOB_LABEL
 
 RDZV_PORT = launch.RDZV_PORT
 # NCCL (bootstrap, socket transport) and gloo bind ephemeral ports the kernel picks.

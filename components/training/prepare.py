@@ -26,10 +26,10 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.scheduling_contract import JOB_LABEL, addon_affinity, addon_tolerations
 from components.storage_contract import MOUNTS, TRAINING_NAMESPACE, SharedClaim
 from components.training import launch
 from components.training.network_policy import job_internet
+from config.scheduling_contract import JOB_LABEL, addon_affinity, addon_tolerations
 
 PREPARE_MODULE = "trainer.prepare"
 CONTAINER = "prepare"

@@ -5,7 +5,7 @@ training job.
 * The agent: W&B's launch-agent chart at a pinned version (components/versions.py), release
   `wandb-launch` in its own namespace `wandb-launch` (Pod Security `restricted`: the chart's pod
   runs as a non-root user with every capability dropped). It is a cluster add-on: it tolerates
-  the control-plane taint and prefers a node without GPUs (components/scheduling_contract.py),
+  the control-plane taint and prefers a node without GPUs (config/scheduling_contract.py),
   and tolerates nothing else. The chart's PodDisruptionBudget is left at minAvailable 0: with
   one replica and minAvailable 1 no node running the agent could ever be drained (lab upgrades
   drain nodes); the agent keeps no state, the queue does.
@@ -87,11 +87,11 @@ import yaml
 
 from components import versions
 from components.namespaces import pod_security_namespace
-from components.scheduling_contract import GPU_RESOURCE, JOB_LABEL, addon_affinity, addon_tolerations
 from components.storage_contract import MOUNTS, TRAINING_NAMESPACE, SharedClaim
 from components.training.job import TrainingJobArgs, pod_template
 from config.chart_source import ChartSource
 from config.queues import BATCH_PRIORITY_CLASS, PRIORITY_LABEL, QUEUE_LABEL
+from config.scheduling_contract import GPU_RESOURCE, JOB_LABEL, addon_affinity, addon_tolerations
 from config.training import Launcher, TrainingConfig
 from config.wandb import WandbConfig
 

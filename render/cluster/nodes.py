@@ -26,8 +26,8 @@ Operator's nvidia.com/gpu.deploy.* (scheduling.py applies them once it knows whe
 runs).
 
 What GKE and NVIDIA's add-ons set is spelled out here, not imported from
-components/scheduling_contract.py: the model is the world that contract is checked against
-(tests/components/test_scheduling_contract.py).
+config/scheduling_contract.py: the model is the world that contract is checked against
+(tests/config/test_scheduling_contract.py).
 """
 
 from __future__ import annotations
@@ -39,10 +39,10 @@ from typing import Any
 import yaml
 
 from components.lab import kubeadm  # the JoinConfiguration each worker receives
-from components.scheduling_contract import GKE_BLOCK_LABEL, GKE_HOST_LABEL, GKE_SUBBLOCK_LABEL
 from config import DevStack, LabStack, StackConfig
 from config.gcp.machine_shapes import gke_allocatable, machine_shape
 from config.gcp.machines import TOPOLOGY_LABELLED
+from config.scheduling_contract import GKE_BLOCK_LABEL, GKE_HOST_LABEL, GKE_SUBBLOCK_LABEL
 
 GIB = 1024**3
 CONTROL_PLANE_ROLE = "node-role.kubernetes.io/control-plane"

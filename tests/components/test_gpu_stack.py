@@ -539,7 +539,7 @@ def _terms(affinity: dict[str, Any]) -> list[dict[str, Any]]:
 
 @pytest.mark.parametrize("stack", STACKS)
 def test_dcgm_exporter_runs_on_gpu_nodes_only(stack: str, upstream_dir) -> None:
-    from components.scheduling_contract import GPU_NODE_SELECTOR_TERMS
+    from config.scheduling_contract import GPU_NODE_SELECTOR_TERMS
 
     upstream = yaml.safe_load((upstream_dir / "dcgm-exporter" / "values.yaml").read_text())
     assert upstream["affinity"] == {}  # the chart itself would schedule everywhere

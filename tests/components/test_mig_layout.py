@@ -21,8 +21,8 @@ import pytest
 import yaml
 
 from components import gpu_stack, versions
-from components.scheduling_contract import MIG_CONFIG_LABEL
 from config.gpu import GpuConfig
+from config.scheduling_contract import MIG_CONFIG_LABEL
 from render import program
 from render.program import Plan, Registration
 from tests.monitoring_crd_schema import strict

@@ -13,8 +13,8 @@ import yaml
 
 import config
 from components.queues.objects import team_cluster_queue
-from components.scheduling_contract import GPU_RESOURCE
 from config.queues import flavors
+from config.scheduling_contract import GPU_RESOURCE
 from tests.config.refusals import accepted, reported
 from tests.config.test_gke_config import A100, gke_raw, pool
 from tests.config.test_queues_config import queues, team

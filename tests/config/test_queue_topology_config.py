@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from components.scheduling_contract import (
+from config.queue_flavors import TOPOLOGY_NAME, required_topology
+from config.queues import flavors
+from config.scheduling_contract import (
     BLOCK_LABEL,
     GKE_BLOCK_LABEL,
     GKE_HOST_LABEL,
@@ -15,8 +17,6 @@ from components.scheduling_contract import (
     GPU_MODEL_LABEL,
     RACK_LABEL,
 )
-from config.queue_flavors import TOPOLOGY_NAME, required_topology
-from config.queues import flavors
 from tests.config.refusals import accepted, reported
 from tests.config.test_gke_config import gke_raw
 from tests.config.test_queues_config import dev_raw, queues, team

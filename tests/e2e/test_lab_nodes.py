@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from components.scheduling_contract import GPU_MODEL_LABEL, RACK_LABEL
+from config.scheduling_contract import GPU_MODEL_LABEL, RACK_LABEL
 from e2e import lab_stack
 from render import program
 from tests.conftest import SEED_002_ROCE, stack_config_with

@@ -32,9 +32,9 @@ import pytest
 import yaml
 
 from components.gpu_health_access import ALERTMANAGER_POD_LABELS, MONITORING_NAMESPACE, PROMETHEUS_POD_LABELS
-from components.scheduling_contract import JOB_LABEL
 from components.storage_contract import TRAINING_NAMESPACE
 from components.training.network_policy import RDZV_PORT
+from config.scheduling_contract import JOB_LABEL
 from render import __main__ as render_main
 from render import program
 from render.cluster.network_policy import Endpoint, allowed, selector_matches

@@ -28,9 +28,9 @@ import yaml
 
 from components import versions
 from components.lab import kubeadm
-from components.scheduling_contract import CONTROL_PLANE_TAINT, GPU_TAINT, addon_affinity, addon_tolerations
 from config import LabStack, parse
 from config.lab import Role
+from config.scheduling_contract import CONTROL_PLANE_TAINT, GPU_TAINT, addon_affinity, addon_tolerations
 from render import program
 from render.__main__ import kubernetes_objects
 from stacks.addons import ACCEPTANCE_JOB, TRAINING_JOB

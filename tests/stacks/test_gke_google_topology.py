@@ -23,9 +23,9 @@ from typing import Any
 
 import pytest
 
-from components.scheduling_contract import GKE_BLOCK_LABEL, GKE_HOST_LABEL, GKE_SUBBLOCK_LABEL
 from config.queue_flavors import GKE_LEVELS, TOPOLOGY_NAME
 from config.queues import REQUIRED_TOPOLOGY
+from config.scheduling_contract import GKE_BLOCK_LABEL, GKE_HOST_LABEL, GKE_SUBBLOCK_LABEL
 from render import cluster, program
 from render.__main__ import kubernetes_objects
 from tests.config.refusals import accepted, reported

@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 
-from components.scheduling_contract import BLOCK_LABEL, GKE_SUBBLOCK_LABEL, GPU_MODEL_LABEL, RACK_LABEL
 from config.queue_flavors import GKE_LEVELS, TOPOLOGY_NAME
 from config.queues import REQUIRED_TOPOLOGY
+from config.scheduling_contract import BLOCK_LABEL, GKE_SUBBLOCK_LABEL, GPU_MODEL_LABEL, RACK_LABEL
 from render import cluster, program
 from render.__main__ import kubernetes_objects
 from tests.conftest import ED25519, SEED_002_ROCE, host, stack_config_with

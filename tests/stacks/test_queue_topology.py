@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from components.scheduling_contract import RACK_LABEL
 from config.queue_flavors import TOPOLOGY_NAME
 from config.queues import REQUIRED_TOPOLOGY
+from config.scheduling_contract import RACK_LABEL
 from render import cluster, program
 from render.__main__ import kubernetes_objects
 from tests.config.refusals import problems

@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 
 from components import rdma_network, versions
-from components.scheduling_contract import GPU_NODE_SELECTOR_TERMS
 from components.storage_contract import TRAINING_NAMESPACE
 from components.training import launch
+from config.scheduling_contract import GPU_NODE_SELECTOR_TERMS
 from render import cluster, program
 from render.__main__ import kubernetes_objects
 from render.cluster.objects import collect

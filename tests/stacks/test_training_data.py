@@ -22,9 +22,9 @@ import yaml
 import config
 from components import versions
 from components.dev.storage import NFS_MOUNT_OPTIONS, NFS_PV
-from components.scheduling_contract import JOB_LABEL
 from components.storage_contract import CLAIM_NAME, MOUNTS, TRAINING_NAMESPACE
 from components.training import launch, prepare
+from config.scheduling_contract import JOB_LABEL
 from render import program
 from render.__main__ import kubernetes_objects
 from render.cluster.pod_security import violations

@@ -86,8 +86,8 @@ def test_gpu_node_agents_tolerate_gkes_queued_taint_on_gke_only():
     """GKE taints a queued-provisioning node cloud.google.com/gke-queued: the GPU agents (GFD and NFD's
     worker, the DCGM exporter, the operator's operands) run there too; lab and dev keep theirs as they were."""
     from components import gpu_stack
-    from components.scheduling_contract import gpu_tolerations
     from config.gpu import GpuConfig
+    from config.scheduling_contract import gpu_tolerations
 
     queued = {"key": "cloud.google.com/gke-queued", "operator": "Exists", "effect": "NoSchedule"}
     gfd, dcgm = gpu_stack.gfd_values(gke=True), gpu_stack.dcgm_exporter_values(gke=True)

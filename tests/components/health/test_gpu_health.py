@@ -16,7 +16,7 @@ import pytest
 from components import gpu_health, versions
 from components.gpu_health import DIAG_NAME, NAME, NAMESPACE, SERVICE_RULES
 from components.gpu_health_access import DEFAULT_DENY, WEBHOOK_TOKEN_SECRET
-from components.scheduling_contract import CONTROL_PLANE_TOLERATION
+from config.scheduling_contract import CONTROL_PLANE_TOLERATION
 from render import cluster, program
 from render.__main__ import kubernetes_objects
 from tests.components.health.rendered_health import CASES, IMAGE, find, health_objects, kinds, plan

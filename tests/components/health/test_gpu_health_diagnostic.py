@@ -19,7 +19,7 @@ import pytest
 
 from components import gpu_health, gpu_health_diag, versions
 from components.gpu_health import DIAG_NAME, NAME, NAMESPACE, TAINT_KEY
-from components.scheduling_contract import GPU_TOLERATION
+from config.scheduling_contract import GPU_TOLERATION
 from render import program
 from tests.components.health.rendered_health import IMAGE, config_with, find, plan
 from tests.conftest import PROJECT_DIR

@@ -20,8 +20,8 @@ from components.lab import kubeadm
 from components.lab.control_plane import ControlPlane, ControlPlaneArgs
 from components.lab.node_join import Membership, MembershipArgs, NodeJoin, NodeJoinArgs
 from components.lab.node_prep import NodePrep, NodePrepArgs, RoceHost
-from components.scheduling_contract import GPU_NODE_LABEL
 from config.lab import Cni as CniKind
+from config.scheduling_contract import GPU_NODE_LABEL
 from render import program
 from render.program import SECRET_MARKER, Plan, RecordingMonitor, Registration
 from stacks.lab import host_software, kubeadm_settings, upgrade_policy

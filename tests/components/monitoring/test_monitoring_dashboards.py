@@ -18,8 +18,8 @@ import yaml
 from components import dcgm_metrics
 from components.monitoring import alerts, dashboards
 from components.monitoring.dashboards import Panel, PanelGroup
-from components.scheduling_contract import JOB_METRIC_LABEL, metric_label_name
 from config.monitoring import MonitoringAlerts
+from config.scheduling_contract import JOB_METRIC_LABEL, metric_label_name
 
 # Metrics that are not the DCGM exporter's, and why they exist in every cluster this program builds.
 OTHER_METRICS = {

@@ -402,7 +402,7 @@ def test_xid_alerts_over_time(rules_file: Path, tmp_path: Path) -> None:
 
 def test_alerts_name_the_node_label_the_service_monitors_set() -> None:
     from components.gpu_stack import DCGM_NODE_RELABELINGS
-    from components.scheduling_contract import METRICS_NODE_LABEL
+    from config.scheduling_contract import METRICS_NODE_LABEL
 
     assert METRICS_NODE_LABEL == "node"  # GpuNodeWithoutGpuMetrics joins kube-state-metrics' `node` on it
     assert [r["targetLabel"] for r in DCGM_NODE_RELABELINGS] == [METRICS_NODE_LABEL]

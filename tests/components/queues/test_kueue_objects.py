@@ -17,8 +17,8 @@ import yaml
 from components import versions
 from components.queues import kueue, objects
 from components.queues.requests import job_requests, pod_requests
-from components.scheduling_contract import CONTROL_PLANE_KEY
 from config.queues import Flavor, QueuePriority, QueuesConfig, Team
+from config.scheduling_contract import CONTROL_PLANE_KEY
 from render.cluster.admission import builtin_validator, strict_schema
 from render.cluster.objects import chart_dir, parse_documents, render_chart
 

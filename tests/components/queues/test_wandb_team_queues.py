@@ -14,10 +14,10 @@ import pytest
 import yaml
 from wandb.sdk.launch.utils import validate_kubernetes_resource_args
 
-from components.scheduling_contract import GPU_NODE_LABEL
 from components.storage_contract import CLAIM_NAME
 from components.training.wandb_launch import API_KEY_SECRET, EGRESS_POLICY, RUN_LABELS
 from config.queues import BATCH_PRIORITY_CLASS, PRIORITY_LABEL, PROGRAM_PRIORITY_CLASS, QUEUE_LABEL
+from config.scheduling_contract import GPU_NODE_LABEL
 from render import cluster, program
 from render.cluster import kueue_admission, kueue_objects
 from render.cluster.objects import Obj, collect

@@ -7,9 +7,9 @@ import ipaddress
 
 import pytest
 
-from components.scheduling_contract import JOB_LABEL
 from components.storage_contract import MOUNTS, SharedClaim
 from components.training import network_policy, prepare
+from config.scheduling_contract import JOB_LABEL
 from config.training import Dataset
 
 IMAGE = "registry.example.com/gpu-cluster/trainer:0.1.0"

@@ -31,7 +31,6 @@ import yaml
 
 from components import versions
 from components.lab import scripts
-from components.scheduling_contract import JOB_LABEL, training_job_labels
 from components.storage_contract import CLAIM_NAME, MOUNTS, TRAINING_NAMESPACE, SharedClaim
 from components.training import launch, network_policy
 from components.training.job import (
@@ -41,6 +40,7 @@ from components.training.job import (
     service_name,
 )
 from config import ConfigError
+from config.scheduling_contract import JOB_LABEL, training_job_labels
 from config.training import Launcher, TrainingConfig
 from render import program
 from render.__main__ import kubernetes_objects

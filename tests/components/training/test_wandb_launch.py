@@ -18,10 +18,10 @@ from wandb.sdk.launch.errors import LaunchError
 from wandb.sdk.launch.utils import recursive_macro_sub, validate_kubernetes_resource_args
 
 from components import versions
-from components.scheduling_contract import CONTROL_PLANE_TOLERATION, GPU_RESOURCE, JOB_LABEL, gpu_tolerations
 from components.storage_contract import CLAIM_NAME, MOUNTS, TRAINING_NAMESPACE
 from components.training import wandb_launch
 from components.training.wandb_launch import AGENT_NAMESPACE, API_KEY_SECRET, RELEASE_NAME
+from config.scheduling_contract import CONTROL_PLANE_TOLERATION, GPU_RESOURCE, JOB_LABEL, gpu_tolerations
 from render import cluster, program
 from render.__main__ import write
 from render.cluster.objects import Obj, collect

@@ -1,4 +1,4 @@
-"""The GPU scheduling contract (components/scheduling_contract.py) holds against the world: the
+"""The GPU scheduling contract (config/scheduling_contract.py) holds against the world: the
 nodes each platform registers and every GPU pod the cluster would run, not the contract's constants.
 
 The nodes are the whole-cluster check's model (render/cluster/nodes.py): lab's from the kubeadm
