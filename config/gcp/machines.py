@@ -14,7 +14,6 @@ from dataclasses import dataclass
 
 # Where the rows come from (Google's pages; the Cluster Toolkit's modules/internal/gpu-definition
 # maps each machine type to its accelerator and count the same way).
-GPU_MACHINE_TYPES = "Google, 'GPU machine types', cloud.google.com/compute/docs/gpus"
 ACCELERATOR_OPTIMIZED = ("Google, 'Accelerator-optimized machine family', "
                          "cloud.google.com/compute/docs/accelerator-optimized-machines")
 GKE_TOPOLOGY = ("Google, 'Schedule GKE workloads with Topology Aware Scheduling', cloud.google.com/ai-hypercomputer/"
