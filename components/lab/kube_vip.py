@@ -44,6 +44,35 @@ LEASE = "plndr-cp-lock"
 # kube-vip's generator defaults for `manifest pod` (seconds): how fast the VIP moves when its
 # holder dies, at one Lease write per second per control plane.
 LEASE_DURATION, RENEW_DEADLINE, RETRY_PERIOD = 5, 3, 1
+NODE_NAME_ENV = "vip_nodename"
+
+# Every environment variable kube-vip v1.0.3 (components/versions.py KUBE_VIP_IMAGE) reads, from its
+# source at tag v1.0.3 (commit 28bec598): the names are the constants of pkg/kubevip/config_envvar.go
+# that kubevip.ParseEnvironment passes to os.Getenv/os.LookupEnv (pkg/kubevip/config_environment.go:
+# 19-707), plus vip_configmap (cmd/kube-vip.go:230). A name outside it is silently ignored: `vip_cidr`
+# is gone (the VIP's mask is vip_subnet, defaulting to /32 for an IPv4 address, cmd/kube-vip.go:289-290).
+# The Go module proxy does not serve github.com/kube-vip/kube-vip@v1.0.3, so this list is pinned
+# here and must be read again from the source when the image is bumped.
+KUBE_VIP_READS = frozenset({
+    "address", "annotation", "backend_health_check_interval", "config_file", "dhcp_mode",
+    "disable_service_updates", "dns_mode", "enable_endpoints", "enable_node_labeling",
+    "enable_service_security", "enable_upnp", "health_check_port", "iptables_backend", "k8s_config_file",
+    "kubernetes_addr", "mirror_dest_interface", "port", "prometheus_server",
+    "bgp_as", "bgp_enable", "bgp_hold_time", "bgp_keepalive_interval", "bgp_multihop", "bgp_peeraddress",
+    "bgp_peeras", "bgp_peerpass", "bgp_peers", "bgp_routerid", "bgp_routerinterface", "bgp_sourceif",
+    "bgp_sourceip", "mpbgp_ipv4", "mpbgp_ipv6", "mpbgp_nexthop",
+    "zebra_enable", "zebra_software_name", "zebra_url", "zebra_version",
+    "cp_detect", "cp_enable", "cp_namespace",
+    "egress_clean", "egress_podcidr", "egress_servicecidr", "egress_withnftables",
+    "lb_class_legacy_handling", "lb_class_name", "lb_class_only", "lb_enable", "lb_fwdmethod", "lb_port",
+    "svc_election", "svc_enable", "svc_leasename", "svc_namespace",
+    "vip_address", "vip_arp", "vip_arpRate", "vip_cleanroutingtable", "vip_configmap", "vip_ddns",
+    "vip_interface", "vip_interfaceloglobal", "vip_leaderelection", "vip_leaseannotations",
+    "vip_leaseduration", "vip_leasename", "vip_loglevel", "vip_nodename", "vip_preserve_on_leadership_loss",
+    "vip_renewdeadline", "vip_retryperiod", "vip_routingprotocol", "vip_routingtable", "vip_routingtableid",
+    "vip_routingtabletype", "vip_servicesinterface", "vip_singlenode", "vip_startleader", "vip_subnet",
+    "vip_wireguard",
+})
 
 
 def static_pod(vip: KubeVip, image: str = versions.KUBE_VIP_IMAGE) -> dict[str, Any]:
@@ -52,7 +81,6 @@ def static_pod(vip: KubeVip, image: str = versions.KUBE_VIP_IMAGE) -> dict[str, 
         "vip_arp": "true",
         "port": str(API_SERVER_PORT),
         "vip_interface": vip.interface,
-        "vip_cidr": "32",
         "cp_enable": "true",
         "cp_namespace": "kube-system",
         "vip_ddns": "false",
@@ -63,6 +91,10 @@ def static_pod(vip: KubeVip, image: str = versions.KUBE_VIP_IMAGE) -> dict[str, 
         "vip_retryperiod": str(RETRY_PERIOD),
         "address": str(vip.address),
     }
+    # The Lease holder's identity: the node's name, as kube-vip's generator writes it
+    # (config_generator.go:195-201); unset, v1.0.3 falls back to the hostname with a warning
+    # (pkg/manager/manager.go:85-92).
+    node_name = {"name": NODE_NAME_ENV, "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -73,7 +105,7 @@ def static_pod(vip: KubeVip, image: str = versions.KUBE_VIP_IMAGE) -> dict[str, 
                 "image": image,
                 "imagePullPolicy": "IfNotPresent",
                 "args": ["manager"],
-                "env": [{"name": k, "value": v} for k, v in env.items()],
+                "env": [*({"name": k, "value": v} for k, v in env.items()), node_name],
                 "securityContext": {"capabilities": {"add": ["NET_ADMIN", "NET_RAW"]}},
                 "volumeMounts": [{"name": "kubeconfig", "mountPath": ADMIN_CONF}],
             }],

@@ -67,7 +67,7 @@ def test_kube_vip_goes_on_before_init_on_the_first_and_after_join_on_the_others(
         assert kubernetes_validate.validate(pod, "1.34", strict=True) == "1.34"
         (container,) = pod["spec"]["containers"]
         assert container["image"] == versions.KUBE_VIP_IMAGE
-        env = {e["name"]: e["value"] for e in container["env"]}
+        env = {e["name"]: e.get("value") for e in container["env"]}  # vip_nodename: valueFrom
         assert env["address"] == "192.0.2.100" and env["vip_interface"] == "ens18" and env["vip_arp"] == "true"
         assert pod["spec"]["hostNetwork"] is True
         assert "rm -f /etc/kubernetes/manifests/kube-vip.yaml" in step.inputs["delete"]

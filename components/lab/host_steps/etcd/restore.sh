@@ -6,20 +6,24 @@
 #                              read from the etcd manifest) into a scratch directory beside the data
 #                              directory. Only then stop the API server and etcd (their static pod
 #                              manifests moved to $parked), swap the restored directory in (the old one
-#                              kept beside it) and, on a one-member cluster, --start.
+#                              kept beside it) and --start. With several control planes, run it on
+#                              each, one after the other, with the same file: each run returns once
+#                              its own etcd runs, and the cluster answers once a majority is restored.
 #   etcd-restore.sh --verify SNAPSHOT
 #                              all of those checks, the restore into the scratch directory included,
 #                              and no more: with several control planes, run it on every one before
 #                              any is stopped.
-#   etcd-restore.sh --start    move the manifests back and wait until etcd and the API answer. With
-#                              several control planes: run SNAPSHOT on every one first (the same
-#                              file), then --start on each.
+#   etcd-restore.sh --start    move the manifests back and wait until etcd runs: on a one-member
+#                              cluster until it answers; with several, until it answers or, for a
+#                              short time, for the quorum the members not yet restored cannot give
+#                              (then it says which they are and succeeds).
 # A failure before the swap exits non-zero with the host as it was: the manifests this run parked
 # moved back, the data directory untouched, the scratch directory removed. A second run after a
 # failure resumes: manifests an earlier run parked stay parked.
 # The ETCD_* variables point a rehearsal (and the tests) at other paths.
 # Filled in: __NODE__, __INITIAL_CLUSTER__ (every control plane's name=https://address:2380), __TRIES__
-# (5 s each), and etcd_tool's values.
+# (5 s each), __QUORUM_TRIES__ (5 s each: how long a member of several waits for a quorum), and
+# etcd_tool's values.
 
 set -euo pipefail
 umask 077
@@ -30,6 +34,7 @@ parked=${ETCD_PARKED_DIR:-/etc/kubernetes/etcd-restore-parked}
 pki=${ETCD_PKI_DIR:-/etc/kubernetes/pki/etcd}
 endpoint=${ETCD_ENDPOINT:-https://127.0.0.1:2379}
 tries=${ETCD_RESTORE_TRIES:-__TRIES__}
+quorum_tries=${ETCD_RESTORE_QUORUM_TRIES:-__QUORUM_TRIES__}
 stamp=$(date -u +%Y%m%dT%H%M%SZ)
 
 # @include etcd/etcd_tool.sh
@@ -89,28 +94,53 @@ running() {
   crictl ps -q --name "^$1\$" 2>/dev/null || true
 }
 
-# health: etcd answers on its client URL.
+# health: etcd answers on its client URL (a linearizable read: only with a quorum).
 health() {
   etcd_tool "$version" "$pki:ro" -- etcdctl --endpoints="$endpoint" --cacert="$pki/ca.crt" \
-    --cert="$pki/server.crt" --key="$pki/server.key" endpoint health >/dev/null 2>&1
+    --cert="$pki/server.crt" --key="$pki/server.key" --dial-timeout=2s --command-timeout=3s \
+    endpoint health >/dev/null 2>&1
 }
 
+# The other members' names, and how many members make a majority.
+others=$(tr ',' '\n' <<<"$initial_cluster" | sed 's/=.*//' | grep -vxF -- "$node" | paste -sd ' ' -) || true
+count=$(tr ',' '\n' <<<"$initial_cluster" | grep -c .)
+majority=$((count / 2 + 1))
+
+# start: the manifests back, then wait until this member's etcd runs (the kubelet started it) and
+# answers. A member of several answers only with a quorum, which members still unrestored (stopped,
+# or in the old cluster: the restore's own cluster token keeps them apart) cannot give: it waits
+# QUORUM_TRIES for it, then names them and succeeds, so each member's run ends on its own.
 start() {
-  local i f
+  local i f id
   for f in etcd.yaml kube-apiserver.yaml; do
     if [ -f "$parked/$f" ]; then
       mv -f "$parked/$f" "$manifests/$f"
       echo "moved $f back to $manifests"
     fi
   done
+  rmdir "$parked" 2>/dev/null || true
   for ((i = 0; i < tries; i++)); do
-    if health; then
-      echo "etcd on $node answers at $endpoint"
-      return 0
-    fi
+    id=$(running etcd)
+    [ -z "$id" ] || break
     sleep 5
   done
-  die "etcd on $node did not answer at $endpoint in $((tries * 5)) s (with several control planes it needs a quorum: run --start on the others); see crictl logs \$(crictl ps -a -q --name '^etcd\$')"
+  [ -n "$id" ] || die "the kubelet did not start etcd on $node in $((tries * 5)) s; see journalctl -u kubelet"
+  # 5 s a try, the health check's own timeout included: by the clock.
+  local waits=$tries
+  [ "$count" -eq 1 ] || waits=$quorum_tries
+  local until=$((SECONDS + waits * 5))
+  for ((i = 0; i < waits * 5 && SECONDS < until; i++)); do
+    if health; then
+      echo "etcd on $node answers at $endpoint: the cluster has a quorum"
+      return 0
+    fi
+    sleep 2
+  done
+  if [ "$count" -gt 1 ] && [ "$(running etcd)" = "$id" ]; then
+    echo "etcd on $node runs and waits for the other members: run this script with the same snapshot on those not restored yet, of: $others (the cluster answers once $majority of its $count members are restored; \`$0 --start\` here checks again)"
+    return 0
+  fi
+  die "etcd on $node did not answer at $endpoint in $((waits * 5)) s; see crictl logs \$(crictl ps -a -q --name '^etcd\$')"
 }
 
 if [ -f "$manifests/etcd.yaml" ]; then
@@ -182,13 +212,19 @@ scratch=$(mktemp -d -- "$data_dir.restoring-XXXXXX")
 fresh=$scratch/etcd
 # Where etcdutl has them, the revision is bumped and the old ones marked compacted, so that the API
 # server's watchers and informers see no revision go back (etcd-io/etcd#16028, the restore for
-# Kubernetes); older 3.5 releases lack the flags.
+# Kubernetes); older 3.5 releases lack the flags. The cluster token is the snapshot's own: every
+# member restored from this file makes the same new cluster, whose ID no member of the old cluster
+# (still running on a control plane not restored yet) or of a restore from another file shares, so
+# they never exchange a message (etcd refuses a peer of another cluster ID; etcd's disaster recovery
+# guide restores with a new --initial-cluster-token for this reason).
+token=gpu-cluster-restore-${expected:0:16}
 bump=()
 if etcd_tool "$version" -- etcdutl snapshot restore --help 2>&1 | grep -q -- --bump-revision; then
   bump=(--bump-revision 1000000000 --mark-compacted)
 fi
 etcd_tool "$version" "$snapshot_dir:ro" "$scratch" -- etcdutl snapshot restore "$snapshot" --name "$name" \
-  --initial-cluster "$initial_cluster" --initial-advertise-peer-urls "$peer" --data-dir "$fresh" "${bump[@]}" \
+  --initial-cluster "$initial_cluster" --initial-advertise-peer-urls "$peer" --initial-cluster-token "$token" \
+  --data-dir "$fresh" "${bump[@]}" \
   || refuse "etcdutl snapshot restore of $snapshot failed (above)"
 [ -s "$fresh/member/snap/db" ] || refuse "etcdutl snapshot restore left no $fresh/member/snap/db"
 echo "restored $snapshot into the scratch directory $fresh"
@@ -230,8 +266,5 @@ swapped=1
 chmod 0700 "$data_dir"
 echo "restored $snapshot into $data_dir (member $name, cluster $initial_cluster)"
 
-# 3. Start again: at once on a one-member cluster; with several, once every member is restored.
-case $initial_cluster in
-  *,*) echo "now run this script with the same snapshot on every other control plane, then --start on each" ;;
-  *) start ;;
-esac
+# 3. Start again (with several members: without waiting long for those not restored yet).
+start
