@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from components.toolchain_versions import KUEUE
-from e2e import api, kueue
+from e2e import api, dry_run, kueue
 from e2e.control_plane import ControlPlane
 from render import cluster, program
 from render.cluster import kueue_admission, kueue_objects
@@ -80,20 +80,22 @@ def _tail(log: Path) -> str:
 
 
 @pytest.fixture(scope="module")
-def queues(real_kueue: kueue.RealKueue, client: api.Client, plan_objects: list[Obj]) -> list[Obj]:
-    """The stack's team namespaces and Kueue objects, created for real (through Kueue's webhooks)."""
+def queues(real_kueue: kueue.RealKueue, client: api.Client, plan_objects: list[Obj]) -> Iterator[list[Obj]]:
+    """The stack's team namespaces and Kueue objects, created for real (through Kueue's webhooks),
+    and removed while Kueue still runs (it takes its finalizers off them and their Workloads)."""
     made = [o for o in plan_objects if o.kind in KUEUE_KINDS and o.api_version.startswith("kueue.x-k8s.io/")]
     namespaces = {o.namespace for o in made if o.namespace}
+    ours = dry_run.Made()
     for o in plan_objects:
         if o.kind == "Namespace" and o.name in namespaces:
-            response = client.request("POST", "/api/v1/namespaces", o.body)
-            assert response.ok or response.status == 409, response.body
-            real_kueue.made.urls.append(f"/api/v1/namespaces/{o.name}")
+            response = dry_run.create_or_replace(client, "/api/v1/namespaces", o.body, ours)
+            assert response.ok, response.body
     for o in sorted(made, key=lambda o: KUEUE_KINDS.index(o.kind)):
-        response = client.request("POST", _url(o.body), o.body)
+        response = dry_run.create_or_replace(client, _url(o.body), o.body, ours)
         assert response.ok, f"{o.kind} {o.name}: {response.status} {response.body}"
-        real_kueue.made.urls.insert(0, f"{_url(o.body)}/{o.name}")  # removed before the CRDs
-    return made
+    yield made
+    left = ours.remove(client)
+    assert not left, f"still there {dry_run.DELETE_TIMEOUT} s after deletion, Kueue running: {left}"
 
 
 def test_real_kueue_makes_every_clusterqueue_of_the_stack_active(client: api.Client, queues: list[Obj]) -> None:
