@@ -16,7 +16,8 @@ program installs) running against the e2e control plane, set up from a stack's o
                                 tls.crt there); the rotator injects the CA into the webhooks and CRDs
 
 Kueue runs with the admin kubeconfig (system:masters): the chart's RBAC is not what is checked here.
-The visibility API server is not registered (its APIService would need a Service too).
+The visibility API server is turned off (feature gate VisibilityOnDemand): it would listen on a fixed
+port of every interface and write to /visibility, and its APIService would need a Service too.
 """
 
 from __future__ import annotations
@@ -86,6 +87,9 @@ def manager_config(doc: dict[str, Any], folder: Path, ports: dict[str, int]) -> 
     out.setdefault("health", {})["healthProbeBindAddress"] = f"127.0.0.1:{ports['health']}"
     out.setdefault("metrics", {})["bindAddress"] = f"127.0.0.1:{ports['metrics']}"
     out.setdefault("leaderElection", {})["leaderElect"] = False
+    # The visibility API server listens on a fixed port (8082) on every interface and writes its
+    # certificate to /visibility on the host; its APIService is not registered here, so it is off.
+    out.setdefault("featureGates", {})["VisibilityOnDemand"] = False
     return out
 
 
