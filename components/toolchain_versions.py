@@ -15,7 +15,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from components.versions import ETCD_KUBEADM, KUBERNETES_DEFAULT
+from components.versions import ETCD_KUBEADM, KUBERNETES_DEFAULT, KUEUE_IMAGE_TAG
 
 KUBERNETES_MINOR = ".".join(KUBERNETES_DEFAULT.split(".")[:2])
 
@@ -104,7 +104,20 @@ PULUMI_KUBERNETES = ToolchainComponent(
     source=f"the Python SDK's {PULUMI_KUBERNETES_SDK}, not served; tag v4.25.0's commit, the nearest served",
 )
 
-COMPONENTS = (KUBERNETES, ETCD, KWOK, PULUMI, PULUMI_LANGUAGE_PYTHON, PULUMI_KUBERNETES)
+# The Kueue manager the program installs (its image tag, versions.KUEUE_IMAGE_TAG), built from the
+# module at that tag: the e2e tier runs it against the control plane (e2e/kueue.py). v0.19.2 needs
+# sigs.k8s.io/scheduler-library v0.1.0-alpha1 (served by the proxy as of 2026-11-28); the cold
+# build is the longest here (docs/toolchain.md).
+KUEUE = ToolchainComponent(
+    name="kueue",
+    version=KUEUE_IMAGE_TAG,
+    module="sigs.k8s.io/kueue",
+    module_version=KUEUE_IMAGE_TAG,
+    binaries=("kueue",),
+    source="versions.KUEUE_IMAGE_TAG: the manager image the program installs, from its own module",
+)
+
+COMPONENTS = (KUBERNETES, ETCD, KWOK, PULUMI, PULUMI_LANGUAGE_PYTHON, PULUMI_KUBERNETES, KUEUE)
 
 
 def cache_root() -> Path:

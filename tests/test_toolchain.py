@@ -79,7 +79,8 @@ def test_built_binary_reports_the_pinned_version(component, binary):
 # Binaries with no version flag: the language host and the provider tell theirs over gRPC only
 # (the provider: test_provider_reports_the_pinned_version_over_grpc), and the host's exec shim is a
 # Python script from the same module (checked by test_built_binary_is_built_from_the_pinned_module).
-NO_VERSION_FLAG = {"pulumi-language-python", "pulumi-language-python-exec", "pulumi-resource-kubernetes"}
+# The Kueue manager logs its version when it starts (tests/e2e/test_kueue_real.py reads it there).
+NO_VERSION_FLAG = {"pulumi-language-python", "pulumi-language-python-exec", "pulumi-resource-kubernetes", "kueue"}
 
 
 def test_every_binary_has_a_version_check():

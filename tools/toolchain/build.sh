@@ -50,6 +50,12 @@ ldflags() {
       flags+=" -X 'sigs.k8s.io/kwok/pkg/consts.Version=${version#v}'"
       flags+=" -X 'sigs.k8s.io/kwok/pkg/consts.KubeVersion=${versions[kubernetes]#v}'"
       ;;
+    kueue)
+      # Makefile's LD_FLAGS (version_pkg); GitCommit is left empty as for Kubernetes, the build date is
+      # the module's commit time (upstream stamps the build's own date).
+      pkg=sigs.k8s.io/kueue/pkg/version
+      flags+=" -X '$pkg.GitVersion=$version' -X '$pkg.GitCommit=' -X '$pkg.BuildDate=$(module_time sigs.k8s.io/kueue)'"
+      ;;
     pulumi | pulumi-language-python)
       # goreleaser (.goreleaser.yml) and the Makefile's PULUMI_VERSION ldflag.
       flags+=" -X 'github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=$version'"
