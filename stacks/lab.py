@@ -245,6 +245,7 @@ def build(cfg: LabStack, secrets: StackSecrets) -> dict[str, object]:
         gpu_counts={h.name: h.gpus for h in cfg.hosts if h.is_gpu},
         internal_cidrs=(str(cfg.pod_cidr), str(cfg.service_cidr)),
         etcd_backup_interval_seconds=cfg.etcd_backup.interval_seconds if cfg.etcd_backup.enabled else None,
+        etcd_metrics=True,  # kubeadm.ETCD_METRICS_URL
     )
     return {
         **addons.deploy(cfg, contract, secrets),

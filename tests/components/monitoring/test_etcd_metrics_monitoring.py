@@ -27,6 +27,8 @@ import yaml
 
 from components import versions
 from components.lab import kubeadm
+from components.monitoring import etcd
+from components.monitoring.runbook import remedy
 from render import program
 from render.cluster.objects import render_chart
 from tests.components.lab.etcd_rehearsal import ETCD_BIN
@@ -34,8 +36,8 @@ from tests.components.lab.etcd_rehearsal import ETCD_BIN
 PROMTOOL = shutil.which("promtool")
 RELEASE = "kubernetes:helm.sh/v3:Release"
 # The alerts, as the chart names them (each checked below to fire and to stay quiet).
-ALERTS = ("etcdNoLeader", "etcdMembersDown", "etcdHighNumberOfLeaderChanges", "etcdDatabaseQuotaLowSpace",
-          "etcdHighFsyncDurations", "etcdHighCommitDurations")
+ALERTS = etcd.ALERTS
+RUNBOOK = Path(__file__).resolve().parents[3] / "docs" / "runbook.md"
 
 
 def _chart(upstream_dir: Path) -> Path:
@@ -99,6 +101,30 @@ def test_the_chart_ships_every_etcd_alert_the_lab_needs_and_no_rule_of_ours_repe
             ours |= {r["alert"].lower() for r in g["rules"] if "alert" in r}
     assert not ours & {a.lower() for a in shipped}
     assert not [a for a in ours if a.startswith("etcd") and "backup" not in a and "defrag" not in a]
+
+
+def test_on_lab_each_etcd_alert_links_its_own_runbook_section(upstream_dir: Path) -> None:
+    import markdown
+
+    rule = _one(_rendered(upstream_dir), "PrometheusRule", "-etcd")
+    annotations = {r["alert"]: r["annotations"] for r in rule["spec"]["groups"][0]["rules"]}
+    html = markdown.markdown(RUNBOOK.read_text(), extensions=["toc"])
+    for alert in ALERTS:
+        assert annotations[alert]["runbook_url"] == f"docs/runbook.md#{alert.lower()}", alert
+        assert f'<h2 id="{alert.lower()}">{alert}</h2>' in html, alert
+        assert annotations[alert]["runbook"] == remedy(alert) and len(remedy(alert)) > 40, alert
+        section = RUNBOOK.read_text().split(f"## {alert}\n", 1)[1].split("\n## ", 1)[0]
+        for part in ("**What it means.**", "**What the service does.**", "**What a human does.**"):
+            assert part in section, (alert, part)
+    # The chart's other etcd alerts keep its own links.
+    assert annotations["etcdGRPCRequestsSlow"]["runbook_url"].startswith("https://")
+
+
+def test_dev_and_gke_leave_the_charts_rule_annotations_alone() -> None:
+    for stack in ("dev", "gke"):
+        plan = program.run(stack, config=program.stack_config(stack))
+        release = next(r for r in plan.of_type(RELEASE) if r.inputs["chart"] == versions.KUBE_PROMETHEUS_STACK_CHART)
+        assert "defaultRules" not in release.inputs["values"], stack
 
 
 def _series(job: str, name: str, values: dict[str, str], **labels: str) -> list[dict[str, str]]:
