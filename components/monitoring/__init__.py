@@ -227,7 +227,9 @@ class Monitoring(pulumi.ComponentResource):
             **args.charts.args(versions.KUBE_PROMETHEUS_STACK_CHART, versions.KUBE_PROMETHEUS_STACK_CHART_VERSION,
                                versions.KUBE_PROMETHEUS_STACK_CHART_REPO),
             namespace=NAMESPACE,
-            values=prometheus_stack_values(cfg, args.gpu_health_webhook, args.etcd_backup_interval_seconds is not None,
+            # node-exporter reads the textfile metrics of the snapshots and of the defragmentation.
+            values=prometheus_stack_values(cfg, args.gpu_health_webhook,
+                                           args.etcd_backup_interval_seconds is not None or args.etcd_metrics,
                                            args.etcd_metrics),
             timeout=900,  # the first install pulls several images and waits for the operator's webhooks
             opts=pulumi.ResourceOptions(parent=self, depends_on=[ns, admin, *token_secrets]),
@@ -238,6 +240,7 @@ class Monitoring(pulumi.ComponentResource):
                        + ((gpu_health.rule_group(args.gpu_health_reconcile_seconds),) if args.gpu_health_webhook else ())
                        + ((etcd_backup.rule_group(args.etcd_backup_interval_seconds),)
                           if args.etcd_backup_interval_seconds is not None else ())
+                       + ((etcd.rule_group(),) if args.etcd_metrics else ())
                        + ((kueue.rule_group(args.kueue_pending_minutes),) if args.kueue_pending_minutes else ()))
         self.rule = _custom_resource(f"{name}-gpu-alerts", prometheus_rule(cfg, rule_groups), after_release)
         for target in args.scrape_targets:

@@ -4,6 +4,8 @@ against a real three-member etcd 3.5.1 on its own loopback addresses (tests/comp
 * one member stopped: the run refuses (exit 1, saying why) on the host that would act and on
   another, and defragments nothing (no `defrag` reaches etcdctl, the running members' files keep
   their size);
+* each run's textfile metric says whether it succeeded (EtcdDefragFailed reads it): 0 after a
+  refusal, 1 after a run that defragmented and after one that left the work to the first member;
 * all up: only the member whose name sorts first acts (another host's run exits 0 and calls no
   defrag); it defragments every member, one call per member, the leader last, and each member's
   database file shrinks after keys were deleted and the history compacted.
@@ -78,6 +80,13 @@ def _defrag_targets(h: RehearsalHost) -> list[str]:
     return [re.search(r"--endpoints=(\S+)", c).group(1) for c in calls if c.endswith(" defrag")]  # type: ignore[union-attr]
 
 
+def _last_run_ok(h: RehearsalHost) -> str:
+    text = (h.textfiles / "etcd_defrag.prom").read_text()
+    found = re.search(rf'^etcd_defrag_last_run_success{{etcd_member="{h.name}"}} ([01])$', text, re.M)
+    assert found, text
+    return found.group(1)
+
+
 def test_a_member_down_refuses_and_defragments_nothing(hosts: list[RehearsalHost]) -> None:
     first, second, third = hosts
     sizes = {h.name: _db_size(h) for h in (first, second)}
@@ -94,6 +103,7 @@ def test_a_member_down_refuses_and_defragments_nothing(hosts: list[RehearsalHost
             assert result.returncode == 1, result.stdout + result.stderr
             assert "etcd defragmentation refused before it started" in result.stderr
             assert _defrag_targets(h) == []
+            assert _last_run_ok(h) == "0"
         assert {h.name: _db_size(h) for h in (first, second)} == sizes
     finally:
         (third.parked / "etcd.yaml").rename(third.manifests / "etcd.yaml")
@@ -111,11 +121,13 @@ def test_all_up_the_first_member_defragments_each_one_the_leader_last(hosts: lis
     assert other.returncode == 0, other.stderr
     assert "cp-1 defragments the cluster, not cp-2" in other.stdout
     assert _defrag_targets(second) == []
+    assert _last_run_ok(second) == "1"
 
     leader = _leader(first)
     result = _run(first)
     assert result.returncode == 0, result.stdout + result.stderr
     targets = _defrag_targets(first)
     assert sorted(targets) == sorted(before) and targets[-1] == leader, (targets, leader)
+    assert _last_run_ok(first) == "1"
     after = {h.endpoint: _db_size(h) for h in hosts}
     assert all(after[e] < before[e] // 2 for e in before), (before, after)

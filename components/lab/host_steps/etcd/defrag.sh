@@ -10,8 +10,10 @@
 #      agrees which one that is, with no lock to leave behind); the others log that and exit 0;
 #   3. each member in turn, the leader last (its pause would otherwise start an election early),
 #      the cluster's health checked again before each; a member unhealthy then stops the run, exit 1.
+# Each run ends by writing node-exporter textfile metrics (etcd_defrag_last_run_*: when, and whether
+# it succeeded; refused is 0, "not this member's turn" is 1): EtcdDefragFailed alerts on a 0.
 # The ETCD_* variables point a rehearsal (and the tests) at other paths; cron sets none of them.
-# Filled in: __NODE__, and etcd_tool's values.
+# Filled in: __NODE__, __TEXTFILE_DIR__, and etcd_tool's values.
 
 set -euo pipefail
 umask 077
@@ -23,9 +25,31 @@ endpoint=${ETCD_ENDPOINT:-https://127.0.0.1:2379}
 # every other call's: etcdctl otherwise retries a member that does not answer until its deadline.
 defrag_timeout=${ETCD_DEFRAG_TIMEOUT:-10m}
 timeout=30s
+textfile_dir=${ETCD_TEXTFILE_DIR:-__TEXTFILE_DIR__}
 
 # @include etcd/etcd_tool.sh
 
+# write_metrics STATUS: the textfile collector's file, replaced in one rename.
+write_metrics() {
+  local ok=0 tmp
+  if [ "$1" -eq 0 ]; then
+    ok=1
+  fi
+  install -d -m 0755 "$textfile_dir"
+  tmp=$(mktemp "$textfile_dir/.etcd_defrag.prom.XXXXXX")
+  cat >"$tmp" <<METRICS
+# HELP etcd_defrag_last_run_timestamp_seconds When the last scheduled etcd defragmentation run on this member ended.
+# TYPE etcd_defrag_last_run_timestamp_seconds gauge
+etcd_defrag_last_run_timestamp_seconds{etcd_member="$node"} $(date +%s)
+# HELP etcd_defrag_last_run_success 1 if the last run succeeded (or left the work to the first member), 0 if it refused or failed.
+# TYPE etcd_defrag_last_run_success gauge
+etcd_defrag_last_run_success{etcd_member="$node"} $ok
+METRICS
+  chmod 0644 "$tmp"
+  mv -f "$tmp" "$textfile_dir/etcd_defrag.prom"
+}
+
+trap 'write_metrics $?' EXIT
 version=$(etcd_version "$manifest")
 
 # ctl ENDPOINTS ARG...: etcdctl of the member's version against ENDPOINTS, with the member's
