@@ -4,6 +4,8 @@ against a real three-member etcd 3.5.1 on its own loopback addresses (tests/comp
 * one member stopped: the run refuses (exit 1, saying why) on the host that would act and on
   another, and defragments nothing (no `defrag` reaches etcdctl, the running members' files keep
   their size);
+* a member added but never started (no name, no client URL: the health check cannot reach it):
+  refused too, nothing defragmented;
 * each run's textfile metric says whether it succeeded (EtcdDefragFailed reads it): 0 after a
   refusal, 1 after a run that defragmented and after one that left the work to the first member;
 * all up: only the member whose name sorts first acts (another host's run exits 0 and calls no
@@ -16,6 +18,7 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -108,6 +111,25 @@ def test_a_member_down_refuses_and_defragments_nothing(hosts: list[RehearsalHost
     finally:
         (third.parked / "etcd.yaml").rename(third.manifests / "etcd.yaml")
         third.wait_healthy()
+
+
+def test_a_member_that_never_started_refuses_too(hosts: list[RehearsalHost]) -> None:
+    first = hosts[0]
+    spare = free_loopback_block(1)[0]  # a peer URL nothing listens on
+    for _ in range(40):  # etcd refuses a reconfiguration until every member is connected for 5 s
+        added = first.etcdctl("member", "add", "cp-9", f"--peer-urls=https://{spare}:2380", check=False)
+        if added.returncode == 0:
+            break
+        time.sleep(0.5)
+    member_id = re.search(r"Member ([0-9a-f]+) added", added.stdout)
+    assert member_id, added.stdout + added.stderr
+    try:
+        result = _run(first)
+        assert result.returncode == 1, result.stdout + result.stderr
+        assert "a member has never started" in result.stderr
+        assert _defrag_targets(first) == [] and _last_run_ok(first) == "0"
+    finally:
+        first.etcdctl("member", "remove", member_id.group(1))
 
 
 def test_all_up_the_first_member_defragments_each_one_the_leader_last(hosts: list[RehearsalHost]) -> None:

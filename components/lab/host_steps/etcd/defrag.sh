@@ -77,7 +77,14 @@ field() {
 }
 
 healthy_or_exit "before it started"
-first=$(ctl "$endpoint" member list -w fields | field Name | LC_ALL=C sort | head -n 1)
+listing=$(ctl "$endpoint" member list -w fields)
+# A member added but never started has no name and no client URL: the health check cannot see it,
+# yet it counts toward the quorum.
+if [ "$(field ID <<<"$listing" | wc -l)" -ne "$(field Name <<<"$listing" | grep -c .)" ]; then
+  echo "etcd defragmentation refused before it started: a member has never started (no name in member list); nothing is defragmented" >&2
+  exit 1
+fi
+first=$(field Name <<<"$listing" | LC_ALL=C sort | head -n 1)
 if [ "$first" != "$node" ]; then
   echo "etcd defragmentation: every member is healthy; $first defragments the cluster, not $node"
   exit 0
