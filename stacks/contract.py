@@ -48,3 +48,6 @@ class Cluster:
     # lab's scheduled etcd snapshots: the longest gap of their schedule, for monitoring's metrics
     # and alert (components/monitoring/etcd_backup.py); None: none.
     etcd_backup_interval_seconds: int | None = None
+    # etcd's metrics are scraped (lab: kubeadm binds them on the node addresses): monitoring links
+    # the chart's etcd alerts to this program's runbook (components/monitoring/etcd.py).
+    etcd_metrics: bool = False

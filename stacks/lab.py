@@ -21,6 +21,7 @@ from components.lab import ssh
 from components.lab.certificates import check_period
 from components.lab.control_plane import ControlPlane, ControlPlaneArgs
 from components.lab.etcd_backup import EtcdBackup, EtcdBackupArgs, EtcdBackupSettings, shared_dir
+from components.lab.etcd_defrag import EtcdDefrag, EtcdDefragArgs, EtcdDefragSettings
 from components.lab.hardening_files import ControlPlaneFiles, ControlPlaneFilesArgs
 from components.lab.kubeadm import KubeadmSettings
 from components.lab.nfs_storage import NfsServerArgs, NfsSharedStorage, NfsSharedStorageArgs
@@ -92,6 +93,16 @@ def etcd_backups(cfg: LabStack, cp: ControlPlane, joins: dict[str, NodeJoin], ke
             "restore": "hosts/<control plane>/etcd-restore.sh (python -m render); docs/operations/etcd-backup.md",
             # The snapshot each install step took, as of `pulumi up`; the live view is the metric.
             "latestAtUp": pulumi.Output.all(*latest)}
+
+
+def etcd_defrags(cfg: LabStack, cp: ControlPlane, joins: dict[str, NodeJoin], key: pulumi.Output[str]) -> None:
+    """The scheduled defragmentation on every control plane, once its etcd runs (only the member
+    whose name sorts first acts on a run: components/lab/etcd_defrag.py)."""
+    for h in cfg.control_planes:
+        connection = cp.connection if h is cp.host else ssh.connection(h, key, cfg.bastion)
+        after = [cp.init if h is cp.host else joins[h.name].ready]
+        settings = EtcdDefragSettings(node=h.name, kubernetes_minor=cfg.kubernetes_minor)
+        EtcdDefrag(f"{h.name}-etcd-defrag", EtcdDefragArgs(settings, connection, after))
 
 
 # The engine's builtin function behind StackReference (pulumi/pulumi pkg/resource/deploy/builtins.go,
@@ -204,6 +215,7 @@ def build(cfg: LabStack, secrets: StackSecrets) -> dict[str, object]:
         )
         claim = storage.claim
 
+    etcd_defrags(cfg, cp, {h.name: j for h, j in zip(members, joins, strict=True)}, key)
     operator_driver = cfg.gpu.stack is GpuStack.OPERATOR and not cfg.nvidia_driver.preinstalled
     contract = Cluster(
         provider=cp.provider,
@@ -219,6 +231,7 @@ def build(cfg: LabStack, secrets: StackSecrets) -> dict[str, object]:
         gpu_counts={h.name: h.gpus for h in cfg.hosts if h.is_gpu},
         internal_cidrs=(str(cfg.pod_cidr), str(cfg.service_cidr)),
         etcd_backup_interval_seconds=cfg.etcd_backup.interval_seconds if cfg.etcd_backup.enabled else None,
+        etcd_metrics=True,  # kubeadm.ETCD_METRICS_URL
     )
     return {
         **addons.deploy(cfg, contract, secrets),

@@ -25,6 +25,13 @@ from config.scheduling_contract import CONTROL_PLANE_TAINT, GPU_NODE_LABEL, GPU_
 
 API_VERSION = "kubeadm.k8s.io/v1beta4"  # kubeadm 1.31+; every supported minor
 CRI_SOCKET = "unix:///run/containerd/containerd.sock"
+# etcd's plain-HTTP listener for /metrics and /health (no keys, no writes): kubeadm's default binds it
+# to 127.0.0.1 only (cmd/kubeadm/app/phases/etcd/local.go), where Prometheus cannot scrape it. The
+# ClusterConfiguration is one document for every member (a joining control plane reads it from the
+# kubeadm-config ConfigMap), so a node's own address here would be every member's: etcd on any other
+# member could not bind it and would not start. The wildcard binds each member's own addresses.
+ETCD_METRICS_PORT = 2381
+ETCD_METRICS_URL = f"http://0.0.0.0:{ETCD_METRICS_PORT}"
 
 
 @dataclass(frozen=True)
@@ -112,6 +119,7 @@ def init_config(cluster: KubeadmSettings, first: Host) -> str:
             "serviceSubnet": str(cluster.service_cidr),
         },
     }
+    cluster_doc["etcd"] = {"local": {"extraArgs": [{"name": "listen-metrics-urls", "value": ETCD_METRICS_URL}]}}
     if api_server := hardening.api_server(cluster.hardening):
         # Merged, not assigned: other apiServer fields (certSANs) may be set beside these.
         cluster_doc.setdefault("apiServer", {}).update(api_server)

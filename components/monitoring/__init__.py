@@ -42,7 +42,7 @@ import pulumi_random as random
 
 from components import versions
 from components.gpu_health_access import WEBHOOK_TOKEN_SECRET, token_secret
-from components.monitoring import alerts, dashboards, etcd_backup, gpu_health, kueue, rdma
+from components.monitoring import alerts, dashboards, etcd, etcd_backup, gpu_health, kueue, rdma
 from components.monitoring.dashboards import PanelGroup
 from components.namespaces import pod_security_namespace
 from config.chart_source import ChartSource
@@ -92,6 +92,9 @@ class MonitoringArgs:
     # lab's etcd snapshots: the longest gap of their schedule (node-exporter reads their metrics and
     # EtcdBackupTooOld fires past twice it); None: no snapshots.
     etcd_backup_interval_seconds: int | None = None
+    # lab's etcd serves its metrics on the node addresses: the chart's etcd alerts get this
+    # program's runbook (components/monitoring/etcd.py).
+    etcd_metrics: bool = False
     # queues.enabled: the Kueue row and rule group (components/monitoring/kueue.py), alerting past
     # queues.pendingAlertMinutes; None: no queues.
     kueue_pending_minutes: int | None = None
@@ -119,7 +122,7 @@ def _addon() -> dict[str, Any]:
 
 
 def prometheus_stack_values(cfg: MonitoringConfig, gpu_health_webhook: str | None = None,
-                            etcd_backup_metrics: bool = False) -> dict[str, Any]:
+                            etcd_backup_metrics: bool = False, etcd_metrics: bool = False) -> dict[str, Any]:
     everything: dict[str, Any] = {}
     for kind in ("serviceMonitor", "podMonitor", "rule", "probe"):
         # An empty selector then selects all objects of the kind, in every namespace.
@@ -135,6 +138,7 @@ def prometheus_stack_values(cfg: MonitoringConfig, gpu_health_webhook: str | Non
         },
         "kube-state-metrics": _addon(),
         **({"prometheus-node-exporter": etcd_backup.node_exporter_values()} if etcd_backup_metrics else {}),
+        **({"defaultRules": etcd.chart_values()} if etcd_metrics else {}),
         # The operator, and the hook Jobs that create and patch its admission webhook's certificate.
         "prometheusOperator": {**_addon(), "admissionWebhooks": {"patch": _addon()}},
         # The operator copies these into the Prometheus and Alertmanager StatefulSets.
@@ -223,7 +227,10 @@ class Monitoring(pulumi.ComponentResource):
             **args.charts.args(versions.KUBE_PROMETHEUS_STACK_CHART, versions.KUBE_PROMETHEUS_STACK_CHART_VERSION,
                                versions.KUBE_PROMETHEUS_STACK_CHART_REPO),
             namespace=NAMESPACE,
-            values=prometheus_stack_values(cfg, args.gpu_health_webhook, args.etcd_backup_interval_seconds is not None),
+            # node-exporter reads the textfile metrics of the snapshots and of the defragmentation.
+            values=prometheus_stack_values(cfg, args.gpu_health_webhook,
+                                           args.etcd_backup_interval_seconds is not None or args.etcd_metrics,
+                                           args.etcd_metrics),
             timeout=900,  # the first install pulls several images and waits for the operator's webhooks
             opts=pulumi.ResourceOptions(parent=self, depends_on=[ns, admin, *token_secrets]),
         )
@@ -233,6 +240,7 @@ class Monitoring(pulumi.ComponentResource):
                        + ((gpu_health.rule_group(args.gpu_health_reconcile_seconds),) if args.gpu_health_webhook else ())
                        + ((etcd_backup.rule_group(args.etcd_backup_interval_seconds),)
                           if args.etcd_backup_interval_seconds is not None else ())
+                       + ((etcd.rule_group(),) if args.etcd_metrics else ())
                        + ((kueue.rule_group(args.kueue_pending_minutes),) if args.kueue_pending_minutes else ()))
         self.rule = _custom_resource(f"{name}-gpu-alerts", prometheus_rule(cfg, rule_groups), after_release)
         for target in args.scrape_targets:

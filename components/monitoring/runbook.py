@@ -4,7 +4,8 @@ Markdown link becomes its words and the repo path it points to) next to `runbook
 
 The URL is repo-relative (`docs/runbook.md#<anchor>`): mkdocs.yml sets no `site_url`, so the
 program knows no address the docs site is served at. The anchor is the id MkDocs' `toc` extension
-gives an `## <alert>` heading: the lower-cased name (alert names are CamelCase letters and digits);
+gives an `## <alert>` heading: the lower-cased name (alert names are CamelCase letters and digits,
+the chart's etcd alerts camelCase: components/monitoring/etcd.py);
 tests/test_docs_runbook.py checks it against the page as Markdown renders it.
 """
 
@@ -17,7 +18,7 @@ from pathlib import Path
 RUNBOOK = Path(__file__).resolve().parents[2] / "docs" / "runbook.md"
 RUNBOOK_URL = "docs/runbook.md"
 HUMAN = "**What a human does.**"
-ALERT_NAME = re.compile(r"[A-Z][A-Za-z0-9]+")
+ALERT_NAME = re.compile(r"[A-Za-z][A-Za-z0-9]+")
 _LINK = re.compile(r"\[([^\]]+)\]\(([^)]*)\)")
 
 
@@ -47,6 +48,6 @@ def _words_and_path(link: re.Match[str]) -> str:
 
 def url(alert: str) -> str:
     if not ALERT_NAME.fullmatch(alert):
-        raise ValueError(f"alert name {alert!r} is not CamelCase letters and digits: its runbook anchor "
+        raise ValueError(f"alert name {alert!r} is not camelCase letters and digits: its runbook anchor "
                          "would not be its lower-cased name")
     return f"{RUNBOOK_URL}#{alert.lower()}"

@@ -37,6 +37,7 @@ from config.lab import Host
 from render import program
 from stacks.lab import kubeadm_settings
 from tests.components.lab.etcd_backup_cases import etcd_backup_cases
+from tests.components.lab.etcd_defrag_cases import etcd_defrag_cases
 from tests.conftest import SEED_002_ROCE, host, lab_config
 from tests.hostsim import TIMEOUT, HostSim, isolation_unavailable, snapshot
 
@@ -124,6 +125,8 @@ def _script_cases() -> dict[str, str]:
         "roce_host_delete": scripts.roce_host_delete(versions.ROCE_HOST_PACKAGES),
         # etcd backups (components/lab/etcd_backup.py; test_etcd_backup_real.py runs them against etcd)
         **etcd_backup_cases(cfg),
+        # etcd defragmentation (components/lab/etcd_defrag.py; test_etcd_defrag_real.py runs it against etcd)
+        **etcd_defrag_cases(cfg),
     }
 
 

@@ -179,6 +179,10 @@ def test_kubeadm_init_dry_run_passes_preflight_and_installs_what_the_program_mea
     etcd = yaml.safe_load((out / "etcd.yaml").read_text())
     minor = ".".join(cluster["kubernetesVersion"].lstrip("v").split(".")[:2])
     assert etcd["spec"]["containers"][0]["image"] == f"{versions.ETCD_IMAGE_REPOSITORY}:{versions.ETCD_KUBEADM[minor]}"
+    # etcd serves /metrics on the host's addresses, as the pod the chart's etcd Service selects
+    # (component=etcd, on the host network: its address is the node's).
+    assert _flags(etcd)["listen-metrics-urls"] == kubeadm.ETCD_METRICS_URL
+    assert etcd["metadata"]["labels"]["component"] == "etcd" and etcd["spec"]["hostNetwork"] is True
 
     # The kubelet configuration kubeadm writes keeps every setting the program gave it.
     written = yaml.safe_load((out / "config.yaml").read_text())
