@@ -106,6 +106,10 @@ COSTS: tuple[Cost, ...] = (
     Cost("etcd-backup-install", COMMAND, ("-etcd-backup-install",), 30,
          "the snapshot script and cron file installed, the etcd tools image pulled (~60 MB) and a first snapshot taken",
          source="estimate: gcr.io/etcd-development/etcd is ~60 MB (etcd release images); a snapshot of a new cluster's etcd takes about a second"),
+    Cost("etcd-defrag-install", COMMAND, ("-etcd-defrag-install",), 2,
+         "the defragmentation script and its cron file written on a control plane (nothing pulled: the etcd tools "
+         "image is fetched by the first weekly run)",
+         source="estimate: one SSH round trip writing two small files (components/lab/etcd_defrag.py)"),
     Cost("cni-crds-release", HELM, ("cni-calico-crds",), 5,
          "calico's CRD chart: CustomResourceDefinitions only, nothing for Helm to wait for",
          source="estimate: Helm applies the CRDs and has no workload to wait on (helm.sh docs, helm install --wait)"),
