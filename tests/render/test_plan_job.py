@@ -1,0 +1,179 @@
+"""`python -m render <stack> --job FILE...` (render/job_question.py): would a team's job be admitted?
+The docs' own examples (docs/queues.md), taken from the page, and jobs a team gets wrong, answered on
+lab-ha with the whole-cluster check's models: the plan's admission policy (its CEL run by cel-python),
+Kueue's admission with the program's own jobs still running once `up` ends, the scheduler with the
+flavor's node labels and tolerations."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from render import cluster, job_question, program
+from tests.conftest import PROJECT_DIR
+from tests.workloads.test_queues_docs_examples import _example
+
+QUEUE = "kueue.x-k8s.io/queue-name"
+
+
+def _report(training: dict[str, Any] | None = None, nccl_acceptance: bool = True) -> Any:
+    values, secrets = program.stack_config("lab-ha")
+    if training is not None:
+        values["gpu-cluster:training"] = json.dumps({**json.loads(values["gpu-cluster:training"]), **training})
+    values["gpu-cluster:acceptance"] = json.dumps({"nccl": nccl_acceptance})
+    plan = program.run("lab-ha", config=(values, secrets))
+    report = cluster.check(plan, plan.config, cluster.upstream_dir())
+    assert report.ok, report.problems
+    return report
+
+
+@pytest.fixture(scope="module")
+def committed() -> Any:
+    """lab-ha as committed: the training run (2 GPUs, pulumi.com/skipAwait) still runs after `up`."""
+    return _report()
+
+
+@pytest.fixture(scope="module")
+def idle() -> Any:
+    """lab-ha with neither training nor the acceptance Job: the teams' GPUs are free."""
+    return _report(training={"enabled": False}, nccl_acceptance=False)
+
+
+def _ask(report: Any, *docs: dict[str, Any], tmp_path: Path) -> list[job_question.Answer]:
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump_all(list(docs)))
+    return [job_question.answer(report, source, job) for source, job in job_question.read([path])]
+
+
+def _gpu_job(name: str, gpus_per_pod: int = 1, pods: int = 1, **requests: str) -> dict[str, Any]:
+    job = copy.deepcopy(_example("Job"))
+    job["metadata"]["name"] = name
+    job["spec"].update(parallelism=pods, completions=pods)
+    job["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"].update({"nvidia.com/gpu": gpus_per_pod, **requests})
+    return job
+
+
+def test_the_docs_job_is_admitted_on_the_teams_gpus(idle, tmp_path):
+    (a,) = _ask(idle, _example("Job"), tmp_path=tmp_path)
+    assert a.state == job_question.ADMITTED, a.line()
+    # two pods of one GPU: the team's nominal GPU and one borrowed, one pod on each GPU host, placed
+    # although the page's pods tolerate no GPU taint: the flavor adds its tolerations
+    assert "ClusterQueue vision, pod set main on flavor gpu" in a.reasons[0]
+    assert a.reasons[1] == "nodes: main → gpu-1, gpu-2"
+    assert a.reasons[2] == "borrows 1 nvidia.com/gpu of gpu from cohort"
+    assert not a.blocks
+
+
+def test_on_lab_ha_as_committed_the_docs_job_waits_behind_the_training_run(committed, tmp_path):
+    job, torch = _ask(committed, _example("Job"), _example("PyTorchJob"), tmp_path=tmp_path)
+    assert job.state == job_question.WAITS, job.line()
+    assert "behind: Job training/train (ClusterQueue gpu-cluster) holds" in job.reasons[-1]
+    assert "2 nvidia.com/gpu of gpu" in job.reasons[-1]
+    # lab-ha's launcher is indexed-job: no training operator, so no PyTorchJob kind to create
+    assert torch.state == job_question.REFUSED and torch.blocks
+    assert "no matches for kind \"PyTorchJob\" in version \"kubeflow.org/v1\"" in torch.reasons[0]
+
+
+def test_the_docs_pytorchjob_with_the_training_operator_queues(tmp_path):
+    report = _report(training={"launcher": "pytorchjob"}, nccl_acceptance=False)
+    (a,) = _ask(report, _example("PyTorchJob"), tmp_path=tmp_path)
+    # the operator's CRD serves it and the policy admits it; its 2 GPUs wait for the training run's
+    assert a.state == job_question.WAITS, a.line()
+    assert "behind: PyTorchJob training/train" in a.reasons[-1]
+
+
+def test_a_job_within_the_nominal_quota_reclaims_it_from_the_training_run(committed, tmp_path):
+    (a,) = _ask(committed, _gpu_job("one"), tmp_path=tmp_path)
+    assert a.state == job_question.ADMITTED, a.line()
+    assert "within its nominal quota (borrows nothing)" in a.reasons
+    assert "preempts Job training/train" in a.reasons
+
+
+def test_more_gpus_than_the_cohort_holds_is_never_admitted(committed, tmp_path):
+    (a,) = _ask(committed, _gpu_job("big", gpus_per_pod=16), tmp_path=tmp_path)
+    assert a.state == job_question.NEVER and a.blocks
+    assert "nvidia.com/gpu asks 16, ClusterQueue vision can use at most 2 (nominal 1 + 1 borrowed" in a.reasons[0]
+
+
+def test_a_resource_no_queue_covers_is_never_admitted(committed, tmp_path):
+    (a,) = _ask(committed, _gpu_job("scratch", **{"ephemeral-storage": "10Gi"}), tmp_path=tmp_path)
+    assert a.state == job_question.NEVER
+    assert "asks for ephemeral-storage, which ClusterQueue vision does not cover" in a.reasons[0]
+
+
+def test_a_missing_priority_class_is_never_admitted(committed, tmp_path):
+    job = _gpu_job("urgent")
+    job["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] = "urgent"
+    (a,) = _ask(committed, job, tmp_path=tmp_path)
+    assert a.state == job_question.NEVER
+    assert "names no WorkloadPriorityClass of the plan" in a.reasons[0]
+
+
+def test_the_team_policy_refuses_a_job_without_its_queue(committed, tmp_path):
+    unlabelled, other_team = _gpu_job("nolabel"), _gpu_job("theirs")
+    del unlabelled["metadata"]["labels"][QUEUE]
+    other_team["metadata"]["labels"][QUEUE] = "language"
+    answers = _ask(committed, unlabelled, other_team, tmp_path=tmp_path)
+    for a in answers:
+        assert a.state == job_question.REFUSED, a.line()
+        assert a.reasons == ["ValidatingAdmissionPolicy 'gpu-cluster-team-queue' with binding 'gpu-cluster-team-queue' "
+                             "denied request: a Job or PyTorchJob in namespace team-vision must carry the label "
+                             "kueue.x-k8s.io/queue-name: vision (its LocalQueue), so that Kueue admits it within "
+                             "the team quota"]
+
+
+def test_a_namespace_the_plan_lacks_is_refused(committed, tmp_path):
+    job = _gpu_job("lost")
+    job["metadata"]["namespace"] = "team-nope"
+    (a,) = _ask(committed, job, tmp_path=tmp_path)
+    assert a.state == job_question.REFUSED and "namespaces \"team-nope\" not found" in a.reasons[0]
+
+
+def test_an_unqueued_job_outside_the_team_namespaces_is_a_bad_job_file(committed, tmp_path):
+    job = _gpu_job("free")
+    job["metadata"]["namespace"] = "training"
+    del job["metadata"]["labels"][QUEUE]
+    with pytest.raises(job_question.JobFileError, match=r"job.yaml#1: Job training/free has no label kueue"):
+        _ask(committed, job, tmp_path=tmp_path)
+
+
+def _render(*args: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "GPU_CLUSTER_UPSTREAM": str(cluster.upstream_dir())}
+    return subprocess.run([sys.executable, "-m", "render", "lab-ha", "--out", str(tmp_path / "out"), *args],
+                          cwd=PROJECT_DIR, env=env, capture_output=True, text=True, timeout=300, check=False)
+
+
+@pytest.mark.parametrize("content, message", [
+    (None, "cannot read it"),
+    ("kind: [unclosed", "not YAML"),
+    ("apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\n", "#1: is apps/v1 Deployment; only a batch/v1 Job"),
+    ("", "holds no document"),
+])
+def test_a_bad_job_file_exits_2_naming_it(tmp_path, content, message):
+    path = tmp_path / "bad.yaml"
+    if content is not None:
+        path.write_text(content)
+    done = _render("--job", str(path), tmp_path=tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert f"error: --job {path}" in done.stderr and message in done.stderr
+
+
+def test_the_command_answers_each_job_and_exits_3_for_one_never_admitted(tmp_path):
+    jobs = tmp_path / "jobs.yaml"
+    jobs.write_text(yaml.safe_dump_all([_gpu_job("one"), _gpu_job("big", gpus_per_pod=16)]))
+    done = _render("--job", str(jobs), tmp_path=tmp_path)
+    assert done.returncode == 3, done.stderr
+    lines = [line for line in done.stdout.splitlines() if line.startswith("job ")]
+    assert lines[0].startswith(f"job Job team-vision/one ({jobs}#1): admitted: ClusterQueue vision")
+    assert lines[1].startswith(f"job Job team-vision/big ({jobs}#2): never: ")
+    summary_md = (tmp_path / "out" / "summary.md").read_text()
+    assert "## Would these jobs be admitted (--job)" in summary_md
+    assert f"- ✗ Job team-vision/big ({jobs}#2): never: " in summary_md
