@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -177,3 +178,20 @@ def test_the_command_answers_each_job_and_exits_3_for_one_never_admitted(tmp_pat
     summary_md = (tmp_path / "out" / "summary.md").read_text()
     assert "## Would these jobs be admitted (--job)" in summary_md
     assert f"- ✗ Job team-vision/big ({jobs}#2): never: " in summary_md
+
+
+def test_the_pages_output_excerpt_is_what_the_command_answers(committed, tmp_path):
+    """docs/queues.md "Would my job be admitted?": its text block is this command's answer, on
+    the page's Job and a copy asking 4 GPUs and ephemeral-storage, as the page describes them."""
+    page = (PROJECT_DIR / "docs" / "queues.md").read_text()
+    section = page.split("## Would my job be admitted?", 1)[1].split("\n## ", 1)[0]
+    excerpt = section.split("```text\n", 1)[1].split("```", 1)[0]
+    shown = [" ".join(line.split()) for line in re.split(r"\n(?=job )", excerpt.strip())]  # one per job, unwrapped
+    big = _gpu_job("resnet-big", gpus_per_pod=4, **{"ephemeral-storage": "50Gi"})
+    big["spec"].update(parallelism=2, completions=2)
+    files = []
+    for name, doc in (("resnet-sweep.yaml", _example("Job")), ("resnet-big.yaml", big)):
+        (tmp_path / name).write_text(yaml.safe_dump(doc))
+        files.append(tmp_path / name)
+    answers = [job_question.answer(committed, source, job) for source, job in job_question.read(files)]
+    assert [" ".join(f"job {a.line()}".replace(f"{tmp_path}/", "").split()) for a in answers] == shown
