@@ -3,7 +3,8 @@
 Each Job (batch/v1) or PyTorchJob (kubeflow.org/v1) of the files is answered offline with the models the
 whole-cluster check runs (render/cluster/), on the objects and nodes it checked:
 
-- refused: the API server would refuse to create it: its namespace is not in the plan, or a
+- refused: the API server would refuse to create it: its namespace is not in the plan, its schema
+  (Kubernetes' strict one for a Job, the plan's CRD for a PyTorchJob: none, an unknown kind), or a
   ValidatingAdmissionPolicy of the plan bound to its namespace (the team policy,
   components/queues/team_admission.py) denies it; each validation's CEL is evaluated by cel-python,
   an error denies (failurePolicy Fail), the message is the policy's own;
@@ -28,11 +29,13 @@ from pathlib import Path
 from typing import Any
 
 import celpy
+import jsonschema
 import yaml
 
 import render.cluster.kueue_admission as ka
 import render.cluster.kueue_objects as kueue_objects
 import render.cluster.kueue_preemption as kueue_preemption
+from render.cluster.admission import builtin_validator, strict_schema
 from render.cluster.network_policy import selector_matches
 from render.cluster.objects import Obj
 from render.cluster.scheduling import Capacity, expand, place
@@ -96,20 +99,35 @@ def _answerable(doc: dict[str, Any]) -> bool:
             or (doc.get("kind") == "PyTorchJob" and str(doc.get("apiVersion", "")).startswith("kubeflow.org/")))
 
 
-def _unserved(objects: list[Obj], job: Obj) -> str | None:
-    """A PyTorchJob needs the training operator's CRD in the plan, serving its version."""
-    if job.kind == "Job":
-        return None
+def _served_version(objects: list[Obj], job: Obj) -> dict[str, Any] | None:
+    """The plan's CRD version serving a PyTorchJob's apiVersion (the training operator's), if any."""
     group, version = job.api_version.split("/", 1)
     for o in objects:
         spec = o.body.get("spec") or {}
-        if (o.kind == "CustomResourceDefinition" and spec.get("group") == group
-                and (spec.get("names") or {}).get("kind") == job.kind
-                and any(v.get("name") == version and v.get("served") for v in spec.get("versions") or [])):
-            return None
-    return (f"the plan installs no CRD serving {job.kind} {job.api_version} (training.launcher: pytorchjob installs "
-            f"the training operator's): the API server answers 'no matches for kind \"{job.kind}\" in version "
-            f"\"{job.api_version}\"'")
+        if o.kind == "CustomResourceDefinition" and spec.get("group") == group and (spec.get("names") or {}).get("kind") == job.kind:
+            for v in spec.get("versions") or []:
+                if v.get("name") == version and v.get("served"):
+                    return dict(v)
+    return None
+
+
+def schema_refusals(objects: list[Obj], job: Obj, minor: str) -> list[str]:
+    """What the API server's schema validation refuses: a Job against Kubernetes' strict schema of
+    the stack's minor, a PyTorchJob against the plan's CRD (none serving it: the kind is unknown)."""
+    if job.kind == "Job":
+        validator = builtin_validator(job.api_version, job.kind, minor)
+    else:
+        served = _served_version(objects, job)
+        if served is None:
+            return [f"the plan installs no CRD serving {job.kind} {job.api_version} (training.launcher: pytorchjob "
+                    f"installs the training operator's): the API server answers 'no matches for kind "
+                    f"\"{job.kind}\" in version \"{job.api_version}\"'"]
+        schema = (served.get("schema") or {}).get("openAPIV3Schema") or {}
+        validator = jsonschema.Draft7Validator(strict_schema(schema))
+    if validator is None:
+        return [f"Kubernetes {minor} serves no {job.kind} {job.api_version}"]
+    errors = sorted(validator.iter_errors(job.body), key=lambda e: [str(p) for p in e.path])[:3]
+    return [f"schema: {'.'.join(str(p) for p in e.path) or '(root)'}: {str(e.message)[:200]}" for e in errors]
 
 
 def _namespace_object(world: kueue_objects.KueueWorld, name: str) -> dict[str, Any]:
@@ -237,21 +255,18 @@ def _place_now(mine: ka.Verdict, before: list[ka.Verdict], world: kueue_objects.
 
 
 def answer(report: Any, source: str, job: Obj) -> Answer:
-    """One job against the check's report (its checked objects, nodes and placements)."""
+    """One job against the check's report (its checked objects, nodes, placements and Kubernetes minor)."""
     objects: list[Obj] = report.checked
     ref = f"{job.kind} {job.namespace or 'default'}/{job.name}"
-    world = kueue_objects.read([*objects, job])
+    world = kueue_objects.read(objects)  # the job is read once the API server would take it
     namespace = job.namespace or "default"
     if namespace not in world.namespace_labels and namespace not in BUILTIN_NAMESPACES:
         return Answer(source, ref, REFUSED, [f"namespace {namespace} is not in the plan: the API server answers "
                                              f"'namespaces \"{namespace}\" not found'"])
-    unserved = _unserved(objects, job)
-    if unserved:
-        return Answer(source, ref, REFUSED, [unserved])
-    refusals = policy_refusals(objects, world, job)
+    refusals = schema_refusals(objects, job, report.minor) + policy_refusals(objects, world, job)
     if refusals:
         return Answer(source, ref, REFUSED, refusals)
-    mine = next((wl for wl in world.workloads if wl.obj is job), None)
+    mine = next(iter(kueue_objects.read([job]).workloads), None)
     if mine is None:
         raise JobFileError(f"--job {source}: {ref} has no label {kueue_objects.QUEUE_LABEL}: Kueue would not queue "
                            "it (it would start at once, outside every quota), so there is no admission to answer")
@@ -263,7 +278,7 @@ def answer(report: Any, source: str, job: Obj) -> Answer:
     alone = ka.evaluate(world, ka.QuotaBook(world), mine, ka._scratch(capacity))
     if alone.state == ka.NEVER:
         return Answer(source, ref, NEVER, alone.reasons)
-    others = [wl for wl in world.workloads if wl.obj is not job and still_running(wl)]
+    others = [wl for wl in world.workloads if still_running(wl)]
     verdicts = kueue_preemption.admit_in_order(world, rules, [*others, mine], capacity)
     *before, now = verdicts
     if now.state != ka.ADMITTED:

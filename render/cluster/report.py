@@ -25,6 +25,7 @@ class Report:
     placements: list[Placement] = field(default_factory=list)
     queued: list[str] = field(default_factory=list)  # one per job queued in Kueue: would it be admitted
     checked: list[Obj] = field(default_factory=list)  # every object checked (render/job_question.py reads them)
+    minor: str = ""  # the Kubernetes minor the objects were checked against
 
     @property
     def ok(self) -> bool:

@@ -131,6 +131,18 @@ def test_the_team_policy_refuses_a_job_without_its_queue(committed, tmp_path):
                              "the team quota"]
 
 
+def test_the_api_servers_schema_refuses_a_malformed_job(committed, tmp_path):
+    job, torch = _gpu_job("typo"), copy.deepcopy(_example("PyTorchJob"))
+    job["spec"]["parallelizm"] = 2  # not a field of batch/v1 Job: strict validation refuses it
+    torch["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] = "two"
+    report = _report(training={"launcher": "pytorchjob"}, nccl_acceptance=False)
+    (a,) = _ask(committed, job, tmp_path=tmp_path)
+    (b,) = _ask(report, torch, tmp_path=tmp_path)
+    assert a.state == job_question.REFUSED and "parallelizm" in a.reasons[0], a.line()
+    assert b.state == job_question.REFUSED, b.line()
+    assert b.reasons[0].startswith("schema: spec.pytorchReplicaSpecs.Worker.replicas: 'two' is not of type 'integer'")
+
+
 def test_a_namespace_the_plan_lacks_is_refused(committed, tmp_path):
     job = _gpu_job("lost")
     job["metadata"]["namespace"] = "team-nope"
