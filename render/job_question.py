@@ -246,8 +246,12 @@ def _place_now(mine: ka.Verdict, before: list[ka.Verdict], world: kueue_objects.
     nodes: dict[str, list[str]] = {}
     short = []
     for w in _admitted_workloads(mine, world):
+        pod_set = w.name.rsplit("/", 1)[1]
+        if any(world.flavors[f].topology for f in mine.flavors.get(pod_set, "").split(", ") if f in world.flavors):
+            nodes[pod_set] = sorted(set(mine.nodes.get(pod_set, [])))  # where TAS put it (kueue_admission)
+            continue
         p = place(w, free, keep=True)
-        nodes[w.name.rsplit("/", 1)[1]] = sorted(set(p.nodes))
+        nodes[pod_set] = sorted(set(p.nodes))
         if not p.ok:
             why = " | ".join(f"{n}: {'; '.join(r)}" for n, r in sorted(p.reasons.items()))
             short.append(f"pod set {w.name.rsplit('/', 1)[1]}: {p.placed} of {w.pods} pods fit now ({why})")

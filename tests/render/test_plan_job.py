@@ -25,8 +25,15 @@ from tests.workloads.test_queues_docs_examples import _example
 QUEUE = "kueue.x-k8s.io/queue-name"
 
 
-def _report(training: dict[str, Any] | None = None, nccl_acceptance: bool = True) -> Any:
+def _report(training: dict[str, Any] | None = None, nccl_acceptance: bool = True, racks: bool = False) -> Any:
     values, secrets = program.stack_config("lab-ha")
+    if racks:  # each GPU host in a rack of its own, jobs placed by Kueue's topology (TAS)
+        hosts = json.loads(values["gpu-cluster:hosts"])
+        for host in hosts:
+            if host["name"] in ("gpu-1", "gpu-2"):
+                host["rack"] = f"r{host['name'][-1]}"
+        values["gpu-cluster:hosts"] = json.dumps(hosts)
+        values["gpu-cluster:queues"] = json.dumps({**json.loads(values["gpu-cluster:queues"]), "rdmaTopologyLevel": "rack"})
     if training is not None:
         values["gpu-cluster:training"] = json.dumps({**json.loads(values["gpu-cluster:training"]), **training})
     values["gpu-cluster:acceptance"] = json.dumps({"nccl": nccl_acceptance})
@@ -71,6 +78,17 @@ def test_the_docs_job_is_admitted_on_the_teams_gpus(idle, tmp_path):
     assert a.reasons[1] == "nodes: main → gpu-1, gpu-2"
     assert a.reasons[2] == "borrows 1 nvidia.com/gpu of gpu from cohort"
     assert not a.blocks
+
+
+def test_with_racks_a_job_requiring_one_rack_lands_where_kueues_topology_puts_it(tmp_path):
+    report = _report(training={"enabled": False}, nccl_acceptance=False, racks=True)
+    two, one = _gpu_job("rack2", pods=2), _gpu_job("rack1")
+    for job in (two, one):
+        job["spec"]["template"]["metadata"] = {"annotations": {"kueue.x-k8s.io/podset-required-topology": "gpu-cluster.io/rack"}}
+    a, b = _ask(report, two, one, tmp_path=tmp_path)
+    assert a.state == job_question.NEVER, a.line()  # one GPU host per rack: no rack holds two pods
+    assert "no gpu-cluster.io/rack domain holds all 2 pods" in a.reasons[0]
+    assert b.state == job_question.ADMITTED and b.reasons[1] == "nodes: main → gpu-1", b.line()
 
 
 def test_on_lab_ha_as_committed_the_docs_job_waits_behind_the_training_run(committed, tmp_path):
