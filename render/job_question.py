@@ -38,6 +38,7 @@ import render.cluster.kueue_preemption as kueue_preemption
 from render.cluster.admission import builtin_validator, strict_schema
 from render.cluster.network_policy import selector_matches
 from render.cluster.objects import Obj
+from render.cluster.report import Report
 from render.cluster.scheduling import Capacity, expand, place
 from render.cluster.workloads import Workload
 
@@ -258,9 +259,9 @@ def _place_now(mine: ka.Verdict, before: list[ka.Verdict], world: kueue_objects.
     return nodes, short
 
 
-def answer(report: Any, source: str, job: Obj) -> Answer:
+def answer(report: Report, source: str, job: Obj) -> Answer:
     """One job against the check's report (its checked objects, nodes, placements and Kubernetes minor)."""
-    objects: list[Obj] = report.checked
+    objects = report.checked
     ref = f"{job.kind} {job.namespace or 'default'}/{job.name}"
     world = kueue_objects.read(objects)  # the job is read once the API server would take it
     namespace = job.namespace or "default"

@@ -7,6 +7,7 @@ flavor's node labels and tolerations."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import os
 import re
@@ -159,6 +160,27 @@ def test_the_api_servers_schema_refuses_a_malformed_job(committed, tmp_path):
     assert a.state == job_question.REFUSED and "parallelizm" in a.reasons[0], a.line()
     assert b.state == job_question.REFUSED, b.line()
     assert b.reasons[0].startswith("schema: spec.pytorchReplicaSpecs.Worker.replicas: 'two' is not of type 'integer'")
+
+
+def test_every_validation_of_a_bound_policy_is_evaluated_with_its_variables(committed, tmp_path):
+    """A policy refusing a priority class the team may not use (teams[].priority), as another
+    validation with a variable: answered from the policy the plan holds, whatever it says."""
+    checked = copy.deepcopy(committed.checked)
+    (policy,) = [o for o in checked if o.kind == "ValidatingAdmissionPolicy"]
+    policy.body["spec"]["variables"] = [{"name": "priority", "expression": (
+        "has(object.metadata.labels) && 'kueue.x-k8s.io/priority-class' in object.metadata.labels ? "
+        "object.metadata.labels['kueue.x-k8s.io/priority-class'] : ''")}]
+    policy.body["spec"]["validations"].append({
+        "expression": "variables.priority in ['', 'gpu-cluster-batch']",
+        "messageExpression": "'priority class ' + variables.priority + ' is not allowed in ' + namespaceObject.metadata.name"})
+    report = dataclasses.replace(committed, checked=checked)
+    batch = _gpu_job("batch")
+    batch["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] = "gpu-cluster-batch"
+    training, batch_answer = _ask(report, _gpu_job("training"), batch, tmp_path=tmp_path)
+    assert training.state == job_question.REFUSED, training.line()
+    assert training.reasons == ["ValidatingAdmissionPolicy 'gpu-cluster-team-queue' with binding 'gpu-cluster-team-queue' "
+                                "denied request: priority class gpu-cluster-training is not allowed in team-vision"]
+    assert batch_answer.state != job_question.REFUSED, batch_answer.line()
 
 
 def test_a_namespace_the_plan_lacks_is_refused(committed, tmp_path):
