@@ -38,6 +38,10 @@ delete, and a change of CNI, GPU stack or shared storage backend (render/update_
 `REFUSED` line names each key `pulumi up` would refuse (a downgrade, a skipped minor, a CIDR,
 endpoint or first control plane change without allowRebuild: LabStack.change_problems, the rule
 `up` runs). summary.md gets it under "Update from".
+--job FILE... (Job or PyTorchJob manifests a team would submit) answers for each, with the check's
+models, whether it would be refused, admitted now, wait or never be admitted (render/job_question.py):
+a `job ...` line each, a section in summary.md; exit 3 when one is refused or never admitted, 2 for a
+file that is not one (read before anything is planned).
 Warnings (`warning:` on stderr, "Warnings" in summary.md) change no exit status: a stack whose pod
 network does not enforce the NetworkPolicies the program writes (config/network_policy_enforcement.py);
 a gke pool consuming a reservation whose size no offline check can know (config/gke_provisioning.py);
@@ -70,6 +74,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import render.job_question as job_question
 from components.lab import etcd_backup
 from config import ConfigError
 from config.queue_flavors import topology_warnings
@@ -213,6 +218,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="skip the whole-cluster check (it needs the upstream charts and requirements-plan.txt)")
     parser.add_argument("--against", type=Path, metavar="OLD",
                         help="an older Pulumi.<stack>.yaml or plan.json: print what an update from it would do")
+    parser.add_argument("--job", type=Path, nargs="+", metavar="FILE",
+                        help="Job or PyTorchJob manifests a team would submit: would each be admitted "
+                             "(render/job_question.py)")
     args = parser.parse_args(argv)
     out = args.out or Path("out") / args.stack
     try:
@@ -221,6 +229,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     out_dir.drop_verdict(out)  # the last run's answer is never read as this one's
+    try:
+        jobs = job_question.read(args.job or [])  # a bad --job is refused before the work
+    except job_question.JobFileError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    if jobs and args.no_check:
+        print("error: --job needs the whole-cluster check: drop --no-check", file=sys.stderr)
+        return 2
 
     def failed(status: int, verdict_line: str, message: str) -> int:
         print(f"error: {message}", file=sys.stderr)
@@ -255,6 +271,10 @@ def main(argv: list[str] | None = None) -> int:
         except cluster.CheckSetupError as err:
             return failed(1, "**Not known: the whole-cluster check could not run** (--no-check plans without it)",
                           f"the whole-cluster check cannot run: {err}")
+    try:
+        answers = [job_question.answer(report, source, job) for source, job in jobs] if report else []
+    except job_question.JobFileError as err:
+        return failed(2, "**No: bad --job**", str(err))
     # Warnings do not change the exit status: the stack comes up, only not as the program means it.
     warnings = [w for w in [plan.config.unenforced_warning(), *plan.config.reservation_warnings(),
                             *topology_warnings(plan.config), plan.config.roce_interface_warning()] if w]
@@ -264,9 +284,14 @@ def main(argv: list[str] | None = None) -> int:
     except out_dir.OutDirError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    if answers:
+        with (out / "summary.md").open("a") as summary_md:
+            summary_md.write(job_question.section(answers))
     print(f"{len(plan.resources)} resources -> {out}/ (summary.md, plan.json, graph.dot)")
     for warning in warnings:
         print(f"warning: {warning}", file=sys.stderr)
+    for a in answers:
+        print(f"job {a.line()}")
     if changes is not None:
         print(changes.text(), end="")
     if changes is not None and changes.refused:
@@ -280,6 +305,9 @@ def main(argv: list[str] | None = None) -> int:
         return 3
     if report is not None:
         print(f"would come up: {report.objects} objects, {len(report.lines)} workloads placed")
+    if any(a.blocks for a in answers):
+        print("a --job would never be admitted as written (refused or never): exit 3", file=sys.stderr)
+        return 3
     if changes is not None and changes.destructive:
         print(f"the update has {len(changes.loud)} '!!' lines (nodes drained, reset or deleted; protected "
               "resources; the pod network, GPU stack or shared storage swapped; Secrets' keys or team namespaces "

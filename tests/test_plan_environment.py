@@ -14,12 +14,14 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+import yaml
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from render.cluster import memo
 from tests.conftest import PROJECT_DIR
 from tests.plan_environment import closure, files_outside, requirements
+from tests.workloads.test_queues_docs_examples import _example
 
 GUARD = PROJECT_DIR / "tests" / "outside_the_plan"
 COMMITTED_STACKS = ("lab", "lab-ha", "dev", "gke")
@@ -59,6 +61,9 @@ def test_the_guard_refuses_packages_outside_the_plan_and_allows_those_inside(tmp
 def test_render_imports_nothing_outside_the_plans_environment(stack: str, tmp_path: Path, outside: Path,
                                                               upstream_dir: Path) -> None:
     against = ["--against", str(PROJECT_DIR / f"Pulumi.{stack}.yaml")] if stack == "lab" else []
+    if stack == "lab-ha":  # --job too: the admission policy's CEL (cel-python), the schemas, Kueue's model
+        (job_file := tmp_path / "job.yaml").write_text(yaml.safe_dump(_example("Job")))
+        against = ["--job", str(job_file)]
     # A memo of its own: a check answered from an earlier run's memo would import less than a first run.
     result, refused = _guarded(tmp_path, outside, "-m", "render", stack, "--out", str(tmp_path / "out"), *against,
                                GPU_CLUSTER_UPSTREAM=str(upstream_dir), **{memo.CACHE_ENV: str(tmp_path / "memo")})

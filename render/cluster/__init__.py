@@ -71,6 +71,7 @@ def check(plan: program.Plan, cfg: StackConfig, upstream: Path) -> Report:
     report = Report(plan.stack)
     collected = collect(plan, upstream, cfg.kubernetes_version)
     report.objects = len(collected.objects)
+    report.checked, report.minor = collected.objects, cfg.kubernetes_minor
     admission = Admission(collected.objects, plan_dependencies(plan), cfg.kubernetes_minor)
     for problem in [*admission.schema(), *admission.namespaces_exist()]:
         report.problems.append(f"{problem.subject}: {problem.reason}")

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from render.cluster.nodes import Node
+from render.cluster.objects import Obj
 from render.cluster.scheduling import Placement
 
 
@@ -23,6 +24,8 @@ class Report:
     modelled: list[Node] = field(default_factory=list)
     placements: list[Placement] = field(default_factory=list)
     queued: list[str] = field(default_factory=list)  # one per job queued in Kueue: would it be admitted
+    checked: list[Obj] = field(default_factory=list)  # every object checked (render/job_question.py reads them)
+    minor: str = ""  # the Kubernetes minor the objects were checked against
 
     @property
     def ok(self) -> bool:
