@@ -312,19 +312,31 @@ def _expected(v: kueue_admission.Verdict) -> tuple[str, str]:
     return v.state, ""
 
 
+def _model(s: Scenario, plane: ControlPlane, scenario_objects: list[Obj]) -> list[kueue_admission.Verdict]:
+    config = [o for o in scenario_objects if o.kind == "ConfigMap" and o.name == kueue.MANAGER_CONFIG]
+    classes = [Obj(b, "urn:e2e", "test") for b in queue_objects.priority_classes()]
+    world_objects = [*config, *classes, *(Obj(b, "urn:e2e", "test") for b in [*_objects(s), *(_job(s, j) for j in s.jobs)])]
+    world = kueue_objects.read(world_objects)
+    return kueue_preemption.admit_in_order(world, kueue_preemption.read(world_objects), world.workloads, _capacity(s, plane))
+
+
+def test_the_scenarios_cover_every_outcome_the_model_gives(control_plane: ControlPlane,
+                                                           scenario_objects: list[Obj]) -> None:
+    """The table stays worth running: admitted, waiting, never, and both preemption reasons."""
+    seen = {_expected(v)[0] if v.state != kueue_preemption.PREEMPTED else _expected(v)
+            for s in SCENARIOS for v in _model(s, control_plane, scenario_objects)}
+    assert {kueue_admission.ADMITTED, kueue_admission.WAITING, kueue_admission.NEVER,
+            (kueue_preemption.PREEMPTED, kueue_preemption.IN_CLUSTER_QUEUE),
+            (kueue_preemption.PREEMPTED, kueue_preemption.RECLAMATION)} <= seen, seen
+
+
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=[s.id for s in SCENARIOS])
 def test_real_kueue_decides_each_scenario_as_the_model_does(
         scenario: Scenario, client: api.Client, control_plane: ControlPlane, removed: list[dry_run.Made],
         scenario_objects: list[Obj]) -> None:
     bodies = _objects(scenario)
     jobs = [_job(scenario, j) for j in scenario.jobs]
-    classes = [Obj(b, "urn:e2e", "test") for b in queue_objects.priority_classes()]
-    config = [o for o in scenario_objects if o.kind == "ConfigMap" and o.name == kueue.MANAGER_CONFIG]
-    world_objects = [*config, *classes, *(Obj(b, "urn:e2e", "test") for b in [*bodies, *jobs])]
-    world = kueue_objects.read(world_objects)
-    rules = kueue_preemption.read(world_objects)
-    capacity = _capacity(scenario, control_plane)
-    model = kueue_preemption.admit_in_order(world, rules, world.workloads, capacity)
+    model = _model(scenario, control_plane, scenario_objects)
     made = dry_run.Made()
     removed.append(made)
     lines, differences = [], []
