@@ -3,9 +3,11 @@ the whole-cluster check models.
 
 What it follows (the sources of Kueue kueue_objects.MODELLED_VERSION; docs "Cluster Queue" and "Topology Aware Scheduling"):
 
-- A queued workload's LocalQueue must exist in its namespace and name an existing ClusterQueue whose
-  namespaceSelector matches the namespace (null matches none, {} every one); a ClusterQueue that
-  names a ResourceFlavor (or a flavor a Topology) that does not exist is inactive and admits nothing.
+- A queued workload's namespace must match the manager's managedJobsNamespaceSelector, where set
+  (jobframework/reconciler.go checks it for every job: no Workload otherwise). Its LocalQueue must
+  exist in its namespace and name an existing ClusterQueue whose namespaceSelector matches the
+  namespace (null matches none, {} every one); a ClusterQueue that names a ResourceFlavor (or a
+  flavor a Topology) that does not exist is inactive and admits nothing.
 - Every resource a pod set requests (every name: ephemeral-storage and hugepages-* too) must be
   covered by a resource group (quotaCheckStrategy BlockUndeclared, the default), minus
   resources.excludeResourcePrefixes; a zero request needs no cover.
@@ -164,6 +166,10 @@ def _structure(world: KueueWorld, wl: QueuedWorkload) -> tuple[ClusterQueue | No
     if framework not in world.config.frameworks:
         return None, [f"Kueue does not manage {wl.obj.kind}s: {framework} is not in the manager's "
                       "integrations.frameworks, so it would start at once, unqueued"]
+    managed = world.config.managed_namespaces
+    if managed is not None and not selector_matches(managed, world.labels_of(wl.namespace)):
+        return None, [f"namespace {wl.namespace} is outside the manager's managedJobsNamespaceSelector {managed}: "
+                      "Kueue makes no Workload for its jobs, queue-name label or not, and they stay suspended"]
     key = (wl.namespace, wl.queue)
     if key not in world.local_queues:
         return None, [f"LocalQueue {wl.namespace}/{wl.queue} does not exist"]

@@ -122,6 +122,9 @@ class KueueConfig:
     frameworks: list[str]
     exclude_prefixes: list[str]
     ignore_undeclared: bool  # resources.quotaCheckStrategy: IgnoreUndeclared
+    # managedJobsNamespaceSelector (None: unset, every namespace): Kueue 0.19's job reconciler
+    # (jobframework/reconciler.go) ignores a Job in any other namespace, queue-name label or not.
+    managed_namespaces: dict[str, Any] | None = None
 
 
 @dataclass
@@ -224,7 +227,8 @@ def _manager_config(o: Obj) -> KueueConfig | None:
     resources = doc.get("resources") or {}
     return KueueConfig([str(f) for f in (doc.get("integrations") or {}).get("frameworks") or []],
                        [str(p) for p in resources.get("excludeResourcePrefixes") or []],
-                       resources.get("quotaCheckStrategy") == "IgnoreUndeclared")
+                       resources.get("quotaCheckStrategy") == "IgnoreUndeclared",
+                       doc.get("managedJobsNamespaceSelector"))
 
 
 def read(objects: list[Obj]) -> KueueWorld:

@@ -1,6 +1,6 @@
 """The check's Kueue model (render/cluster/kueue_admission.py) held to the real Kueue manager
 (e2e/kueue.py), the release the program installs: v0.19.2 built from sigs.k8s.io/kueue, the version
-kueue_objects.MODELLED_VERSION names (the first ones, scenarios of issue 33 still to come).
+kueue_objects.MODELLED_VERSION names (issue 33's scenarios: test_kueue_real_scenarios.py).
 
 The lab-ha stack's own Kueue objects (its chart's CRDs and webhooks, its manager Configuration, its
 ResourceFlavor, ClusterQueues, LocalQueues and WorkloadPriorityClasses) go to the e2e control plane
