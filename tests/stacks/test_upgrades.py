@@ -78,10 +78,12 @@ CASES = {
     # kube-packages: kubeadm staged; init: snapshot + kubeadm upgrade apply + its own kubelet; each
     # worker's join and ready steps: drained, upgraded, uncordoned, from the worker itself.
     "patch": ({"kubernetesVersion": "1.34.3"}, {"control-plane-init"} | prep_steps("kube-packages") | NODE_STEPS),
-    # The same; the kube-packages step switches to the v1.35 apt repository, and the etcd backup
-    # (after the init's upgrade) to the etcd kubeadm runs for 1.35 (versions.ETCD_KUBEADM).
+    # The same; the kube-packages step switches to the v1.35 apt repository, and the etcd backup and
+    # defragmentation (after the init's upgrade) to the etcdctl of the etcd kubeadm runs for 1.35
+    # (versions.ETCD_KUBEADM).
     "minor": ({"kubernetesVersion": "1.35.0"},
-              {"control-plane-init", "cp-1-etcd-backup-install"} | prep_steps("kube-packages") | NODE_STEPS),
+              {"control-plane-init", "cp-1-etcd-backup-install", "cp-1-etcd-defrag-install"}
+              | prep_steps("kube-packages") | NODE_STEPS),
     # Only the GPU workers: their driver step waits, their join and ready steps drain, switch the
     # branch, reboot and uncordon.
     "driver": ({"nvidiaDriver": {"branch": "580"}}, prep_steps("nvidia-driver", hosts=WORKERS) | NODE_STEPS),
