@@ -302,9 +302,11 @@ def test_alert_to_cordon_breaker_dry_run_and_return(tmp_path: Path) -> None:
         passed = max(dt.datetime.now(dt.UTC), acted + dt.timedelta(seconds=1))
         real.annotate("gpu-1", {svc.DIAG: "pass", svc.DIAG_TIME: svc.fmt_time(passed),
                                 svc.DIAG_EXPIRES: svc.fmt_time(passed + dt.timedelta(hours=1))})
+        # The service patches the node, then posts its event: wait for both (CI saw the assert
+        # land between the two).
         wait_for("gpu-1 back in service", lambda: not _cordoned(real, "gpu-1")
-                 and "unschedulable" not in real.node("gpu-1")["spec"], 15, logs)
-        assert "GpuHealthReturned" in real.event_reasons("gpu-1")
+                 and "unschedulable" not in real.node("gpu-1")["spec"]
+                 and "GpuHealthReturned" in real.event_reasons("gpu-1"), 15, logs)
         wait_for("gpu-2 taken out once room freed", lambda: _cordoned(real, "gpu-2"), 15, logs)
         assert not _cordoned(real, "gpu-1")
         assert 'gpu_health_nodes_out_of_service 1.0' in _metrics(real_url)
