@@ -99,7 +99,9 @@ def queues(real_kueue: kueue.RealKueue, client: api.Client, plan_objects: list[O
 
 
 def test_real_kueue_makes_every_clusterqueue_of_the_stack_active(client: api.Client, queues: list[Obj]) -> None:
-    for o in [o for o in queues if o.kind == "ClusterQueue"]:
+    cluster_queues = [o for o in queues if o.kind == "ClusterQueue"]
+    assert cluster_queues, "the lab-ha plan has no ClusterQueue to hold to Kueue"
+    for o in cluster_queues:
         client.wait_for(f"ClusterQueue {o.name} Active", f"{_url(o.body)}/{o.name}",
                         lambda cq: any(c["type"] == "Active" and c["status"] == "True"
                                        for c in (cq.get("status") or {}).get("conditions") or []), ACTIVE_TIMEOUT)
