@@ -25,7 +25,8 @@ from stacks.contract import Cluster
 def build(cfg: GkeStack, secrets: StackSecrets) -> dict[str, object]:
     project, region = cfg.project, cfg.region
     gke = cfg.gke
-    gke_cluster = GkeCluster("gke", GkeClusterArgs(gke=gke, project=project, region=region))
+    gke_cluster = GkeCluster("gke", GkeClusterArgs(gke=gke, project=project, region=region,
+                                                   kubernetes_version=cfg.kubernetes_version))
     operator = cfg.gpu.stack is GpuStack.OPERATOR
     pools = [
         GpuNodePool(f"gpu-{p.name}", GpuNodePoolArgs(pool=p, cluster=gke_cluster, operator=operator,
