@@ -150,7 +150,10 @@ class GpuNodePool(pulumi.ComponentResource):
                 ),
                 metadata={"disable-legacy-endpoints": "true"},
             ),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=roles, ignore_changes=["initialNodeCount"]),
+            # The local SSD config is set when the pool is created, never changed after (as the Cluster
+            # Toolkit's gke-node-pool ignores it): a pool created before it was set is not replaced for it.
+            opts=pulumi.ResourceOptions(parent=self, depends_on=roles, ignore_changes=[
+                "initialNodeCount", "nodeConfig.ephemeralStorageLocalSsdConfig"]),
         )
         self.register_outputs(
             {

@@ -11,9 +11,13 @@ import config
 from components.gke.cluster import GkeCluster, GkeClusterArgs
 from components.gke.gpu_node_pool import GpuNodePool, GpuNodePoolArgs
 from config.gke import GkeStack
+from tests.components.gke import test_gke_components
 from tests.components.gke.test_gke_components import PROJECT, REGION, of_type
 from tests.config.test_gke_config import L4, gke_raw, pool
 from tests.config.test_gke_pool_hardware import A3_ULTRA
+
+# name -> ignoreChanges of every registration (the fixture of the GKE component tests)
+ignore_changes = test_gke_components.ignore_changes
 
 
 def _register(p: dict, **gke) -> GpuNodePool:
@@ -31,7 +35,7 @@ def _inputs(mocks, name: str) -> dict:
 
 
 @pulumi.runtime.test
-def test_an_a3_ultra_pool_boots_from_hyperdisk_on_its_local_ssds_in_one_reservation_block(mocks):
+def test_an_a3_ultra_pool_boots_from_hyperdisk_on_its_local_ssds_in_one_reservation_block(mocks, ignore_changes):
     gpu_pool = _register(pool(A3_ULTRA, compactPlacement=True, provisioning="reservation", reservation="h200-res",
                               reservationBlock="h200-res-block-0001"))
 
@@ -45,6 +49,8 @@ def test_an_a3_ultra_pool_boots_from_hyperdisk_on_its_local_ssds_in_one_reservat
             "values": ["h200-res/reservationBlocks/h200-res-block-0001"]}
         assert i["placementPolicy"] == {"type": "COMPACT"}
         assert i["upgradeSettings"] == {"strategy": "SURGE", "maxSurge": 0, "maxUnavailable": 1}
+        # set at creation only: a pool created without it is not replaced for it
+        assert "nodeConfig.ephemeralStorageLocalSsdConfig" in ignore_changes["gpu-h200"]
 
     return gpu_pool.node_pool.name.apply(check)
 
