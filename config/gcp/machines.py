@@ -75,12 +75,11 @@ GPU_MACHINES: dict[str, GpuMachine] = {m.name: m for m in (
 # The machine types whose GKE nodes carry Google's topology labels (a reservation's block, sub-block, host).
 TOPOLOGY_LABELLED = tuple(m.name for m in GPU_MACHINES.values() if m.topology_labelled)
 
-# GPU machine families refused with the reason (config/gcp/accelerators.py), not planned silently.
+# GPU machine families refused with the reason (config/gcp/accelerators.py), not planned silently. A4X
+# needs none here: without a row it is refused with the machine types this program knows (see above).
 REFUSED_FAMILIES: dict[str, str] = {
     "g4": ("G4 (g4-standard-*, NVIDIA RTX PRO 6000) has no row in this program's machine table: its accelerator "
            "type, per-type GPUs, vCPUs, memory and disks, and the GKE versions and driver that run it, were not "
            "confirmed against Google's pages (add its rows to config/gcp/machines.py and "
            "config/gcp/machine_storage.py citing them); use g2-standard-* (L4) or an a2/a3/a4 type"),
-    "a4x": ("A4X (a4x-highgpu-4g, GB200) runs on Arm (Grace) hosts, and nothing of this program's node software "
-            "(driver installer, images) is checked on arm64; use a4-highgpu-8g (B200)"),
 }
