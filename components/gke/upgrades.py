@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import pulumi_gcp as gcp
 
+from config.gke import GkeConfig
 from config.gke_upgrades import GkeMaintenance, GkePoolUpgrade, UpgradeStrategy
 
 
@@ -51,3 +52,20 @@ def upgrade_settings(u: GkePoolUpgrade) -> gcp.container.NodePoolUpgradeSettings
         )
     return gcp.container.NodePoolUpgradeSettingsArgs(strategy=u.strategy.gke, max_surge=u.max_surge,
                                                      max_unavailable=u.max_unavailable)
+
+
+def upgrades_output(gke: GkeConfig, kubernetes_version: str) -> dict[str, object]:
+    """The stack output `upgrades`: what GKE may upgrade and when, as the plan's summary shows it."""
+    w = gke.maintenance.window
+    return {
+        "controlPlaneMinor": control_plane_minor(kubernetes_version),
+        "releaseChannel": f"{gke.release_channel.value} (GKE creates the cluster only if it offers this minor: "
+                          "`gcloud container get-server-config`)",
+        "window": f"{w.recurrence}, {w.start[11:16]}-{w.end[11:16]} UTC",
+        "exclusions": [f"{e.name}: {e.scope.value} from {e.start} "
+                       f"{'until end of support' if e.until_end_of_support else f'to {e.end}'}"
+                       for e in gke.maintenance.exclusions],
+        "gpuPools": {p.name: (f"surge (maxSurge {p.upgrade.max_surge}, maxUnavailable {p.upgrade.max_unavailable})"
+                              if p.upgrade.strategy is UpgradeStrategy.SURGE else f"blueGreen (soak {p.upgrade.soak})")
+                     for p in gke.gpu_pools},
+    }

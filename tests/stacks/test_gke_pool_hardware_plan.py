@@ -40,7 +40,7 @@ def test_the_plan_holds_an_a3_ultra_pool_as_googles_blueprint_sets_it(tmp_path: 
               "untilEndOfSupport": True}]})})
     assert result.returncode == 0, result.stderr
     plan = json.loads((tmp_path / "out" / "plan.json").read_text())
-    resources = plan["resources"] if isinstance(plan, dict) else plan
+    resources = plan["resources"]
     (pool,) = [r["inputs"] for r in resources
                if r["type"] == "gcp:container/nodePool:NodePool" and r["inputs"]["name"] == "h200"]
     node = pool["nodeConfig"]
@@ -54,6 +54,13 @@ def test_the_plan_holds_an_a3_ultra_pool_as_googles_blueprint_sets_it(tmp_path: 
     exclusions = cluster["maintenancePolicy"]["maintenanceExclusions"]
     assert [e["exclusionOptions"] for e in exclusions] == [
         {"scope": "NO_UPGRADES"}, {"scope": "NO_MINOR_OR_NODE_UPGRADES", "endTimeBehavior": "UNTIL_END_OF_SUPPORT"}]
+    # The plan says which minor GKE runs and what may upgrade when (the summary's outputs).
+    upgrades = plan["outputs"]["upgrades"]
+    assert upgrades["controlPlaneMinor"] == minor and upgrades["releaseChannel"].startswith("REGULAR")
+    assert upgrades["gpuPools"]["h200"] == "surge (maxSurge 0, maxUnavailable 1)"
+    assert upgrades["exclusions"][0] == "llm-run-7: NO_UPGRADES from 2026-03-01T00:00:00Z to 2026-03-25T00:00:00Z"
+    summary = (tmp_path / "out" / "summary.md").read_text()
+    assert f'"controlPlaneMinor": "{minor}"' in summary
     # The committed pools (g2, a2) keep GKE's pd-balanced and get no local SSD config.
     for other in (r["inputs"] for r in resources if r["type"] == "gcp:container/nodePool:NodePool"
                   and r["inputs"]["name"] in ("l4-spot", "a100")):
