@@ -97,7 +97,7 @@ def boot_disk_problem(machine_type: str, disk_type: str) -> str | None:
     """Why this machine cannot boot from this disk type; None when it can (or the machine is unknown:
     the machine type's own check reports that)."""
     if disk_type not in GKE_BOOT_DISK_TYPES:
-        return f"{disk_type!r} is not a GKE node boot disk type; allowed: {', '.join(GKE_BOOT_DISK_TYPES)}"
+        return f"{disk_type[:40]!r} is not a GKE node boot disk type; allowed: {', '.join(GKE_BOOT_DISK_TYPES)}"
     storage = storage_of(machine_type)
     if storage is None or disk_type in storage.boot_disks:
         return None
