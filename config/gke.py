@@ -25,6 +25,7 @@ from config.errors import Problems
 from config.fields import Model, check_display_name, empty_to_none
 from config.gcp import accelerators, locations, machine_types
 from config.gcp.managed_namespaces import team_namespace_problems
+from config.gke_pool_hardware import hardware_problems
 from config.gke_pools import (  # the pool model, re-exported: components and tests import it from here
     GkeAccelerator,
     GkeAutoscaling,
@@ -39,6 +40,7 @@ from config.gke_pools import (  # the pool model, re-exported: components and te
     reservation_value,
 )
 from config.gke_provisioning import GkeProvisioning
+from config.gke_upgrades import GkeMaintenance, maintenance_problems
 from config.gpu import GpuStack, SharingMode
 from config.inert_keys import inert_gke_problems
 from config.inventory import Inventory
@@ -158,6 +160,9 @@ class GkeConfig(Model):
     system_pool: GkeSystemPool = Field(default_factory=GkeSystemPool, description="The CPU node pool for cluster add-ons.")
     gpu_pools: tuple[GpuPool, ...] = Field(default=(), description="The GPU node pools.")
     filestore: GkeFilestore = Field(default_factory=GkeFilestore, description="The Filestore of the shared claim.")
+    maintenance: GkeMaintenance = Field(
+        default_factory=GkeMaintenance,
+        description="When GKE may upgrade: a recurring window and exclusions (config/gke_upgrades.py).")
 
     _name = field_validator("cluster_name")(classmethod(lambda cls, v: _check_gce_name(v)))
     _optional = field_validator("zone", "subnetwork", mode="before")(classmethod(lambda cls, v: empty_to_none(v)))
@@ -299,9 +304,11 @@ class GkeStack(Addons):
             seen.setdefault(pool.name, i)
             problems += _pool_problems(key, pool, operator)
             problems += provisioning_problems(key, pool, self.queues.enabled)
+            problems += hardware_problems(key, pool)
         if operator and self.gpu.sharing.mode is SharingMode.MIG:
             problems += mig_profiles.gke_pool_problems(self.gpu.sharing.mig_profile,
                                                        [p.accelerator.type for p in gke.gpu_pools])
+        problems += maintenance_problems(gke.maintenance)
         problems += team_namespace_problems(self.queues)
         private = self.gke.private_nodes
         problems += inert_gke_problems(self, not private.enabled and private.master_cidr != type(private)().master_cidr)

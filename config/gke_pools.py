@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import enum
 import re
-from typing import Literal
 
 from pydantic import Field, field_validator
 
@@ -16,6 +15,7 @@ from config.errors import Problems
 from config.fields import Model, empty_to_none, label_problems
 from config.gcp import locations
 from config.gke_provisioning import GkeProvisioning, check_project, check_reservation_name
+from config.gke_upgrades import GkePoolUpgrade
 from config.mig_profiles import GKE_ACCELERATOR_GPU, instances_per_gpu
 
 
@@ -86,7 +86,10 @@ class GpuPool(Model):
     autoscaling: GkeAutoscaling = Field(default_factory=GkeAutoscaling, description="Nodes per zone.")
     spot: bool = Field(default=False, description="Spot VMs (preemptible, cheaper).")
     disk_size_gb: int = Field(default=200, ge=50, le=65536, description="Boot disk size in GB.")
-    disk_type: Literal["pd-balanced", "pd-ssd", "pd-standard", "hyperdisk-balanced"] = Field(default="pd-balanced", description="Boot disk type.")
+    disk_type: str | None = Field(
+        default=None, description="Boot disk type: pd-balanced, pd-ssd, pd-standard or hyperdisk-balanced, as the "
+                                  "machine family takes it (default: pd-balanced, hyperdisk-balanced on A3 Ultra and "
+                                  "A4, which take Hyperdisk only).")
     labels: dict[str, str] = Field(default_factory=dict, description="Extra Kubernetes node labels.")
     driver: GkeDriver = Field(
         default=GkeDriver.GKE_DEFAULT,
@@ -110,9 +113,23 @@ class GpuPool(Model):
         default=None, description="provisioning reservation: the project owning a shared reservation "
                                   "(default: the reservation is in gcp:project).",
     )
+    # Node hardware and upgrades (config/gke_pool_hardware.py, config/gke_upgrades.py check them).
+    reservation_block: str | None = Field(
+        default=None, description="provisioning reservation: one block of the reservation the nodes consume "
+                                  "(A3 Ultra and A4 reservations come in blocks).",
+    )
+    compact_placement: bool = Field(
+        default=False, description="Place the pool's nodes close together (placement policy COMPACT): a pool in "
+                                   "one zone, surge upgrades, not flexStart.",
+    )
+    upgrade: GkePoolUpgrade = Field(
+        default_factory=GkePoolUpgrade, description="How GKE replaces the nodes in an upgrade (default: surge 0, "
+                                                    "unavailable 1: no spare GPU VM needed).",
+    )
 
     _name = field_validator("name")(classmethod(lambda cls, v: _check_gce_name(v)))
-    _optional = field_validator("mig_partition_size", "reservation", "reservation_project", mode="before")(
+    _optional = field_validator("mig_partition_size", "reservation", "reservation_project", "reservation_block",
+                                "disk_type", mode="before")(
         classmethod(lambda cls, v: empty_to_none(v)))
     _reservation = field_validator("reservation")(
         classmethod(lambda cls, v: v if v is None else check_reservation_name(v)))
@@ -157,11 +174,13 @@ def gke_gpus_per_node(pool: GpuPool) -> int:
 
 
 def reservation_value(pool: GpuPool) -> str:
-    """The reservation as GKE's reservation affinity names it: its name, or its path in its project."""
+    """The reservation as GKE's reservation affinity names it: its name, or its path in its project,
+    and then its block (config/gke_pool_hardware.py)."""
     assert pool.reservation is not None
+    name = pool.reservation
     if pool.reservation_project:
-        return f"projects/{pool.reservation_project}/reservations/{pool.reservation}"
-    return pool.reservation
+        name = f"projects/{pool.reservation_project}/reservations/{pool.reservation}"
+    return f"{name}/reservationBlocks/{pool.reservation_block}" if pool.reservation_block else name
 
 
 def provisioning_problems(key: str, pool: GpuPool, queues_enabled: bool) -> Problems:

@@ -13,6 +13,7 @@ from components.gke.cluster import GkeCluster, GkeClusterArgs
 from components.gke.driver_installer import GkeDriverInstaller, GkeDriverInstallerArgs
 from components.gke.filestore import FilestoreStorage, FilestoreStorageArgs
 from components.gke.gpu_node_pool import GpuNodePool, GpuNodePoolArgs
+from components.gke.upgrades import upgrades_output
 from components.gpu_stack import DriverSource, mig_layout
 from components.training_namespace import training_namespace
 from config import GkeStack, StackSecrets
@@ -25,7 +26,8 @@ from stacks.contract import Cluster
 def build(cfg: GkeStack, secrets: StackSecrets) -> dict[str, object]:
     project, region = cfg.project, cfg.region
     gke = cfg.gke
-    gke_cluster = GkeCluster("gke", GkeClusterArgs(gke=gke, project=project, region=region))
+    gke_cluster = GkeCluster("gke", GkeClusterArgs(gke=gke, project=project, region=region,
+                                                   kubernetes_version=cfg.kubernetes_version))
     operator = cfg.gpu.stack is GpuStack.OPERATOR
     pools = [
         GpuNodePool(f"gpu-{p.name}", GpuNodePoolArgs(pool=p, cluster=gke_cluster, operator=operator,
@@ -83,6 +85,8 @@ def build(cfg: GkeStack, secrets: StackSecrets) -> dict[str, object]:
             }
             for p in gke.gpu_pools
         },
+        # when GKE may upgrade what, and the pinned minor (components/gke/upgrades.py)
+        "upgrades": upgrades_output(gke, cfg.kubernetes_version),
         "sharedStorage": {
             "backend": "filestore",
             "tier": gke.filestore.tier.value,

@@ -23,6 +23,7 @@ import pulumi_kubernetes as k8s
 import yaml
 
 from components.gke.node_identity import account_id, node_service_account
+from components.gke.upgrades import control_plane_minor, maintenance_policy
 from config.gke import GkeConfig, GkeLocation
 from config.scheduling_contract import GKE_POOL_LABEL
 
@@ -34,6 +35,8 @@ class GkeClusterArgs:
     gke: GkeConfig
     project: str  # gcp:project
     region: str  # gcp:region
+    # kubernetesVersion: its minor becomes the control plane's min_master_version (components/gke/upgrades.py)
+    kubernetes_version: str | None = None
 
 
 def cluster_location(args: GkeClusterArgs) -> str:
@@ -109,6 +112,9 @@ class GkeCluster(pulumi.ComponentResource):
             project=args.project,
             location=self.location,
             release_channel=gcp.container.ClusterReleaseChannelArgs(channel=gke.release_channel.value),
+            # Upgrades that do not kill training: the window, exclusions and the minor (upgrades.py).
+            maintenance_policy=maintenance_policy(gke.maintenance),
+            min_master_version=control_plane_minor(args.kubernetes_version) if args.kubernetes_version else None,
             # Node pools are separate resources; GKE needs one pool at creation, removed right after.
             remove_default_node_pool=True,
             initial_node_count=1,

@@ -17,7 +17,10 @@ provisioning, or a specific reservation) is components/gke/provisioning.py.
 
 `initial_node_count` is ignored after creation: the autoscaler owns the node count.
 
-Does not manage: creating reservations, compact placement, GPUDirect networking (a3 multi-NIC), quota.
+The boot disk type, the machine's bundled local SSDs as ephemeral storage and compact placement are
+components/gke/pool_hardware.py; the upgrade strategy (surge 0 / unavailable 1 by default) upgrades.py.
+
+Does not manage: creating reservations or placement policies, GPUDirect networking (a3 multi-NIC), quota.
 """
 
 from __future__ import annotations
@@ -29,7 +32,9 @@ import pulumi_gcp as gcp
 
 from components.gke.cluster import CLOUD_PLATFORM_SCOPE, GkeCluster
 from components.gke.node_identity import account_id, node_service_account
+from components.gke.pool_hardware import pool_hardware
 from components.gke.provisioning import pool_provisioning
+from components.gke.upgrades import upgrade_settings
 from config.gke import GkeDriver, GkeSharingStrategy, GpuPool
 from config.scheduling_contract import (
     GKE_DRIVER_LABEL,
@@ -98,6 +103,7 @@ class GpuNodePool(pulumi.ComponentResource):
         super().__init__("gpucluster:gke:GpuNodePool", name, None, opts)
         pool, cluster = args.pool, args.cluster
         how = pool_provisioning(pool)
+        hardware = pool_hardware(pool)
         sa, roles = node_service_account(
             name, cluster.project, account_id(cluster.cluster_name, pool.name),
             f"{cluster.cluster_name} GPU node pool {pool.name}", self,
@@ -117,10 +123,14 @@ class GpuNodePool(pulumi.ComponentResource):
             ),
             management=gcp.container.NodePoolManagementArgs(auto_repair=how.auto_repair, auto_upgrade=True),
             queued_provisioning=how.queued_provisioning,
+            # Boot disk, local SSD, placement and upgrades: pool_hardware.py, upgrades.py.
+            placement_policy=hardware.placement_policy,
+            upgrade_settings=upgrade_settings(pool.upgrade),
             node_config=gcp.container.NodePoolNodeConfigArgs(
                 machine_type=pool.machine_type,
                 disk_size_gb=pool.disk_size_gb,
-                disk_type=pool.disk_type,
+                disk_type=hardware.disk_type,
+                ephemeral_storage_local_ssd_config=hardware.ephemeral_storage,
                 image_type=image_type(pool.driver),
                 spot=pool.spot,
                 flex_start=how.flex_start,
@@ -140,7 +150,10 @@ class GpuNodePool(pulumi.ComponentResource):
                 ),
                 metadata={"disable-legacy-endpoints": "true"},
             ),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=roles, ignore_changes=["initialNodeCount"]),
+            # The local SSD config is set when the pool is created, never changed after (as the Cluster
+            # Toolkit's gke-node-pool ignores it): a pool created before it was set is not replaced for it.
+            opts=pulumi.ResourceOptions(parent=self, depends_on=roles, ignore_changes=[
+                "initialNodeCount", "nodeConfig.ephemeralStorageLocalSsdConfig"]),
         )
         self.register_outputs(
             {

@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 
 from config.gcp.machine_types import check_general_purpose
-from config.gcp.machines import GPU_MACHINES
+from config.gcp.machines import GPU_MACHINES, REFUSED_FAMILIES
 
 
 @dataclass(frozen=True)
@@ -64,6 +64,8 @@ _N1 = re.compile(r"n1-(standard|highmem|highcpu)-[0-9]+")
 
 def check(machine_type: str, accelerator_type: str, count: int) -> list[tuple[str, str]]:
     """Problems with this combination, as (sub-key of the pool, message); empty when it is valid."""
+    if (refused := REFUSED_FAMILIES.get(machine_type.split("-", 1)[0])) is not None:
+        return [("machineType", f"{machine_type}: {refused}")]
     if accelerator_type not in ACCELERATORS:
         return [("accelerator.type", f"unknown accelerator {accelerator_type!r}; known: {', '.join(ACCELERATORS)}")]
     if machine_type in FIXED:

@@ -59,6 +59,9 @@ GPU_MACHINES: dict[str, GpuMachine] = {m.name: m for m in (
     *_a2(),
     *_a3_high(),
     GpuMachine("a3-megagpu-8g", "nvidia-h100-mega-80gb", 8, 208, 1872.0, ACCELERATOR_OPTIMIZED, gpu_nics=8),
+    # A3 Edge: the a3-highgpu-8g shape (8 H100 80GB, 208 vCPUs, 1,872 GB) for serving in the regions that
+    # offer it; its GPU NICs (GPUDirect) are not stated here: None.
+    GpuMachine("a3-edgegpu-8g", "nvidia-h100-80gb", 8, 208, 1872.0, ACCELERATOR_OPTIMIZED),
     # A3 Ultra and A4: one machine type each, 8 GPUs with one ConnectX-7 RoCE NIC per GPU; Google labels
     # their GKE nodes with their place in a reservation. Not A4X (a4x-highgpu-4g, GB200): Arm (Grace)
     # hosts, and nothing of this program's node software (driver installer, images) is checked on arm64.
@@ -71,3 +74,12 @@ GPU_MACHINES: dict[str, GpuMachine] = {m.name: m for m in (
 
 # The machine types whose GKE nodes carry Google's topology labels (a reservation's block, sub-block, host).
 TOPOLOGY_LABELLED = tuple(m.name for m in GPU_MACHINES.values() if m.topology_labelled)
+
+# GPU machine families refused with the reason (config/gcp/accelerators.py), not planned silently. A4X
+# needs none here: without a row it is refused with the machine types this program knows (see above).
+REFUSED_FAMILIES: dict[str, str] = {
+    "g4": ("G4 (g4-standard-*, NVIDIA RTX PRO 6000) has no row in this program's machine table: its accelerator "
+           "type, per-type GPUs, vCPUs, memory and disks, and the GKE versions and driver that run it, were not "
+           "confirmed against Google's pages (add its rows to config/gcp/machines.py and "
+           "config/gcp/machine_storage.py citing them); use g2-standard-* (L4) or an a2/a3/a4 type"),
+}

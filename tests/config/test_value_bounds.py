@@ -42,7 +42,10 @@ def _bases() -> dict[str, list[bounds.Base]]:
         ],
         "gke": [
             bounds.base("gke", "W&B, private nodes, queues", ("wandbApiKey",), wandb=WANDB, queues=QUEUES,
-                        gke={"privateNodes": {"enabled": True, "masterCidr": "172.16.0.32/28"}, "subnetwork": "gpu-subnet"}),
+                        gke={"privateNodes": {"enabled": True, "masterCidr": "172.16.0.32/28"}, "subnetwork": "gpu-subnet",
+                             # an exclusion of its own, so that the keys under exclusions[0] are reached
+                             "maintenance": {"exclusions": [{"name": "run", "start": "2026-03-01T00:00:00Z",
+                                                             "end": "2026-03-20T00:00:00Z"}]}}),
             bounds.base("gke", "RoCE (refused on gke: the keys under it still name themselves)", network=ROCE),
         ],
     }

@@ -144,7 +144,7 @@ def test_gpu_node_pool(mocks, ignore_changes):
         assert i["nodeLocations"] == ["us-central1-a"] and i["location"] == "us-central1-a"
         assert i["autoscaling"] == {"minNodeCount": 0, "maxNodeCount": 4, "locationPolicy": "ANY"}
         assert i["initialNodeCount"] == 0
-        assert ignore_changes["gpu-l4"] == ["initialNodeCount"]
+        assert ignore_changes["gpu-l4"] == ["initialNodeCount", "nodeConfig.ephemeralStorageLocalSsdConfig"]
         assert node["spot"] is True and node["machineType"] == "g2-standard-8"
         assert node["imageType"] == "COS_CONTAINERD"
         assert node["guestAccelerators"] == [{"type": "nvidia-l4", "count": 1,
