@@ -169,8 +169,12 @@ class Ancestry:
 
 
 class Admission:
-    def __init__(self, objects: list[Obj], dependencies: dict[str, list[str]], minor: str):
+    def __init__(self, objects: list[Obj], dependencies: dict[str, list[str]], minor: str,
+                 platform_served: frozenset[tuple[str, str]] = frozenset()):
         self.objects = objects
+        # (apiVersion, kind) the platform itself serves with no CRD in the plan (gke: multi-networking's
+        # networking.gke.io/v1 Network and GKENetworkParamSet), not validated: render/cluster/gpudirect_check.py.
+        self.platform_served = platform_served
         self.minor = minor
         self.ancestors = Ancestry(dependencies)  # every plan resource a urn waits for
         self.crds: dict[tuple[str, str], tuple[dict[str, Any], Obj]] = {}
@@ -199,6 +203,8 @@ class Admission:
 
         for o in self.objects:
             if is_custom_resource(o.body):
+                if (o.api_version, o.kind) in self.platform_served:
+                    continue
                 found = self.crds.get((o.api_version, o.kind))
                 if found is None:
                     yield Problem(o.ref, f"no CRD for {o.api_version} {o.kind} is installed by the plan ({o.origin})")
