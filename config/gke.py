@@ -239,7 +239,7 @@ class GkeStack(Addons):
     @property
     def acceptance_link_gbps(self) -> float | None:
         """network.linkGbps, else the GPUDirect network Google documents for the pools' machine."""
-        return acceptance_link_gbps(self.network.link_gbps, self.gke.gpu_pools)
+        return acceptance_link_gbps(self.network.link_gbps, self)
 
     def reservation_warnings(self) -> list[str]:
         """A reservation's size is not in the config, so no check can know it."""

@@ -66,10 +66,22 @@ def job_gpudirect(pools: tuple[GpuPool, ...]) -> JobGpuDirect | None:
                         zones[0] if first.kind is GpuDirectKind.RDMA and zones else None)
 
 
-def acceptance_link_gbps(declared: float | None, pools: tuple[GpuPool, ...]) -> float | None:
-    """network.linkGbps where declared, else the GPU network Google documents for the pools' machine
-    (8 x 200 Gbps on A3 Mega, 8 x 400 Gbps on A3 Ultra and A4: BANDWIDTH_PAGE)."""
-    job = job_gpudirect(pools)
+def jobs_gpudirect(stack: _Stack) -> JobGpuDirect | None:
+    """The GPU network the stack's multi-node jobs attach to: the GPUDirect pools' family when the
+    jobs run across nodes and each pod takes the whole machine (training.gpusPerNode = its GPUs), as
+    every one of Google's GPUDirect workloads does (the TCPXO daemon is handed all the machine's
+    GPUs); None otherwise (such pods on these machines are the check's exit 3)."""
+    job = job_gpudirect(stack.gke.gpu_pools)
+    if job is None or not multinode_jobs(stack):
+        return None
+    gpus = {p.accelerator.count for p in stack.gke.gpu_pools if p.accelerator.type in job.accelerators}
+    return job if gpus == {stack.training.gpus_per_node} else None
+
+
+def acceptance_link_gbps(declared: float | None, stack: _Stack) -> float | None:
+    """network.linkGbps where declared, else the GPU network Google documents for the machine the
+    jobs attach to (8 x 200 Gbps on A3 Mega, 8 x 400 Gbps on A3 Ultra and A4: BANDWIDTH_PAGE)."""
+    job = jobs_gpudirect(stack)
     if declared is not None or job is None:
         return declared
     return float(job.gpudirect.gpu_gbps)

@@ -17,7 +17,7 @@ from components.training.gpudirect_pod import PodGpuDirect
 from config.gcp.gpudirect import GpuDirectKind
 from config.gcp.machines import GPU_MACHINES
 from config.gke import GkeStack, GpuPool
-from config.gke_gpudirect import job_gpudirect, multinode_jobs, pool_gpudirect
+from config.gke_gpudirect import job_gpudirect, jobs_gpudirect, pool_gpudirect
 
 
 @dataclass
@@ -64,9 +64,9 @@ def in_cluster(plan: GpuDirectPlan, opts: pulumi.ResourceOptions) -> GpuDirectKu
 
 
 def pod_gpudirect(cfg: GkeStack) -> PodGpuDirect | None:
-    """What multi-node jobs attach to: the family of the GPUDirect pools (None without multi-node jobs)."""
-    job = job_gpudirect(cfg.gke.gpu_pools)
-    if job is None or not multinode_jobs(cfg):
+    """What multi-node jobs attach to (config/gke_gpudirect.py jobs_gpudirect says when)."""
+    job = jobs_gpudirect(cfg)
+    if job is None:
         return None
     machine = next(GPU_MACHINES[p.machine_type] for p in cfg.gke.gpu_pools if p.accelerator.type in job.accelerators)
     return PodGpuDirect(job.gpudirect, job.accelerators, machine_gpus=machine.gpus,

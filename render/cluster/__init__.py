@@ -74,7 +74,7 @@ def check(plan: program.Plan, cfg: StackConfig, upstream: Path) -> Report:
     report.checked, report.minor = collected.objects, cfg.kubernetes_minor
     gke = isinstance(cfg, GkeStack)
     admission = Admission(collected.objects, plan_dependencies(plan), cfg.kubernetes_minor,
-                          platform_served=gpudirect_check.GKE_SERVED if gke else frozenset())
+                          platform_crds=gpudirect_check.gke_crds() if gke else [])
     for problem in [*admission.schema(), *admission.namespaces_exist()]:
         report.problems.append(f"{problem.subject}: {problem.reason}")
 
@@ -137,8 +137,6 @@ def check(plan: program.Plan, cfg: StackConfig, upstream: Path) -> Report:
     kueue_check.judge(report, collected.objects, nodes, placements, plan)  # would Kueue admit each queued job
     # multi-node jobs on GPU-NIC machines without their GPUDirect network (gke)
     report.problems += gpudirect_check.problems(cfg, plan_inputs, placements, {n.name: n.group for n in nodes})
-    if gke and any(o.api_version == "networking.gke.io/v1" for o in collected.objects):
-        report.notes.append(gpudirect_check.NOTE)
     return report
 
 

@@ -7,25 +7,35 @@ additional node networks (networkConfig.additionalNodeNetworkConfigs) at least t
 NICs, and the pod's networking.gke.io/interfaces annotation.
 
 The networking.gke.io/v1 Network and GKENetworkParamSet objects are served by GKE on
-multi-networking clusters, with no CRD in the plan. They are not validated against a schema: the
-CRDs published in kubernetes/cloud-provider-gcp (crd/config/crds/networking.gke.io_networks.yaml,
-_gkenetworkparamsets.yaml, as stored here) allow only type L2/L3 and deviceMode NetDevice/DPDK-VFIO,
-while Google's own GKE manifests (Cluster Toolkit, GKE docs) write type Device and deviceMode RDMA:
-those files are older than what GKE serves, and validating against them would refuse Google's own
-objects.
+multi-networking clusters, with no CRD in the plan: they are validated against Google's CRDs from
+GoogleCloudPlatform/gke-networking-api (config/crds/networking.gke.io_networks.yaml and
+_gkenetworkparamsets.yaml at 34c617f213240483385491398d7904e20d0b6adc, copied unchanged into
+platform_crds/; Apache-2.0). The older copies in kubernetes/cloud-provider-gcp crd/config/crds allow
+only type L2/L3 and deviceMode NetDevice/DPDK-VFIO, which Google's own GPUDirect manifests (type
+Device, deviceMode RDMA) would fail: GKE's API moved to gke-networking-api.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+import yaml
+
 from config import GkeStack, StackConfig
+from render.cluster.admission import PLATFORM_SOURCE
+from render.cluster.objects import Obj
 from render.cluster.scheduling import Placement
 
-GKE_SERVED = frozenset({("networking.gke.io/v1", "Network"), ("networking.gke.io/v1", "GKENetworkParamSet")})
+CRD_DIR = Path(__file__).resolve().parent / "platform_crds"
+CRD_ORIGIN = "GKE multi-networking (GoogleCloudPlatform/gke-networking-api@34c617f)"
 INTERFACES_ANNOTATION = "networking.gke.io/interfaces"
-NOTE = ("gke multi-networking: networking.gke.io/v1 Network and GKENetworkParamSet are GKE's own APIs; "
-        "not validated offline (render/cluster/gpudirect_check.py says why)")
+
+
+def gke_crds() -> list[Obj]:
+    """The CRDs GKE serves for multi-networking, as platform CRDs of the check."""
+    return [Obj(yaml.safe_load(path.read_text()), source=PLATFORM_SOURCE, origin=CRD_ORIGIN)
+            for path in sorted(CRD_DIR.glob("networking.gke.io_*.yaml"))]
 
 
 def _attached(plan_inputs: dict[str, list[dict[str, Any]]]) -> dict[str, int]:
@@ -57,9 +67,12 @@ def problems(cfg: StackConfig, plan_inputs: dict[str, list[dict[str, Any]]],
             if attached.get(pool, 0) >= count and annotated:
                 continue
             pool_cfg = cfg.gke.gpu_pools[i]
+            # GPUDirect pods take the whole machine (config/gke_gpudirect.py jobs_gpudirect)
+            whole = (f", or training.gpusPerNode {pool_cfg.accelerator.count} (GPUDirect pods take the whole "
+                     "machine)" if cfg.training.gpus_per_node != pool_cfg.accelerator.count else "")
             out.append(f"{w.ref}: {w.pods} pods across nodes of gke.gpuPools[{i}] ({pool}, {pool_cfg.machine_type}, "
                        f"{count} GPU NICs) without its GPUDirect network (the pool has {attached.get(pool, 0)} "
                        f"additional node networks{'' if annotated else ', the pods no networking.gke.io/interfaces'}): "
-                       f"NCCL would run over the host NIC; set gpu-cluster:gke.gpuPools[{i}].gpuDirect auto, or "
-                       "training.nodes 1")
+                       f"NCCL would run over the host NIC; set gpu-cluster:gke.gpuPools[{i}].gpuDirect auto{whole}, "
+                       "or training.nodes 1")
     return out

@@ -9,7 +9,7 @@ from typing import Any
 import config
 from config.gcp.gpudirect import GPUDIRECT, MACHINE_GPUDIRECT
 from config.gcp.machines import GPU_MACHINES
-from config.gke_gpudirect import job_gpudirect, pool_gpudirect
+from config.gke_gpudirect import job_gpudirect, jobs_gpudirect, pool_gpudirect
 from stacks.addons import acceptance_args
 from tests.config.test_gke_config import L4, assert_problem, gke_raw, pool
 
@@ -80,3 +80,12 @@ def test_two_families_under_one_multi_node_job_are_refused():
 
 def test_a_bad_gpudirect_value_names_the_key():
     assert_problem(gke_raw(pool(MEGA, gpuDirect="on")), "gke.gpuPools[0].gpuDirect", "auto", "off")
+
+
+def test_pods_that_take_part_of_the_machine_get_no_gpudirect_and_need_the_declared_rate():
+    partial = jobs(gke_raw(L4, MEGA))
+    partial["training"]["gpusPerNode"] = 1
+    assert_problem(partial, "network.linkGbps", "declared link rate")
+    cfg = config.parse({**partial, "network": {"linkGbps": 100}})
+    assert jobs_gpudirect(cfg) is None and acceptance_args(cfg)[:2] == ("--link-gbps", "100")
+    assert jobs_gpudirect(config.parse(jobs(gke_raw(L4, MEGA)))) is not None

@@ -6,6 +6,7 @@ cites them), and a pool with gpuDirect off under a multi-node job: exit 3 materi
 
 from __future__ import annotations
 
+import copy
 import functools
 import ipaddress
 import json
@@ -150,3 +151,17 @@ def test_a_multi_node_job_on_a_mega_pool_without_gpudirect_exits_3(upstream_dir:
     for job in ("Job training/nccl-acceptance", "Job training/train"):
         assert any(x.startswith(job) and "gke.gpuPools[1]" in x and "8 GPU NICs" in x and "gpuDirect auto" in x
                    for x in problems), problems
+
+
+def test_the_network_objects_are_validated_against_googles_crds(upstream_dir: Path):
+    """GKE serves the CRDs (no plan resource installs them); the check holds the objects to Google's
+    schema (render/cluster/platform_crds/, from gke-networking-api): a deviceMode GKE does not know fails."""
+    broken = copy.deepcopy(plan(ULTRA))
+    (param,) = [r for r in broken.resources if r.type.endswith(":GKENetworkParamSet") and r.inputs["metadata"]["name"] == "rdma-0"]
+    param.inputs["spec"]["deviceMode"] = "RoCE"
+    (net,) = [r for r in broken.resources if r.type == "kubernetes:networking.gke.io/v1:Network" and r.inputs["metadata"]["name"] == "rdma-1"]
+    net.inputs["spec"]["type"] = "L4"
+    problems = cluster.check(broken, broken.config, upstream_dir).problems
+    assert any(p.startswith("GKENetworkParamSet rdma-0: not valid against CRD gkenetworkparamsets.networking.gke.io")
+               and "deviceMode" in p for p in problems), problems
+    assert any(p.startswith("Network rdma-1: not valid against CRD networks.networking.gke.io") for p in problems), problems
