@@ -14,7 +14,7 @@ A multi-node job on such a machine without its network (gpuDirect off) is the ch
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from config.errors import Problems
 from config.gcp.gpudirect import BANDWIDTH_PAGE, GPUDIRECT, MACHINE_GPUDIRECT, GpuDirect, GpuDirectKind
@@ -39,12 +39,14 @@ class JobGpuDirect:
 
 
 class _Stack(Protocol):
+    """What is read of the gke stack (config/gke.py GkeStack, which imports this module)."""
+
     @property
-    def gke(self): ...  # type: ignore[no-untyped-def]
+    def gke(self) -> Any: ...
     @property
-    def training(self): ...  # type: ignore[no-untyped-def]
+    def training(self) -> Any: ...
     @property
-    def acceptance(self): ...  # type: ignore[no-untyped-def]
+    def acceptance(self) -> Any: ...
 
 
 def multinode_jobs(stack: _Stack) -> bool:

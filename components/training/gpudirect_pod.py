@@ -57,7 +57,7 @@ class PodGpuDirect:
         return self.gpudirect.kind
 
 
-def annotations(p: PodGpuDirect) -> dict[str, str]:
+def pod_annotations(p: PodGpuDirect) -> dict[str, str]:
     out = {DEFAULT_INTERFACE_ANNOTATION: "eth0",
            INTERFACES_ANNOTATION: json.dumps(p.gpudirect.pod_interfaces())}
     if p.kind is GpuDirectKind.TCPXO:

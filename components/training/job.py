@@ -216,7 +216,7 @@ def pod_template(job: str, args: TrainingJobArgs) -> dict[str, Any]:
 def _add_gpudirect(pod: dict[str, Any], container: dict[str, Any], annotations: dict[str, str],
                    g: PodGpuDirect) -> None:
     """The GPUDirect network's annotations, node selector, volumes and sidecar (gpudirect_pod.py)."""
-    annotations.update(gpudirect_pod.annotations(g))
+    annotations.update(gpudirect_pod.pod_annotations(g))
     required = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
     required["nodeSelectorTerms"] = [{**term, "matchExpressions": [*term.get("matchExpressions", []),
                                                                    gpudirect_pod.node_selector_term(g)]}
