@@ -4,7 +4,10 @@ the acceptance threshold following the machine's documented GPU network."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
+
+import yaml
 
 import config
 from config.gcp.gpudirect import GPUDIRECT, MACHINE_GPUDIRECT
@@ -89,3 +92,17 @@ def test_pods_that_take_part_of_the_machine_get_no_gpudirect_and_need_the_declar
     cfg = config.parse({**partial, "network": {"linkGbps": 100}})
     assert jobs_gpudirect(cfg) is None and acceptance_args(cfg)[:2] == ("--link-gbps", "100")
     assert jobs_gpudirect(config.parse(jobs(gke_raw(L4, MEGA)))) is not None
+
+
+def test_the_gke_pages_a3_ultra_example_is_accepted_and_follows_the_machine():
+    page = (Path(__file__).resolve().parents[2] / "docs" / "getting-started" / "gke.md").read_text()
+    section = page[page.index("## GPUDirect networking per machine family"):]
+    block = section[section.index("```yaml\n") + 8:]
+    example = yaml.safe_load(block[:block.index("```")])
+    raw = gke_raw()
+    raw["gke"] = {**raw["gke"], **example["gpu-cluster:gke"]}
+    raw.update(training={**example["gpu-cluster:training"], "cpuRequest": "8", "cpuLimit": "16",
+                         "memoryRequest": "64Gi", "memoryLimit": "96Gi"},
+               acceptance=example["gpu-cluster:acceptance"])
+    cfg = config.parse(raw)
+    assert jobs_gpudirect(cfg) is not None and acceptance_args(cfg)[:2] == ("--link-gbps", "3200")
