@@ -27,18 +27,18 @@ ULTRA = {"name": "h200", "machineType": "a3-ultragpu-8g", "accelerator": {"type"
 
 
 @functools.cache
-def _plan(pool_json: str, network_json: str = "{}") -> program.Plan:
+def _plan(pool_json: str, network_json: str = "{}", gpus: int = 8, keep: str = "l4-spot") -> program.Plan:
     gke = json.loads(program.stack_config("gke")[0]["gpu-cluster:gke"])
-    gke["gpuPools"] = [p for p in gke["gpuPools"] if p["name"] == "l4-spot"] + [json.loads(pool_json)]
+    gke["gpuPools"] = [p for p in gke["gpuPools"] if p["name"] == keep] + [json.loads(pool_json)]
     extra = {"network": json.loads(network_json)} if network_json != "{}" else {}
     return program.run("gke", config=stack_config_with(
-        "gke", gke=gke, training={"nodes": 2, "gpusPerNode": 8, "cpuRequest": "8", "cpuLimit": "16",
+        "gke", gke=gke, training={"nodes": 2, "gpusPerNode": gpus, "cpuRequest": "8", "cpuLimit": "16",
                                   "memoryRequest": "64Gi", "memoryLimit": "96Gi"},
         acceptance={"nccl": True}, **extra))
 
 
-def plan(pool: dict[str, Any], **network: Any) -> program.Plan:
-    return _plan(json.dumps(pool, sort_keys=True), json.dumps(network, sort_keys=True))
+def plan(pool: dict[str, Any], gpus: int = 8, keep: str = "l4-spot", **network: Any) -> program.Plan:
+    return _plan(json.dumps(pool, sort_keys=True), json.dumps(network, sort_keys=True), gpus, keep)
 
 
 def _of(p: program.Plan, t: str) -> list[dict[str, Any]]:
@@ -165,3 +165,15 @@ def test_the_network_objects_are_validated_against_googles_crds(upstream_dir: Pa
     assert any(p.startswith("GKENetworkParamSet rdma-0: not valid against CRD gkenetworkparamsets.networking.gke.io")
                and "deviceMode" in p for p in problems), problems
     assert any(p.startswith("Network rdma-1: not valid against CRD networks.networking.gke.io") for p in problems), problems
+
+
+@pytest.mark.would_not_come_up
+def test_pods_that_take_part_of_an_a3_mega_across_nodes_exit_3_with_the_whole_machine_hint(upstream_dir: Path):
+    """The pool has its GPU networks, but 4-GPU pods do not attach to them (Google's GPUDirect pods
+    take the whole machine): they would run NCCL over the host NIC."""
+    p = plan(MEGA, gpus=4, keep="none", linkGbps=200)
+    assert len(_pool(p, "h100-mega")["networkConfig"]["additionalNodeNetworkConfigs"]) == 8
+    assert "networking.gke.io/interfaces" not in (_job_pod(p, "train")["metadata"].get("annotations") or {})
+    problems = cluster.check(p, p.config, upstream_dir).problems
+    assert any(x.startswith("Job training/train") and "the pods no networking.gke.io/interfaces" in x
+               and "training.gpusPerNode 8" in x for x in problems), problems
