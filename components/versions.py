@@ -204,3 +204,18 @@ KUEUE_CHART = "oci://registry.k8s.io/kueue/charts/kueue"
 KUEUE_CHART_VERSION = "0.19.2"
 KUEUE_IMAGE_REPOSITORY = "registry.k8s.io/kueue/kueue"
 KUEUE_IMAGE_TAG = "v0.19.2"
+
+# gke GPUDirect (components/gke/gpudirect_installers.py, components/training/gpudirect_pod.py), from
+# Google's manifests in GoogleCloudPlatform/container-engine-accelerators at 992db81257553607f1477945f1b3219632991829:
+# gpudirect-tcpxo/README.md (release of Jan 9, 2026: installer v1.0.15, its tcpxo-daemon v1.0.21,
+# NCCL 2.28.7-1), gpudirect-tcpxo/nccl-tcpxo-installer.yaml, gpudirect-rdma/nccl-rdma-installer.yaml
+# (gIB v1.1.1) and nri_device_injector/nri-device-injector.yaml (by digest). The Cluster Toolkit's
+# examples/gke-a3-megagpu (nccl_tcpxo_version v1.0.15) and examples/gke-a3-ultragpu (gIB v1.1.0) agree.
+GKE_TCPXO_NCCL_PLUGIN_IMAGE = "us-docker.pkg.dev/gce-ai-infra/gpudirect-tcpxo/nccl-plugin-gpudirecttcpx-dev:v1.0.15"
+GKE_TCPXO_DAEMON_IMAGE = "us-docker.pkg.dev/gce-ai-infra/gpudirect-tcpxo/tcpgpudmarxd-dev:v1.0.21"
+GKE_GIB_NCCL_PLUGIN_IMAGE = "us-docker.pkg.dev/gce-ai-infra/gpudirect-gib/nccl-plugin-gib:v1.1.1"
+GKE_NRI_DEVICE_INJECTOR_IMAGE = (
+    "gcr.io/gke-release/nri-device-injector@sha256:6e79483d52abdc28454bf186320b10a56b0f117a10e8d65d5c74dbb821a76970")
+# The TCPXO installer's host-preparation init container: Google's manifest says "ubuntu" with no tag;
+# pinned here to the LTS tag (it runs nsenter into the host, so only util-linux of the image is used).
+GKE_TCPXO_PREPARE_IMAGE = "ubuntu:24.04"

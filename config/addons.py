@@ -151,6 +151,12 @@ class Addons(Model):
                 or self.network.roce is not None or self.nccl_check_enabled)
 
     @property
+    def acceptance_link_gbps(self) -> float | None:
+        """The link rate the NCCL acceptance holds the network to: network.linkGbps (gke: else its
+        GPUDirect machine's documented rate)."""
+        return self.network.link_gbps
+
+    @property
     def gpu_health_enabled(self) -> bool:
         """gpuHealth.enabled, or when unset the platform's default (only with an image to run)."""
         if self.gpu_health.enabled is not None:
@@ -166,7 +172,8 @@ class Addons(Model):
         """Every check across keys; `secrets`: the secret keys the stack sets (as secrets or not)."""
         return [
             *gpu_problems(self.gpu),
-            *training_problems(self.training, self.acceptance, self.network, self.gpu),
+            *training_problems(self.training, self.acceptance,
+                               self.network.model_copy(update={"link_gbps": self.acceptance_link_gbps}), self.gpu),
             *(self._capacity_problems() if self.runs_jobs else []),
             *monitoring_problems(self.monitoring),
             # gke has no `storage` key: its shared claim is always a Filestore instance.

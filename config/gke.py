@@ -26,6 +26,7 @@ from config.fields import Model, check_display_name, empty_to_none
 from config.gcp import accelerators, locations, machine_types
 from config.gcp.managed_namespaces import team_namespace_problems
 from config.gke_pool_hardware import hardware_problems
+from config.gke_gpudirect import acceptance_link_gbps, gpudirect_problems
 from config.gke_pools import (  # the pool model, re-exported: components and tests import it from here
     GkeAccelerator,
     GkeAutoscaling,
@@ -240,6 +241,11 @@ class GkeStack(Addons):
     def inventory(self) -> Inventory:
         return gke_inventory(self.gke.gpu_pools, self.gpu)
 
+    @property
+    def acceptance_link_gbps(self) -> float | None:
+        """network.linkGbps, else the GPUDirect network Google documents for the pools' machine."""
+        return acceptance_link_gbps(self.network.link_gbps, self)
+
     def reservation_warnings(self) -> list[str]:
         """A reservation's size is not in the config, so no check can know it."""
         return [f"gpu-cluster:gke.gpuPools[{i}] ({p.name}) consumes reservation {reservation_value(p)}: how many "
@@ -273,9 +279,9 @@ class GkeStack(Addons):
         gke, problems = self.gke, self._zone_problems()
         if self.network.rdma or self.network.roce is not None:
             key = "network.rdma" if self.network.rdma else "network.roce"
-            problems.append((key, "not on gke: GPUDirect-TCPX/RDMA need A3 machine families and GKE's own "
-                                  "multi-networking, which this program does not set up; leave network.rdma false "
-                                  "and network.roce unset (the acceptance test then holds the socket transport)"))
+            problems.append((key, "not on gke: GPUDirect comes with the machine family there "
+                                  "(gke.gpuPools[].gpuDirect auto on a3-megagpu-8g, a3-ultragpu-8g, a4-highgpu-8g); "
+                                  "leave network.rdma false and network.roce unset"))
         if gke.location is GkeLocation.ZONAL and not gke.zone:
             problems.append(("gke.zone", "a zonal cluster needs its zone, e.g. 'us-central1-a' (or location: regional)"))
         if gke.location is GkeLocation.REGIONAL and gke.zone:
@@ -310,6 +316,8 @@ class GkeStack(Addons):
                                                        [p.accelerator.type for p in gke.gpu_pools])
         problems += maintenance_problems(gke.maintenance)
         problems += team_namespace_problems(self.queues)
+        # GPUDirect per machine family (config/gke_gpudirect.py)
+        problems += gpudirect_problems(self, self.network.link_gbps, gke.dataplane is GkeDataplane.V2)
         private = self.gke.private_nodes
         problems += inert_gke_problems(self, not private.enabled and private.master_cidr != type(private)().master_cidr)
         if operator:

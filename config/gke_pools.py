@@ -35,6 +35,13 @@ class GkeDriver(enum.StrEnum):
         return self in (GkeDriver.GKE_DEFAULT, GkeDriver.GKE_LATEST)
 
 
+class GkeGpuDirect(enum.StrEnum):
+    """gke.gpuPools[].gpuDirect: the machine family's GPUDirect network (config/gcp/gpudirect.py)."""
+
+    AUTO = "auto"  # on where the machine type has one (a3-megagpu-8g, a3-ultragpu-8g, a4-highgpu-8g...)
+    OFF = "off"  # none: NCCL between nodes runs over the node's own NIC
+
+
 class GkeSharingStrategy(enum.StrEnum):
     NONE = "none"
     TIME_SHARING = "time-sharing"
@@ -125,6 +132,13 @@ class GpuPool(Model):
     upgrade: GkePoolUpgrade = Field(
         default_factory=GkePoolUpgrade, description="How GKE replaces the nodes in an upgrade (default: surge 0, "
                                                     "unavailable 1: no spare GPU VM needed).",
+    )
+
+    gpu_direct: GkeGpuDirect = Field(
+        default=GkeGpuDirect.AUTO,
+        description="auto: the machine family's GPUDirect network where it has one (TCPXO on a3-megagpu-8g, "
+                    "RDMA on a3-ultragpu-8g and a4-highgpu-8g: extra VPCs, GKE multi-networking, NCCL plugin); "
+                    "off: none (multi-node jobs on those machines are then refused by the check).",
     )
 
     _name = field_validator("name")(classmethod(lambda cls, v: _check_gce_name(v)))

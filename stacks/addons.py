@@ -64,10 +64,10 @@ def gpu_resource(cfg: Addons) -> str:
 
 def acceptance_args(cfg: Addons) -> tuple[str, ...]:
     """Arguments of `python -m trainer.allreduce_bench` for this stack's declared network."""
-    acc, net = cfg.acceptance, cfg.network
-    assert net.link_gbps is not None  # the config model requires it with acceptance.nccl
+    acc, net, link_gbps = cfg.acceptance, cfg.network, cfg.acceptance_link_gbps
+    assert link_gbps is not None  # the config model requires it with acceptance.nccl
     return (
-        "--link-gbps", f"{net.link_gbps:g}",
+        "--link-gbps", f"{link_gbps:g}",
         # unset: a lower default over sockets than over RDMA (config/training.py says why)
         "--min-busbw-fraction", f"{acc.busbw_fraction(net.rdma):g}",
         "--max-bytes", str(acc.max_bytes),
@@ -397,6 +397,7 @@ def nccl_acceptance(cfg: Addons, cluster: Cluster, claim: SharedClaim, pod_net: 
             await_minutes=ACCEPTANCE_AWAIT_MINUTES,
             gpu_resource=gpu_resource(cfg),
             rdma=pod_net,
+            gpudirect=cluster.gpudirect,  # across nodes by its nature
         ),
         opts=pulumi.ResourceOptions(provider=cluster.provider, depends_on=before),
     )
@@ -432,7 +433,8 @@ def training_job(cfg: Addons, cluster: Cluster, claim: SharedClaim, pod_net: Pod
     TrainingJob(
         TRAINING_JOB,
         TrainingJobArgs(training=t, claim=claim, gpu_resource=gpu_resource(cfg), rdma=pod_net, queue=_queue(cfg),
-                        required_topology=_rdma_topology(cfg, pod_net)),
+                        required_topology=_rdma_topology(cfg, pod_net),
+                        gpudirect=cluster.gpudirect if t.nodes > 1 else None),
         opts=pulumi.ResourceOptions(provider=cluster.provider, depends_on=before),
     )
     return {

@@ -16,6 +16,7 @@ import pulumi_kubernetes as k8s
 
 from components.gpu_stack import DriverSource
 from components.storage_contract import SharedClaim
+from components.training.gpudirect_pod import PodGpuDirect
 
 
 @dataclass(frozen=True)
@@ -51,3 +52,5 @@ class Cluster:
     # etcd's metrics are scraped (lab: kubeadm binds them on the node addresses): monitoring links
     # the chart's etcd alerts to this program's runbook (components/monitoring/etcd.py).
     etcd_metrics: bool = False
+    # gke: the GPUDirect network multi-node jobs attach to (components/training/gpudirect_pod.py); None: none.
+    gpudirect: PodGpuDirect | None = None

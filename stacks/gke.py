@@ -19,29 +19,36 @@ from components.training_namespace import training_namespace
 from config import GkeStack, StackSecrets
 from config.gke import GkeDriver
 from config.gpu import GpuStack
-from stacks import addons
+from stacks import addons, gke_gpudirect
 from stacks.contract import Cluster
 
 
 def build(cfg: GkeStack, secrets: StackSecrets) -> dict[str, object]:
     project, region = cfg.project, cfg.region
     gke = cfg.gke
+    gpudirect = gke_gpudirect.networks(cfg)  # GPUDirect: the GPU NICs' VPCs (stacks/gke_gpudirect.py)
     gke_cluster = GkeCluster("gke", GkeClusterArgs(gke=gke, project=project, region=region,
-                                                   kubernetes_version=cfg.kubernetes_version))
+                                                   kubernetes_version=cfg.kubernetes_version,
+                                                   multi_networking=gpudirect.enabled))
     operator = cfg.gpu.stack is GpuStack.OPERATOR
     pools = [
         GpuNodePool(f"gpu-{p.name}", GpuNodePoolArgs(pool=p, cluster=gke_cluster, operator=operator,
-                                                     mig_profile=mig_layout(cfg.gpu)))
+                                                     mig_profile=mig_layout(cfg.gpu),
+                                                     additional_networks=gpudirect.pool_networks(p)),
+                    opts=pulumi.ResourceOptions(depends_on=gpudirect.networks.resources) if gpudirect.networks else None)
         for p in gke.gpu_pools
     ]
     provider = gke_cluster.provider
     k8s_opts = pulumi.ResourceOptions(provider=provider)
+    gpudirect_k8s = gke_gpudirect.in_cluster(gpudirect, k8s_opts)
     installers = [
         GkeDriverInstaller(f"nvidia-driver-installer-{os}", GkeDriverInstallerArgs(os=os), opts=k8s_opts)
         for os in ("cos", "ubuntu")
         if any(p.driver.value == f"installer-{os}" for p in gke.gpu_pools)
     ]
-    namespace = training_namespace(provider)
+    # GPUDirect pods mount host paths and add NET_ADMIN: outside baseline (gpudirect_pod.py)
+    pod_gpudirect = gke_gpudirect.pod_gpudirect(cfg)
+    namespace = training_namespace(provider, rdma=pod_gpudirect is not None)
     storage = FilestoreStorage(
         "shared-storage",
         FilestoreStorageArgs(
@@ -62,9 +69,10 @@ def build(cfg: GkeStack, secrets: StackSecrets) -> dict[str, object]:
         else DriverSource.OPERATOR_ON_GKE,
         gpu_node_count=cfg.gpu_node_count,
         # the gate waits for the GPU pools and their driver installers
-        gpu_nodes_ready=[*pools, *installers],
+        gpu_nodes_ready=[*pools, *installers, *(gpudirect_k8s.ready if gpudirect_k8s else [])],
         training_namespace=namespace,
         shared_claim=storage.claim,
+        gpudirect=pod_gpudirect,
     )
     return {
         **addons.deploy(cfg, cluster, secrets),

@@ -37,6 +37,8 @@ class GkeClusterArgs:
     region: str  # gcp:region
     # kubernetesVersion: its minor becomes the control plane's min_master_version (components/gke/upgrades.py)
     kubernetes_version: str | None = None
+    # GKE multi-networking, for the GPUDirect pools' additional node networks (gpudirect_networks.py).
+    multi_networking: bool = False
 
 
 def cluster_location(args: GkeClusterArgs) -> str:
@@ -131,6 +133,9 @@ class GkeCluster(pulumi.ComponentResource):
             # Dataplane V2 enforces NetworkPolicies (config/network_policy_enforcement.py).
             datapath_provider=gke.dataplane.datapath_provider,
             deletion_protection=gke.deletion_protection,
+            # GPUDirect pools: their extra NICs are GKE multi-networking (needs Dataplane V2, checked by
+            # config/gke_gpudirect.py); the Toolkit's gke-cluster sets it when it gets additional networks.
+            enable_multi_networking=True if args.multi_networking else None,
             # The default pool's settings only matter for the seconds it exists. datapathProvider is
             # ForceNew in the provider (terraform-provider-google resource_container_cluster.go): said
             # here too, so that the offline update preview (render --against) shows the replacement,

@@ -62,6 +62,8 @@ class GpuNodePoolArgs:
     operator: bool = False
     # The GPU Operator's MIG manager partitions the nodes' GPUs by this profile (gpu_stack.mig_layout).
     mig_profile: str | None = None
+    # GPUDirect: the pool's additional node networks (components/gke/gpudirect_networks.py); None: none.
+    additional_networks: list[gcp.container.NodePoolNetworkConfigAdditionalNodeNetworkConfigArgs] | None = None
 
 
 def image_type(driver: GkeDriver) -> str:
@@ -126,6 +128,9 @@ class GpuNodePool(pulumi.ComponentResource):
             # Boot disk, local SSD, placement and upgrades: pool_hardware.py, upgrades.py.
             placement_policy=hardware.placement_policy,
             upgrade_settings=upgrade_settings(pool.upgrade),
+            # GPUDirect: the GPU NICs' networks (modules/compute/gke-node-pool main.tf network_config)
+            network_config=(gcp.container.NodePoolNetworkConfigArgs(
+                additional_node_network_configs=args.additional_networks) if args.additional_networks else None),
             node_config=gcp.container.NodePoolNodeConfigArgs(
                 machine_type=pool.machine_type,
                 disk_size_gb=pool.disk_size_gb,
@@ -149,6 +154,9 @@ class GpuNodePool(pulumi.ComponentResource):
                     enable_integrity_monitoring=True,
                 ),
                 metadata={"disable-legacy-endpoints": "true"},
+                # gVNIC: the Toolkit's gke-node-pool enables it on COS nodes; multi-networking's extra
+                # NICs need it (GKE 'Set up multi-network support for Pods').
+                gvnic=gcp.container.NodePoolNodeConfigGvnicArgs(enabled=True) if args.additional_networks else None,
             ),
             # The local SSD config is set when the pool is created, never changed after (as the Cluster
             # Toolkit's gke-node-pool ignores it): a pool created before it was set is not replaced for it.

@@ -50,7 +50,8 @@ from components import versions
 from components.cluster_addon import tolerate_control_plane
 from components.rdma_network import NETWORKS_ANNOTATION, PodRdma, exporter_sidecar
 from components.storage_contract import MOUNTS, TRAINING_NAMESPACE, SharedClaim
-from components.training import launch
+from components.training import gpudirect_pod, launch
+from components.training.gpudirect_pod import PodGpuDirect
 from components.training.network_policy import RDZV_PORT, job_peers
 from config.chart_source import TRAINING_OPERATOR_OVERLAY, ChartSource
 from config.queues import PRIORITY_LABEL, PROGRAM_PRIORITY_CLASS, QUEUE_LABEL, REQUIRED_TOPOLOGY
@@ -95,6 +96,8 @@ class TrainingJobArgs:
     # With a queue: the node label (a Topology level) all the job's pods must share, e.g. the rack
     # (Kueue's podset-required-topology; jobs over RDMA); None: admitted on quota alone.
     required_topology: str | None = None
+    # gke: the GPUDirect network of the pods (components/training/gpudirect_pod.py); None: none.
+    gpudirect: PodGpuDirect | None = None
 
     @property
     def nodes(self) -> int:
@@ -130,7 +133,9 @@ def launch_spec(job: str, args: TrainingJobArgs) -> launch.LaunchSpec:
         weight_decay=t.weight_decay,
         nccl_debug=t.nccl.debug.value,
         nccl_socket_ifname=t.nccl.socket_ifname,
-        extra_env=args.rdma.env if args.rdma is not None else (),
+        extra_env=(args.rdma.env if args.rdma is not None else ()) + (
+            gpudirect_pod.trainer_env(args.gpudirect) if args.gpudirect is not None else ()),
+        prelude=gpudirect_pod.prelude(args.gpudirect) if args.gpudirect is not None else (),
         rdzv_timeout_seconds=args.rdzv_timeout_seconds,
     )
 
@@ -201,9 +206,25 @@ def pod_template(job: str, args: TrainingJobArgs) -> dict[str, Any]:
         annotations[NETWORKS_ANNOTATION] = args.rdma.network
         if args.rdma.exporter_image:
             pod["initContainers"] = [exporter_sidecar(args.rdma.exporter_image)]
+    if args.gpudirect is not None:
+        _add_gpudirect(pod, container, annotations, args.gpudirect)
     if annotations:
         metadata["annotations"] = annotations
     return {"metadata": metadata, "spec": pod}
+
+
+def _add_gpudirect(pod: dict[str, Any], container: dict[str, Any], annotations: dict[str, str],
+                   g: PodGpuDirect) -> None:
+    """The GPUDirect network's annotations, node selector, volumes and sidecar (gpudirect_pod.py)."""
+    annotations.update(gpudirect_pod.pod_annotations(g))
+    required = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    required["nodeSelectorTerms"] = [{**term, "matchExpressions": [*term.get("matchExpressions", []),
+                                                                   gpudirect_pod.node_selector_term(g)]}
+                                     for term in required["nodeSelectorTerms"]]
+    pod["volumes"] = [*pod["volumes"], *gpudirect_pod.volumes(g)]
+    container["volumeMounts"] = [*container["volumeMounts"], *gpudirect_pod.trainer_mounts(g)]
+    if sidecars := gpudirect_pod.sidecars(g):
+        pod["initContainers"] = [*pod.get("initContainers", []), *sidecars]
 
 
 def headless_service_manifest(job: str) -> dict[str, Any]:

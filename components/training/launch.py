@@ -110,6 +110,8 @@ class LaunchSpec:
     nccl_debug: str = "WARN"
     nccl_socket_ifname: str | None = None
     extra_env: tuple[tuple[str, str], ...] = field(default=())
+    # Shell lines run first (gke GPUDirect: Google's NCCL settings sourced, components/training/gpudirect_pod.py).
+    prelude: tuple[str, ...] = ()
     # c10d rendezvous: how long a pod waits for its peers (join_timeout) and to reach the store on
     # rank 0 (read_timeout). None: torch's defaults (600 s and 60 s). The NCCL pair check waits as
     # long as its Job may run: its peer may start minutes later, once that node's GPUs are free.
@@ -209,6 +211,7 @@ def launch_script(spec: LaunchSpec) -> str:
     args = " ".join(shlex.quote(a) for a in module_args(spec))
     rank = spec.node_rank_var
     return "\n".join([
+        *spec.prelude,
         "set -u",
         f"python -m {spec.module} --preflight {args} || exit $?",
         f'if [ "${rank}" = 0 ]; then is_host=1; else is_host=0; fi',

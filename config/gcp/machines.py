@@ -34,6 +34,8 @@ class GpuMachine:
     gpu_nics: int | None = None
     # GKE writes cloud.google.com/gce-topology-block/-subblock/-host on its nodes (from a reservation).
     topology_labelled: bool = False
+    # Its GPU network on GKE (config/gcp/gpudirect.py GpuDirectKind: tcpx, tcpxo, rdma); None: none.
+    gpudirect: str | None = None
 
 
 def _a2() -> tuple[GpuMachine, ...]:
@@ -46,7 +48,8 @@ def _a2() -> tuple[GpuMachine, ...]:
 
 def _a3_high() -> tuple[GpuMachine, ...]:
     return tuple(GpuMachine(f"a3-highgpu-{n}g", "nvidia-h100-80gb", n, 26 * n, 234.0 * n, ACCELERATOR_OPTIMIZED,
-                            gpu_nics=4 if n == 8 else None) for n in (1, 2, 4, 8))
+                            gpu_nics=4 if n == 8 else None, gpudirect="tcpx" if n == 8 else None)
+                 for n in (1, 2, 4, 8))
 
 
 def _g2() -> tuple[GpuMachine, ...]:
@@ -58,7 +61,8 @@ def _g2() -> tuple[GpuMachine, ...]:
 GPU_MACHINES: dict[str, GpuMachine] = {m.name: m for m in (
     *_a2(),
     *_a3_high(),
-    GpuMachine("a3-megagpu-8g", "nvidia-h100-mega-80gb", 8, 208, 1872.0, ACCELERATOR_OPTIMIZED, gpu_nics=8),
+    GpuMachine("a3-megagpu-8g", "nvidia-h100-mega-80gb", 8, 208, 1872.0, ACCELERATOR_OPTIMIZED, gpu_nics=8,
+               gpudirect="tcpxo"),
     # A3 Edge: the a3-highgpu-8g shape (8 H100 80GB, 208 vCPUs, 1,872 GB) for serving in the regions that
     # offer it; its GPU NICs (GPUDirect) are not stated here: None.
     GpuMachine("a3-edgegpu-8g", "nvidia-h100-80gb", 8, 208, 1872.0, ACCELERATOR_OPTIMIZED),
@@ -66,9 +70,9 @@ GPU_MACHINES: dict[str, GpuMachine] = {m.name: m for m in (
     # their GKE nodes with their place in a reservation. Not A4X (a4x-highgpu-4g, GB200): Arm (Grace)
     # hosts, and nothing of this program's node software (driver installer, images) is checked on arm64.
     GpuMachine("a3-ultragpu-8g", "nvidia-h200-141gb", 8, 224, 2952.0, f"{ACCELERATOR_OPTIMIZED}; {GKE_TOPOLOGY}",
-               gpu_nics=8, topology_labelled=True),
+               gpu_nics=8, topology_labelled=True, gpudirect="rdma"),
     GpuMachine("a4-highgpu-8g", "nvidia-b200", 8, 224, 3968.0, f"{ACCELERATOR_OPTIMIZED}; {GKE_TOPOLOGY}",
-               gpu_nics=8, topology_labelled=True),
+               gpu_nics=8, topology_labelled=True, gpudirect="rdma"),
     *_g2(),
 )}
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from config import DevStack, GkeStack, LabStack, StackConfig
 from render import program
-from render.cluster import kueue_admitted_pods, kueue_check, pod_fields
+from render.cluster import gpudirect_check, kueue_admitted_pods, kueue_check, pod_fields
 from render.cluster import nodes as node_model
 from render.cluster.admission import Admission, plan_dependencies
 from render.cluster.objects import CheckSetupError, collect
@@ -72,7 +72,9 @@ def check(plan: program.Plan, cfg: StackConfig, upstream: Path) -> Report:
     collected = collect(plan, upstream, cfg.kubernetes_version)
     report.objects = len(collected.objects)
     report.checked, report.minor = collected.objects, cfg.kubernetes_minor
-    admission = Admission(collected.objects, plan_dependencies(plan), cfg.kubernetes_minor)
+    gke = isinstance(cfg, GkeStack)
+    admission = Admission(collected.objects, plan_dependencies(plan), cfg.kubernetes_minor,
+                          platform_crds=gpudirect_check.gke_crds() if gke else [])
     for problem in [*admission.schema(), *admission.namespaces_exist()]:
         report.problems.append(f"{problem.subject}: {problem.reason}")
 
@@ -133,6 +135,8 @@ def check(plan: program.Plan, cfg: StackConfig, upstream: Path) -> Report:
             report.problems += [f"{subject}: {reason}" for reason in problems]
         report.lines.append(line)
     kueue_check.judge(report, collected.objects, nodes, placements, plan)  # would Kueue admit each queued job
+    # multi-node jobs on GPU-NIC machines without their GPUDirect network (gke)
+    report.problems += gpudirect_check.problems(cfg, plan_inputs, placements, {n.name: n.group for n in nodes})
     return report
 
 

@@ -168,13 +168,21 @@ class Ancestry:
         return seen
 
 
+# The source of the CRDs a platform serves itself (Admission's platform_crds).
+PLATFORM_SOURCE = "platform"
+
+
 class Admission:
-    def __init__(self, objects: list[Obj], dependencies: dict[str, list[str]], minor: str):
+    def __init__(self, objects: list[Obj], dependencies: dict[str, list[str]], minor: str,
+                 platform_crds: list[Obj] | None = None):
         self.objects = objects
+        # CRDs the platform itself serves, no plan resource installs them (gke multi-networking's
+        # networking.gke.io/v1 Network and GKENetworkParamSet: render/cluster/gpudirect_check.py), their
+        # source PLATFORM_SOURCE: there before anything of the plan.
         self.minor = minor
         self.ancestors = Ancestry(dependencies)  # every plan resource a urn waits for
         self.crds: dict[tuple[str, str], tuple[dict[str, Any], Obj]] = {}
-        for o in objects:
+        for o in [*objects, *(platform_crds or [])]:
             if o.kind != "CustomResourceDefinition":
                 continue
             spec = o.body.get("spec") or {}
@@ -189,6 +197,8 @@ class Admission:
         self.by_kind_ns: dict[tuple[str, str | None, str], Obj] = {(o.kind, o.namespace, o.name): o for o in objects}
 
     def _before(self, creator: Obj, user: Obj, same_release_ok: bool) -> bool:
+        if creator.source == PLATFORM_SOURCE:
+            return True
         if creator.source == user.source:
             return same_release_ok
         return creator.source in self.ancestors(user.source)
