@@ -93,3 +93,39 @@ def test_the_committed_ha_example_backs_up_every_control_plane() -> None:
     clusters = {line for r in installs.values() for line in r.inputs["stdin"].splitlines()
                 if line.startswith("initial_cluster=")}
     assert len(clusters) == 1 and all(f"{p}=https://" in next(iter(clusters)) for p in planes)
+
+
+S3 = {"endpoint": "https://s3.example.com", "bucket": "lab-backups", "prefix": "lab-a/etcd/"}
+S3_SECRETS = ["etcdBackupS3AccessKeyId", "etcdBackupS3SecretAccessKey", "etcdBackupEncryptionKey"]
+
+
+def test_s3_installs_the_client_with_its_secrets_before_each_backup() -> None:
+    """etcdBackup.s3: one client step per control plane, its config (credentials, key) a secret, the
+    backup after it; every member's cron entry its own offset (staggered, not all in one minute)."""
+    values, secret_keys = stack_config_with("lab", hosts=json.dumps(HA_HOSTS),
+                                            controlPlaneEndpoint="k8s-api.lab.example:6443",
+                                            etcdBackup=json.dumps({"s3": S3}))
+    values.update({f"gpu-cluster:{k}": "[secret]" for k in S3_SECRETS})
+    plan = program.run("lab", config=(values, [*secret_keys, *(f"gpu-cluster:{k}" for k in S3_SECRETS)]))
+    installs = _installs(plan)
+    clients = {r.name.removesuffix("-etcd-backup-s3-install"): r for r in plan.of_type(COMMAND)
+               if r.name.endswith("-etcd-backup-s3-install")}
+    assert sorted(clients) == sorted(installs) == ["cp-1", "cp-2", "cp-3"]
+    for name, client in clients.items():
+        assert client.inputs["stdin"] == program.SECRET_MARKER
+        assert client.inputs["logging"] == "none"
+        assert client.urn in installs[name].dependencies
+        assert "gpu-cluster-etcd-s3 check" in client.inputs["create"]
+        assert "${ETCD_BACKUP_S3_CLIENT-/usr/local/sbin/gpu-cluster-etcd-s3}" in installs[name].inputs["create"]
+    entries = {name: next(line for line in r.inputs["create"].splitlines() if line.startswith("23 */6 * * * root"))
+               for name, r in installs.items()}
+    assert entries["cp-1"].startswith("23 */6 * * * root flock -n ")
+    assert entries["cp-2"].startswith(f"23 */6 * * * root sleep {etcd_backup.STAGGER_SECONDS} && flock -n ")
+    assert entries["cp-3"].startswith(f"23 */6 * * * root sleep {2 * etcd_backup.STAGGER_SECONDS} && flock -n ")
+    assert plan.outputs["etcdBackup"]["s3"] == "https://s3.example.com/lab-backups/lab-a/etcd/ (encrypted)"
+
+
+def test_without_s3_no_client_and_no_upload() -> None:
+    plan = program.run("lab")
+    assert not [r for r in plan.of_type(COMMAND) if r.name.endswith("-etcd-backup-s3-install")]
+    assert "s3_client=${ETCD_BACKUP_S3_CLIENT-''}" in _installs(plan)["cp-1"].inputs["create"]
