@@ -45,8 +45,9 @@ def client_config(s3: EtcdBackupS3Config, node: str, secrets: Mapping[str, str])
     return json.dumps({
         "endpoint": s3.endpoint, "bucket": s3.bucket, "prefix": s3.prefix, "region": s3.region, "node": node,
         "retain": s3.retain, "retainDays": s3.retain_days,
-        "accessKeyId": secrets[ACCESS_KEY_ID], "secretAccessKey": secrets[SECRET_ACCESS_KEY],
-        "encryptionKey": secrets[ENCRYPTION_KEY],
+        "accessKeyId": secrets[ACCESS_KEY_ID].strip(), "secretAccessKey": secrets[SECRET_ACCESS_KEY].strip(),
+        # Without the newline `pulumi config set ... < file` may keep: the same passphrase a person types.
+        "encryptionKey": secrets[ENCRYPTION_KEY].strip(),
     }, indent=2) + "\n"
 
 
