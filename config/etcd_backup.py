@@ -44,7 +44,8 @@ class EtcdBackupConfig(Model):
     copy_to_shared: bool = Field(
         default=True,
         description="With storage.provision: also copy each snapshot of the first control plane to "
-                    "<storage.exportPath>/etcd-backups (root only, but readable by root on every node that mounts the export).",
+                    "<storage.exportPath>-etcd-backups, beside the export (not in it) and exported to the control "
+                    "planes only; on the same host as the export, so not an off-host copy (etcdBackup.s3 is).",
     )
 
     s3: EtcdBackupS3Config | None = Field(

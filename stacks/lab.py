@@ -80,6 +80,12 @@ def etcd_backup_settings(cfg: LabStack, host: Host) -> EtcdBackupSettings | None
                               s3=backup.s3 is not None, member_index=cfg.control_planes.index(host))
 
 
+def nfs_backup_dir(cfg: LabStack) -> str:
+    """The etcd snapshots' shared copy on the provisioned NFS server ("": none), which it exports to
+    the control planes only (beside storage.exportPath, not in it: etcd_backup.shared_dir)."""
+    return shared_dir(cfg.storage.export_path) if cfg.etcd_backup.enabled and cfg.etcd_backup.copy_to_shared else ""
+
+
 def etcd_backups(cfg: LabStack, cp: ControlPlane, joins: dict[str, NodeJoin], key: pulumi.Output[str],
                  s3_secrets: dict[str, pulumi.Output[str]]) -> object:
     """etcdBackup: the snapshot job on every control plane, once its etcd runs (with etcdBackup.s3,
@@ -218,7 +224,9 @@ def build(cfg: LabStack, secrets: StackSecrets) -> dict[str, object]:
             NfsSharedStorageArgs(
                 namespace=namespace, server=server, share=share, size=st.size, charts=cfg.chart_source,
                 provision=NfsServerArgs(connection=cp.connection, clients=tuple(str(h.address) for h in cfg.hosts),
-                                        after=prep[first.name].done) if st.provision else None,
+                                        after=prep[first.name].done, backup_dir=nfs_backup_dir(cfg),
+                                        backup_clients=tuple(str(h.address) for h in cfg.control_planes))
+                if st.provision else None,
             ),
             opts=pulumi.ResourceOptions(provider=cp.provider, depends_on=[cni]),
         )

@@ -188,4 +188,7 @@ def _latest(stdout: str | None) -> dict[str, object]:
 
 
 def shared_dir(export_path: str) -> str:
-    return f"{export_path}/{SHARED_SUBDIR}"
+    """The shared copy: beside storage.exportPath (/srv/gpu-cluster/shared-etcd-backups), not in it,
+    so that the export every node mounts read-write as root does not hold the snapshots; the NFS
+    server exports it to the control planes only (nfs_storage.NfsServerArgs.backup_dir)."""
+    return f"{export_path.rstrip('/')}-{SHARED_SUBDIR}"
