@@ -78,8 +78,9 @@ class EtcdBackupS3(pulumi.ComponentResource):
     def __init__(self, name: str, args: EtcdBackupS3Args, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gpucluster:lab:EtcdBackupS3", name, None, opts)
         keys = (ACCESS_KEY_ID, SECRET_ACCESS_KEY, ENCRYPTION_KEY)
-        config = pulumi.Output.secret(pulumi.Output.all(*(args.secrets[k] for k in keys)).apply(
-            lambda values: client_config(args.s3, args.node, dict(zip(keys, values, strict=True)))))
+        values: pulumi.Output[list[str]] = pulumi.Output.all(*(args.secrets[k] for k in keys))
+        config: pulumi.Output[str] = pulumi.Output.secret(values.apply(
+            lambda given: client_config(args.s3, args.node, dict(zip(keys, given, strict=True)))))
         self.install = remote.Command(
             f"{name}-install",
             connection=args.connection,
