@@ -115,14 +115,15 @@ def s3_secret_problems(s3: EtcdBackupS3Config | None, enabled: bool, secrets: fr
             for key in SECRETS if key in secrets]
 
 
-def single_copy_warning(enabled: bool, s3: EtcdBackupS3Config | None, control_planes: list[str]) -> str | None:
+def single_copy_warning(enabled: bool, s3: EtcdBackupS3Config | None, control_planes: list[str],
+                        shared_copy: bool = True) -> str | None:
     """render's warning for one control plane without etcdBackup.s3: every copy of etcd is on that
     host (the shared copy too: its NFS export is served by the same host), so one lost disk loses
     the cluster."""
     if len(control_planes) != 1 or (enabled and s3 is not None):
         return None
     only = control_planes[0]
-    kept = ("etcdBackup is off: no snapshot is taken at all" if not enabled else
-            f"every etcd snapshot stays on {only} (the NFS shared copy is served by {only} too, so it is not a copy)")
+    shared = f" (the NFS shared copy is served by {only} too, so it is not a copy)" if shared_copy else ""
+    kept = "etcdBackup is off: no snapshot is taken at all" if not enabled else f"every etcd snapshot stays on {only}{shared}"
     return (f"one control plane ({only}) and no off-host copy of etcd: {kept}; losing that host's disk loses every "
             "object of the cluster. Set etcdBackup.s3 (docs/operations/etcd-backup.md#off-the-host-an-s3-bucket)")

@@ -93,7 +93,9 @@ def _etcd_copy_warning(cfg: object) -> str | None:
     """A lab with one control plane and no etcdBackup.s3 (config/etcd_backup_s3.py)."""
     if not isinstance(cfg, LabStack):
         return None
-    return single_copy_warning(cfg.etcd_backup.enabled, cfg.etcd_backup.s3, [h.name for h in cfg.control_planes])
+    backup = cfg.etcd_backup
+    return single_copy_warning(backup.enabled, backup.s3, [h.name for h in cfg.control_planes],
+                               shared_copy=backup.copy_to_shared and cfg.storage.provision)
 
 
 def _urn_name(urn: str) -> str:

@@ -39,6 +39,12 @@ def test_one_control_plane_without_s3_is_said_in_the_plan(monkeypatch: pytest.Mo
     assert "## Warnings" in summary and "no off-host copy of etcd" in summary
 
 
+def test_without_a_provisioned_export_there_is_no_shared_copy_to_mention(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rc, (line,), _ = _render(monkeypatch, tmp_path, capsys, etcdBackup={"copyToShared": False})
+    assert rc == 0 and "every etcd snapshot stays on cp-1;" in line and "NFS" not in line
+
+
 def test_etcd_backup_off_is_said_too(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
                                      capsys: pytest.CaptureFixture[str]) -> None:
     _, (line,), _ = _render(monkeypatch, tmp_path, capsys, etcdBackup={"enabled": False})
