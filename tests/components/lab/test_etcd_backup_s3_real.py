@@ -141,6 +141,9 @@ def test_upload_sends_ciphertext_that_lists_under_the_prefix(host: RehearsalHost
                             capture_output=True, text=True, timeout=60, check=False)
     assert status.returncode != 0, "the object in the bucket reads as an etcd snapshot"
     assert not list(host.backups.glob(".*.part")), "the encrypted copy was left on the host"
+    metrics = (host.textfiles / "etcd_backup.prom").read_text()
+    uploaded = int((host.backups / ".s3-last-upload").stat().st_mtime)
+    assert f'etcd_backup_s3_last_upload_timestamp_seconds{{etcd_member="cp-1"}} {uploaded}\n' in metrics
 
 
 def test_retention_deletes_only_this_members_own_old_objects(host: RehearsalHost, endpoint: str) -> None:
@@ -185,7 +188,11 @@ def test_a_failed_upload_fails_the_run_and_keeps_the_local_snapshot(host: Rehear
     assert result.returncode != 0 and "gpu-cluster-etcd-s3: PUT" in result.stderr, result.stderr
     after = sorted(host.backups.glob(f"etcd-{NODE}-*.db"))
     assert len(after) == len(before) + 1  # kept on the host
-    assert 'etcd_backup_last_run_success{etcd_member="cp-1"} 0' in (host.textfiles / "etcd_backup.prom").read_text()
+    metrics = (host.textfiles / "etcd_backup.prom").read_text()
+    assert 'etcd_backup_last_run_success{etcd_member="cp-1"} 0' in metrics
+    uploaded = int((host.backups / ".s3-last-upload").stat().st_mtime)  # the earlier test's upload, unchanged
+    assert f'etcd_backup_s3_last_upload_timestamp_seconds{{etcd_member="cp-1"}} {uploaded}\n' in metrics
+    assert uploaded < int(after[-1].stat().st_mtime)
 
 
 def test_no_snapshot_without_room_for_one_more(host: RehearsalHost, endpoint: str) -> None:

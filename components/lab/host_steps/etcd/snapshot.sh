@@ -4,7 +4,8 @@
 # checked with `etcdutl snapshot status`, kept as etcd-<node>-<UTC time>.db (0600, root), copied to
 # the shared directory when there is one, the oldest of its own files beyond the retention deleted
 # (only names of that exact pattern: nothing else in the directories is touched), and the node-exporter
-# textfile metrics written (etcd_backup_*: the newest snapshot's time and size, the last run's result).
+# textfile metrics written (etcd_backup_*: the newest snapshot's time and size, the last run's result,
+# with S3 the last upload's time).
 # Before it starts, a free-space guard: no snapshot when the backup directory's disk lacks room for
 # one more (as large as the newest or as etcd's database file, twice with the encrypted copy for S3)
 # and __RESERVE_BYTES__ besides. With etcdBackup.s3, the snapshot is then encrypted and uploaded
@@ -49,7 +50,7 @@ prune() {
 
 # write_metrics STATUS: the textfile collector's file, replaced in one rename.
 write_metrics() {
-  local newest time=0 size=0 ok=0 tmp
+  local newest time=0 size=0 ok=0 tmp uploaded=0
   newest=$(own_files "$backup_dir" | tail -n 1)
   if [ -n "$newest" ]; then
     time=$(stat -c %Y "$backup_dir/$newest")
@@ -57,6 +58,9 @@ write_metrics() {
   fi
   if [ "$1" -eq 0 ]; then
     ok=1
+  fi
+  if [ -f "$backup_dir/.s3-last-upload" ]; then
+    uploaded=$(stat -c %Y "$backup_dir/.s3-last-upload")
   fi
   install -d -m 0755 "$textfile_dir"
   tmp=$(mktemp "$textfile_dir/.etcd_backup.prom.XXXXXX")
@@ -71,6 +75,13 @@ etcd_backup_last_size_bytes{etcd_member="$node"} $size
 # TYPE etcd_backup_last_run_success gauge
 etcd_backup_last_run_success{etcd_member="$node"} $ok
 METRICS
+  if [ -n "$s3_client" ]; then
+    cat >>"$tmp" <<METRICS
+# HELP etcd_backup_s3_last_upload_timestamp_seconds When this member last uploaded a snapshot to etcdBackup.s3 (0: never).
+# TYPE etcd_backup_s3_last_upload_timestamp_seconds gauge
+etcd_backup_s3_last_upload_timestamp_seconds{etcd_member="$node"} $uploaded
+METRICS
+  fi
   chmod 0644 "$tmp"
   mv -f "$tmp" "$textfile_dir/etcd_backup.prom"
 }
@@ -122,4 +133,5 @@ if [ -n "$shared_dir" ]; then
 fi
 if [ -n "$s3_client" ]; then
   "$s3_client" upload "$backup_dir/$name"
+  touch "$backup_dir/.s3-last-upload"
 fi
