@@ -117,7 +117,20 @@ KUEUE = ToolchainComponent(
     source="versions.KUEUE_IMAGE_TAG: the manager image the program installs, from its own module",
 )
 
-COMPONENTS = (KUBERNETES, ETCD, KWOK, PULUMI, PULUMI_LANGUAGE_PYTHON, PULUMI_KUBERNETES, KUEUE)
+# An S3-compatible server for the tests of etcdBackup.s3 (upload, list, retention, download of the
+# encrypted snapshots): a real server speaking S3's REST API with SigV4, built from its module. MinIO
+# is not served by the proxy (docs/toolchain.md); gofakes3's tag v1.2.0 is. Only a test runs it, on
+# 127.0.0.1 (its -host default, :9000, would bind every interface).
+GOFAKES3 = ToolchainComponent(
+    name="gofakes3",
+    version="v1.2.0",
+    module="github.com/johannesboyne/gofakes3",
+    module_version="v1.2.0",
+    binaries=("gofakes3",),
+    source="github.com/johannesboyne/gofakes3's tag v1.2.0: a test server, not installed on any host",
+)
+
+COMPONENTS = (KUBERNETES, ETCD, KWOK, PULUMI, PULUMI_LANGUAGE_PYTHON, PULUMI_KUBERNETES, KUEUE, GOFAKES3)
 
 
 def cache_root() -> Path:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
 import pulumi
@@ -29,6 +29,7 @@ from pydantic import TypeAdapter, ValidationError
 from config.addons import Addons, Platform
 from config.dev import DevStack
 from config.errors import NAMESPACE, ConfigError, Problems, describe, key_path
+from config.etcd_backup_s3 import SECRETS as ETCD_BACKUP_SECRETS
 from config.gke import GkeStack
 from config.lab import LabStack
 from config.wandb import API_KEY as WANDB_API_KEY
@@ -49,8 +50,9 @@ _STACK_KEYS = {platform: stack_type.keys() for platform, stack_type in STACK_TYP
 
 # Top-level keys holding secrets: read with get_secret, never parsed into the model. Most belong
 # to one platform; the W&B API key (wandb.enabled) to every one.
-SECRET_KEYS = ("sshPrivateKey", "kubeconfig", WANDB_API_KEY)
-_SECRET_PLATFORM = {"sshPrivateKey": Platform.LAB, "kubeconfig": Platform.DEV}
+SECRET_KEYS = ("sshPrivateKey", "kubeconfig", WANDB_API_KEY, *ETCD_BACKUP_SECRETS)
+_SECRET_PLATFORM = {"sshPrivateKey": Platform.LAB, "kubeconfig": Platform.DEV,
+                    **dict.fromkeys(ETCD_BACKUP_SECRETS, Platform.LAB)}
 
 # The Google Cloud provider's keys gke reads (gke.GkeStack.project, .region); other platforms
 # leave the gcp: namespace alone.
@@ -64,6 +66,8 @@ class StackSecrets:
     ssh_private_key: pulumi.Output[str] | None = None
     kubeconfig: pulumi.Output[str] | None = None
     wandb_api_key: pulumi.Output[str] | None = None
+    # etcdBackup.s3 (lab): by key name (config/etcd_backup_s3.py SECRETS)
+    etcd_backup: dict[str, pulumi.Output[str]] = field(default_factory=dict)
 
 
 def parse(raw: Mapping[str, Any], secret_keys: Iterable[str] = frozenset()) -> StackConfig:
@@ -205,5 +209,7 @@ def load(config: pulumi.Config | None = None) -> tuple[StackConfig, StackSecrets
         ssh_private_key=config.get_secret("sshPrivateKey") if "sshPrivateKey" in secret_keys else None,
         kubeconfig=config.get_secret("kubeconfig") if "kubeconfig" in secret_keys else None,
         wandb_api_key=config.get_secret(WANDB_API_KEY) if WANDB_API_KEY in secret_keys else None,
+        etcd_backup={key: value for key in ETCD_BACKUP_SECRETS if key in secret_keys
+                     and (value := config.get_secret(key)) is not None},
     )
     return cfg, secrets

@@ -55,6 +55,9 @@ DOC_PAGES: dict[str, str] = {
     "hardening": "docs/security/hardening.md",
     "allowRebuild": "docs/operations/rebuilding.md#rebuilding-on-purpose",
     "etcdBackup": "docs/operations/etcd-backup.md",
+    "etcdBackupS3AccessKeyId": "docs/operations/etcd-backup.md#off-the-host-an-s3-bucket",
+    "etcdBackupS3SecretAccessKey": "docs/operations/etcd-backup.md#off-the-host-an-s3-bucket",
+    "etcdBackupEncryptionKey": "docs/operations/etcd-backup.md#off-the-host-an-s3-bucket",
     # dev
     "kubeContext": "docs/getting-started/dev.md",
     "kubeconfig": "docs/getting-started/dev.md",

@@ -15,6 +15,7 @@ from pydantic import Field, field_validator
 
 from config.cron import check_cron
 from config.errors import Problems
+from config.etcd_backup_s3 import EtcdBackupS3Config
 from config.fields import Model, check_abs_path, host_dir_problem, volatile_dir_problem
 
 # How far ahead the schedule's runs are read to find its longest gap: a year and a bit (a schedule
@@ -43,7 +44,15 @@ class EtcdBackupConfig(Model):
     copy_to_shared: bool = Field(
         default=True,
         description="With storage.provision: also copy each snapshot of the first control plane to "
-                    "<storage.exportPath>/etcd-backups (root only, but readable by root on every node that mounts the export).",
+                    "<storage.exportPath>-etcd-backups, beside the export (not in it) and exported to the control "
+                    "planes only; on the same host as the export, so not an off-host copy (etcdBackup.s3 is).",
+    )
+
+    s3: EtcdBackupS3Config | None = Field(
+        default=None,
+        description="Ship every snapshot of every control plane, encrypted on the host, to an S3-compatible bucket: "
+                    "{endpoint, bucket, prefix, region, retain, retainDays}; the credentials and the encryption key are "
+                    "the secrets etcdBackupS3AccessKeyId, etcdBackupS3SecretAccessKey, etcdBackupEncryptionKey.",
     )
 
     _schedule = field_validator("schedule")(classmethod(lambda cls, v: check_cron(v)))

@@ -40,6 +40,7 @@ from config.control_planes import (
 )
 from config.errors import Problems
 from config.etcd_backup import EtcdBackupConfig, etcd_backup_problems
+from config.etcd_backup_s3 import s3_secret_problems
 from config.fields import (
     APT_VERSION,
     empty_to_none,
@@ -282,6 +283,7 @@ class LabStack(Addons):
         problems += lab_roce_interface_problems(self.network.roce, self.kube_vip, self.control_planes)
         problems += inert_lab_problems(self, self.hosts, self.nvidia_driver, self.storage)
         problems += etcd_backup_problems(self.etcd_backup, self.storage.export_path if self.storage.provision else None)
+        problems += s3_secret_problems(self.etcd_backup.s3, self.etcd_backup.enabled, secrets)
         return problems
 
     def roce_interface_warning(self) -> str | None:

@@ -46,6 +46,11 @@ SECRETS: dict[str, tuple[tuple[Platform, ...], str]] = {
     "kubeconfig": ((Platform.DEV,), "A kubeconfig of the existing cluster, instead of kubeContext (refused beside it)."),
     "wandbApiKey": (tuple(Platform), "The W&B API key of the launch agent (wandb.enabled); it becomes a Kubernetes "
                                      "Secret, never in values, outputs or the offline plan."),
+    "etcdBackupS3AccessKeyId": ((Platform.LAB,), "The access key id for etcdBackup.s3 (docs/operations/etcd-backup.md)."),
+    "etcdBackupS3SecretAccessKey": ((Platform.LAB,), "The secret access key for etcdBackup.s3."),
+    "etcdBackupEncryptionKey": ((Platform.LAB,), "The passphrase every snapshot is encrypted with on the host before "
+                                                 "it goes to etcdBackup.s3 (openssl enc, AES-256-CBC, PBKDF2); keep a "
+                                                 "copy off the cluster."),
 }
 
 

@@ -76,7 +76,8 @@ from typing import TYPE_CHECKING, Any
 
 import render.job_question as job_question
 from components.lab import etcd_backup
-from config import ConfigError
+from config import ConfigError, LabStack
+from config.etcd_backup_s3 import single_copy_warning
 from config.queue_flavors import topology_warnings
 from render import cluster, out_dir, program, summary, update, update_encryption, update_risks, update_teams, yaml_text
 
@@ -86,6 +87,15 @@ if TYPE_CHECKING:
 # Releases, charts, kustomize directories and manifest files are bundles the provider expands,
 # not objects themselves.
 NOT_OBJECTS = ("kubernetes:helm.sh/", "pulumi:providers:", "kubernetes:kustomize/", "kubernetes:yaml/")
+
+
+def _etcd_copy_warning(cfg: object) -> str | None:
+    """A lab with one control plane and no etcdBackup.s3 (config/etcd_backup_s3.py)."""
+    if not isinstance(cfg, LabStack):
+        return None
+    backup = cfg.etcd_backup
+    return single_copy_warning(backup.enabled, backup.s3, [h.name for h in cfg.control_planes],
+                               shared_copy=backup.copy_to_shared and cfg.storage.provision)
 
 
 def _urn_name(urn: str) -> str:
@@ -277,7 +287,8 @@ def main(argv: list[str] | None = None) -> int:
         return failed(2, "**No: bad --job**", str(err))
     # Warnings do not change the exit status: the stack comes up, only not as the program means it.
     warnings = [w for w in [plan.config.unenforced_warning(), *plan.config.reservation_warnings(),
-                            *topology_warnings(plan.config), plan.config.roce_interface_warning()] if w]
+                            *topology_warnings(plan.config), plan.config.roce_interface_warning(),
+                            _etcd_copy_warning(plan.config)] if w]
     try:
         write(plan, out, report, changes.markdown() if changes else "", warnings,
               update_refused=bool(changes is not None and changes.refused))

@@ -21,6 +21,7 @@ from components.lab import ssh
 from components.lab.certificates import check_period
 from components.lab.control_plane import ControlPlane, ControlPlaneArgs
 from components.lab.etcd_backup import EtcdBackup, EtcdBackupArgs, EtcdBackupSettings, shared_dir
+from components.lab.etcd_backup_s3 import EtcdBackupS3, EtcdBackupS3Args
 from components.lab.etcd_defrag import EtcdDefrag, EtcdDefragArgs, EtcdDefragSettings
 from components.lab.hardening_files import ControlPlaneFiles, ControlPlaneFilesArgs
 from components.lab.kubeadm import KubeadmSettings
@@ -75,11 +76,20 @@ def etcd_backup_settings(cfg: LabStack, host: Host) -> EtcdBackupSettings | None
     return EtcdBackupSettings(node=host.name, schedule=backup.schedule, retain=backup.retain,
                               host_path=backup.host_path, kubernetes_minor=cfg.kubernetes_minor,
                               members=cfg.control_planes,
-                              shared_dir=shared_dir(cfg.storage.export_path) if shared else None)
+                              shared_dir=shared_dir(cfg.storage.export_path) if shared else None,
+                              s3=backup.s3 is not None, member_index=cfg.control_planes.index(host))
 
 
-def etcd_backups(cfg: LabStack, cp: ControlPlane, joins: dict[str, NodeJoin], key: pulumi.Output[str]) -> object:
-    """etcdBackup: the snapshot job on every control plane, once its etcd runs; the stack output."""
+def nfs_backup_dir(cfg: LabStack) -> str:
+    """The etcd snapshots' shared copy on the provisioned NFS server ("": none), which it exports to
+    the control planes only (beside storage.exportPath, not in it: etcd_backup.shared_dir)."""
+    return shared_dir(cfg.storage.export_path) if cfg.etcd_backup.enabled and cfg.etcd_backup.copy_to_shared else ""
+
+
+def etcd_backups(cfg: LabStack, cp: ControlPlane, joins: dict[str, NodeJoin], key: pulumi.Output[str],
+                 s3_secrets: dict[str, pulumi.Output[str]]) -> object:
+    """etcdBackup: the snapshot job on every control plane, once its etcd runs (with etcdBackup.s3,
+    after the S3 client is installed); the stack output."""
     latest = []
     for h in cfg.control_planes:
         settings = etcd_backup_settings(cfg, h)
@@ -87,12 +97,17 @@ def etcd_backups(cfg: LabStack, cp: ControlPlane, joins: dict[str, NodeJoin], ke
             return "off: etcdBackup.enabled is false"
         connection = cp.connection if h is cp.host else ssh.connection(h, key, cfg.bastion)
         after = [cp.init if h is cp.host else joins[h.name].ready]
+        if cfg.etcd_backup.s3 is not None:
+            s3 = EtcdBackupS3(f"{h.name}-etcd-backup-s3", EtcdBackupS3Args(
+                cfg.etcd_backup.s3, h.name, str(h.address), s3_secrets, connection, after))
+            after = [*after, s3.install]
         latest.append(EtcdBackup(f"{h.name}-etcd-backup", EtcdBackupArgs(settings, connection, after)).latest)
     b = cfg.etcd_backup
     return {"schedule": b.schedule, "retain": b.retain, "hostPath": b.host_path,
             "restore": "hosts/<control plane>/etcd-restore.sh (python -m render); docs/operations/etcd-backup.md",
             # The snapshot each install step took, as of `pulumi up`; the live view is the metric.
-            "latestAtUp": pulumi.Output.all(*latest)}
+            "latestAtUp": pulumi.Output.all(*latest),
+            **({"s3": f"{b.s3.endpoint}/{b.s3.bucket}/{b.s3.prefix} (encrypted)"} if b.s3 else {})}
 
 
 def etcd_defrags(cfg: LabStack, cp: ControlPlane, joins: dict[str, NodeJoin], key: pulumi.Output[str]) -> None:
@@ -209,7 +224,9 @@ def build(cfg: LabStack, secrets: StackSecrets) -> dict[str, object]:
             NfsSharedStorageArgs(
                 namespace=namespace, server=server, share=share, size=st.size, charts=cfg.chart_source,
                 provision=NfsServerArgs(connection=cp.connection, clients=tuple(str(h.address) for h in cfg.hosts),
-                                        after=prep[first.name].done) if st.provision else None,
+                                        after=prep[first.name].done, backup_dir=nfs_backup_dir(cfg),
+                                        backup_clients=tuple(str(h.address) for h in cfg.control_planes))
+                if st.provision else None,
             ),
             opts=pulumi.ResourceOptions(provider=cp.provider, depends_on=[cni]),
         )
@@ -249,5 +266,6 @@ def build(cfg: LabStack, secrets: StackSecrets) -> dict[str, object]:
         ),
         # On the first control plane: the etcd snapshot taken before the last kubeadm upgrade apply.
         "etcdSnapshot": cp.etcd_snapshot.apply(lambda path: {"host": first.name, "path": path} if path else None),
-        "etcdBackup": etcd_backups(cfg, cp, {h.name: j for h, j in zip(members, joins, strict=True)}, key),
+        "etcdBackup": etcd_backups(cfg, cp, {h.name: j for h, j in zip(members, joins, strict=True)}, key,
+                                   secrets.etcd_backup),
     }

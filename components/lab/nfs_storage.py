@@ -37,6 +37,10 @@ class NfsServerArgs:
     # What must be done on that host first (its NodePrep.done): the server's apt-get must not race
     # node prep, and on destroy the export goes before the host's packages.
     after: list[pulumi.Resource] = field(default_factory=list)
+    # The etcd snapshots' shared copy (etcd_backup.shared_dir: beside the export, not in it), exported
+    # to the control planes only; "" for none.
+    backup_dir: str = ""
+    backup_clients: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -86,7 +90,8 @@ class NfsSharedStorage(pulumi.ComponentResource):
             ready.append(remote.Command(
                 f"{name}-nfs-server",
                 connection=server.connection,
-                create=scripts.as_root(scripts.nfs_server(args.share, list(server.clients))),
+                create=scripts.as_root(scripts.nfs_server(args.share, list(server.clients), server.backup_dir,
+                                                          server.backup_clients)),
                 delete=scripts.as_root(scripts.nfs_server_delete(args.share)),
                 triggers=[args.share, *server.clients],
                 # Delete first: the old delete would otherwise remove the export (and maybe

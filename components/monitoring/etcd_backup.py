@@ -11,6 +11,7 @@ Metrics, one series per control plane (label etcd_member, the node name):
   etcd_backup_last_success_timestamp_seconds  the newest snapshot's time (0: none yet)
   etcd_backup_last_size_bytes                 its size
   etcd_backup_last_run_success                1 if the last run succeeded, else 0
+  etcd_backup_s3_last_upload_timestamp_seconds  with etcdBackup.s3: the last upload's time (0: none yet)
 """
 
 from __future__ import annotations
@@ -24,8 +25,10 @@ GROUP = "gpu-cluster.etcd-backup"
 LAST_SUCCESS = "etcd_backup_last_success_timestamp_seconds"
 LAST_SIZE = "etcd_backup_last_size_bytes"
 LAST_RUN_OK = "etcd_backup_last_run_success"
+LAST_UPLOAD = "etcd_backup_s3_last_upload_timestamp_seconds"  # with etcdBackup.s3 only
 TOO_OLD_ALERT = "EtcdBackupTooOld"
 MISSING_ALERT = "EtcdBackupMissing"
+S3_TOO_OLD_ALERT = "EtcdBackupS3TooOld"
 # The chart's default node-exporter arguments (values.yaml prometheus-node-exporter.extraArgs).
 _CHART_NODE_EXPORTER_ARGS = (
     "--collector.filesystem.mount-points-exclude=^/(dev|proc|sys|run/containerd/.+|var/lib/docker/.+|var/lib/kubelet/.+)($|/)",
@@ -66,5 +69,14 @@ def rule_group(interval_seconds: int) -> dict[str, Any]:
             "Fewer control planes report etcd backup metrics than there are control planes, for "
             f"{_duration(limit)}: a backup job is not installed, or node-exporter does not read "
             f"{NODE_EXPORTER_TEXTFILE_DIR}.",
+        ),
+        _alert(
+            S3_TOO_OLD_ALERT,
+            # Only members with etcdBackup.s3 have the series; 0 (never uploaded) counts as very old.
+            f"time() - {LAST_UPLOAD} > {limit}",
+            "10m", "warning",
+            "A control plane's newest etcd snapshot in the S3 bucket is too old",
+            "{{ $labels.etcd_member }} last uploaded an etcd snapshot to etcdBackup.s3 {{ $value | humanizeDuration }} "
+            f"ago, more than twice the schedule's interval ({_duration(limit)}): the off-host copy is stale.",
         ),
     ]}

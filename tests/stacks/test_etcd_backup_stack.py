@@ -70,7 +70,7 @@ def test_every_control_plane_backs_up_and_restores_into_the_whole_cluster() -> N
         restore = install.inputs["stdin"]
         assert f"node={name}\n" in restore and f"initial_cluster={members}\n" in restore
         # Only the first control plane serves the provisioned export: only it copies there.
-        shared = "${ETCD_BACKUP_SHARED_DIR-/srv/gpu-cluster/shared/etcd-backups}"
+        shared = "${ETCD_BACKUP_SHARED_DIR-/srv/gpu-cluster/shared-etcd-backups}"
         assert (shared in install.inputs["create"]) == (name == "cp-1")
     # A joined control plane's backup waits for its join (NodeJoin.ready).
     ready = {r.urn for r in plan.resources if r.name.startswith("cp-2-") and r.type == COMMAND
@@ -93,3 +93,70 @@ def test_the_committed_ha_example_backs_up_every_control_plane() -> None:
     clusters = {line for r in installs.values() for line in r.inputs["stdin"].splitlines()
                 if line.startswith("initial_cluster=")}
     assert len(clusters) == 1 and all(f"{p}=https://" in next(iter(clusters)) for p in planes)
+
+
+S3 = {"endpoint": "https://s3.example.com", "bucket": "lab-backups", "prefix": "lab-a/etcd/"}
+S3_SECRETS = ["etcdBackupS3AccessKeyId", "etcdBackupS3SecretAccessKey", "etcdBackupEncryptionKey"]
+
+
+def test_s3_installs_the_client_with_its_secrets_before_each_backup() -> None:
+    """etcdBackup.s3: one client step per control plane, its config (credentials, key) a secret, the
+    backup after it; every member's cron entry its own offset (staggered, not all in one minute)."""
+    values, secret_keys = stack_config_with("lab", hosts=json.dumps(HA_HOSTS),
+                                            controlPlaneEndpoint="k8s-api.lab.example:6443",
+                                            etcdBackup=json.dumps({"s3": S3}))
+    values.update({f"gpu-cluster:{k}": "[secret]" for k in S3_SECRETS})
+    plan = program.run("lab", config=(values, [*secret_keys, *(f"gpu-cluster:{k}" for k in S3_SECRETS)]))
+    installs = _installs(plan)
+    clients = {r.name.removesuffix("-etcd-backup-s3-install"): r for r in plan.of_type(COMMAND)
+               if r.name.endswith("-etcd-backup-s3-install")}
+    assert sorted(clients) == sorted(installs) == ["cp-1", "cp-2", "cp-3"]
+    for name, client in clients.items():
+        assert client.inputs["stdin"] == program.SECRET_MARKER
+        assert client.inputs["logging"] == "none"
+        assert client.urn in installs[name].dependencies
+        assert "gpu-cluster-etcd-s3 check" in client.inputs["create"]
+        assert "${ETCD_BACKUP_S3_CLIENT-/usr/local/sbin/gpu-cluster-etcd-s3}" in installs[name].inputs["create"]
+    entries = {name: next(line for line in r.inputs["create"].splitlines() if line.startswith("23 */6 * * * root"))
+               for name, r in installs.items()}
+    assert entries["cp-1"].startswith("23 */6 * * * root flock -n ")
+    assert entries["cp-2"].startswith(f"23 */6 * * * root sleep {etcd_backup.STAGGER_SECONDS} && flock -n ")
+    assert entries["cp-3"].startswith(f"23 */6 * * * root sleep {2 * etcd_backup.STAGGER_SECONDS} && flock -n ")
+    assert plan.outputs["etcdBackup"]["s3"] == "https://s3.example.com/lab-backups/lab-a/etcd/ (encrypted)"
+
+
+def test_without_s3_no_client_and_no_upload() -> None:
+    plan = program.run("lab")
+    assert not [r for r in plan.of_type(COMMAND) if r.name.endswith("-etcd-backup-s3-install")]
+    assert "s3_client=${ETCD_BACKUP_S3_CLIENT-''}" in _installs(plan)["cp-1"].inputs["create"]
+
+
+def _exports(create: str) -> dict[str, set[str]]:
+    """The exports file the NFS server step writes (exports(5): `path client(options) ...`): path ->
+    the client addresses allowed to mount it, and with it every folder below it."""
+    body = create.split("/etc/exports.d/gpu-cluster.exports 0644 <<'EOF'; then\n", 1)[1].split("\nEOF\n", 1)[0]
+    out: dict[str, set[str]] = {}
+    for line in body.splitlines():
+        path, *clients = line.split()
+        out[path] = {c.split("(", 1)[0] for c in clients}
+    return out
+
+
+def test_the_shared_snapshot_copy_is_exported_to_the_control_planes_only() -> None:
+    """storage.provision with three control planes: the export every node mounts read-write as root
+    does not hold the snapshots (a parent export opens every folder below it); their folder is a
+    sibling, exported to the control planes alone."""
+    plan = program.run("lab-ha")
+    (nfs,) = [r for r in plan.of_type(COMMAND) if r.name.endswith("-nfs-server")]
+    exports = _exports(nfs.inputs["create"])
+    values, _ = program.stack_config("lab-ha")
+    hosts = json.loads(values["gpu-cluster:hosts"])
+    planes = {h["address"] for h in hosts if h["role"] == "control-plane"}
+    snapshots = next(i for n, i in _installs(plan).items() if "SHARED_DIR-/" in i.inputs["create"])
+    shared = snapshots.inputs["create"].split("${ETCD_BACKUP_SHARED_DIR-", 1)[1].split("}", 1)[0]
+    assert exports["/srv/gpu-cluster/shared"] == {h["address"] for h in hosts}
+    assert exports[shared] == planes
+    for path, clients in exports.items():
+        if shared == path or shared.startswith(path.rstrip("/") + "/"):
+            assert clients <= planes, f"{path} opens the snapshots to {clients - planes}"
+    assert "mv -n -t" in nfs.inputs["create"]  # the old copy inside the export is moved out

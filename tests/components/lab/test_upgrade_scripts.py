@@ -184,7 +184,7 @@ def test_control_plane_upgrade_snapshots_etcd_then_applies_then_drains_for_the_k
 
     # Kept on the host, root only; the part file is gone; the path is reported for the stack output.
     kept = sim.path(snapshot)
-    assert kept.read_text().startswith("fake etcd snapshot")
+    assert kept.read_bytes().startswith(b"fake etcd snapshot")
     assert kept.stat().st_mode & 0o777 == 0o600 and kept.parent.stat().st_mode & 0o777 == 0o700
     assert not sim.path("/var/lib/etcd/gpu-cluster-snapshot.part").exists()
     assert f"etcd snapshot: {snapshot}" in first.stdout and f"etcd snapshot: {snapshot}" in second.stdout
@@ -257,6 +257,21 @@ def test_no_upgrade_without_a_snapshot(tmp_path):
     assert "kube-apiserver:v1.34.2" in sim.path(APISERVER).read_text()
 
 
+def test_no_upgrade_from_a_damaged_snapshot(tmp_path):
+    """The snapshot before the upgrade is checked as a restore checks it (its size and the SHA-256
+    etcdctl appends): a damaged one stops the upgrade and is not kept as the way back."""
+    sim = HostSim(tmp_path)
+    control_plane(sim)
+    run(sim, scripts.kube_packages_stage("1.34.3", "1.34", REV))
+    sim.k8s_flag("etcdSnapshotDamaged")
+    start = sim.mark()
+    result = run(sim, scripts.kubeadm_upgrade_apply("cp-1", "1.34.3", REV, 3), stdin=KUBEADM_CONFIG, rc=1)
+    assert "is damaged: the SHA-256 of its database is" in result.stderr and "not upgrading" in result.stderr
+    assert not _calls(sim.calls_since(start), "kubeadm", "upgrade", "apply")
+    assert not sim.path(f"{SNAPSHOTS}/etcd-v1.34.2-before-v1.34.3.db").exists()
+    assert not sim.path("/var/lib/etcd/gpu-cluster-snapshot.part").exists()
+
+
 def test_a_failed_apply_is_retried_without_a_second_snapshot(tmp_path):
     sim = HostSim(tmp_path)
     control_plane(sim)
@@ -267,14 +282,14 @@ def test_a_failed_apply_is_retried_without_a_second_snapshot(tmp_path):
     assert "couldn't upgrade control plane" in result.stderr  # kubeadm's log tail
     assert sim.installed()["kubelet"] == f"1.34.2-{REV}", "the kubelet waits for its control plane"
     snapshot = sim.path(f"{SNAPSHOTS}/etcd-v1.34.2-before-v1.34.3.db")
-    taken = snapshot.read_text()
+    taken = snapshot.read_bytes()
 
     sim.flag("kubeadm-upgrade-fails", False)
     start = sim.mark()
     run(sim, apply, stdin=KUBEADM_CONFIG)
     calls = sim.calls_since(start)
     assert not kubectl(calls, "exec"), "the snapshot from before the failed attempt is kept"
-    assert snapshot.read_text() == taken
+    assert snapshot.read_bytes() == taken
     assert _calls(calls, "kubeadm", "upgrade", "apply", "v1.34.3", "--yes")
     no_reset(calls)
 

@@ -95,6 +95,25 @@ def test_no_snapshot_yet_counts_as_too_old_and_missing_metrics_alert(tmp_path: P
     ])
 
 
+@needs_promtool
+def test_s3_too_old_fires_only_for_a_member_that_uploads_and_stopped(tmp_path: Path) -> None:
+    """etcdBackup.s3: cp-1 uploaded last at 1 h, cp-2 keeps uploading; a member without S3 has no series."""
+    series = [
+        {"series": f'{etcd_backup.LAST_UPLOAD}{{etcd_member="cp-1"}}', "values": "3600x1000"},
+        {"series": f'{etcd_backup.LAST_UPLOAD}{{etcd_member="cp-2"}}', "values": "0+60x1000"},
+        {"series": f'{etcd_backup.LAST_SUCCESS}{{etcd_member="cp-3"}}', "values": "0+60x1000"},
+    ]
+    alert = etcd_backup.S3_TOO_OLD_ALERT
+    _promtool_test(tmp_path, series, [
+        {"eval_time": "13h05m", "alertname": alert, "exp_alerts": []},
+        {"eval_time": "13h20m", "alertname": alert, "exp_alerts": [
+            {"exp_labels": {"severity": "warning", "etcd_member": "cp-1"}, "exp_annotations": {
+                **_annotations(alert),
+                "description": "cp-1 last uploaded an etcd snapshot to etcdBackup.s3 12h 20m 0s ago, more than twice "
+                               "the schedule's interval (12h): the off-host copy is stale."}}]},
+    ])
+
+
 def test_node_exporter_keeps_the_charts_arguments(upstream_dir: Path) -> None:
     chart_values = yaml.safe_load((_chart(upstream_dir) / "values.yaml").read_text())
     ours = etcd_backup.node_exporter_values()["extraArgs"]

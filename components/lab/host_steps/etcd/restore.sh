@@ -38,6 +38,7 @@ quorum_tries=${ETCD_RESTORE_QUORUM_TRIES:-__QUORUM_TRIES__}
 stamp=$(date -u +%Y%m%dT%H%M%SZ)
 
 # @include etcd/etcd_tool.sh
+# @include etcd/snapshot_file.sh
 
 die() {
   echo "etcd-restore: $*" >&2
@@ -183,20 +184,12 @@ snapshot_dir=$(dirname "$snapshot")
 parent=$(dirname "$data_dir")
 [ -d "$parent" ] || die "the data directory's parent $parent (from $manifest) does not exist"
 
-# Verify everything before anything is stopped. The file first: etcdctl snapshot save appends the
-# SHA-256 of the bbolt database, and etcdutl tells a snapshot with it by its size, 32 bytes past a
-# multiple of 512 (hasChecksum in etcd's etcdutl/snapshot/v3_snapshot.go; that file's restore
-# compares the two unless --skip-hash-check). A bbolt database has at least 4 pages of 4096 bytes.
+# Verify everything before anything is stopped. The file first (etcd/snapshot_file.sh): its size and
+# the SHA-256 etcdctl snapshot save appends.
+problem=$(snapshot_file_problem "$snapshot")
+[ -z "$problem" ] || refuse "$problem"
 size=$(stat -c %s -- "$snapshot")
-[ "$size" -ge $((4 * 4096 + 32)) ] \
-  || refuse "$snapshot is $size bytes: too small to be an etcd snapshot (a database of 4 pages of 4096 bytes and a 32-byte SHA-256 at least)"
-[ $((size % 512)) -eq 32 ] \
-  || refuse "$snapshot is $size bytes, not 32 past a multiple of 512: it was cut short, or it lacks the 32-byte SHA-256 that etcdctl snapshot save appends"
 expected=$(tail -c 32 -- "$snapshot" | od -An -v -tx1 | tr -d ' \n')
-actual=$(head -c $((size - 32)) -- "$snapshot" | sha256sum)
-actual=${actual%% *}
-[ "$actual" = "$expected" ] \
-  || refuse "$snapshot is damaged: the SHA-256 of its database is $actual, the one saved with it $expected"
 echo "verified $snapshot: $size bytes, its SHA-256 matches"
 etcd_tool "$version" "$snapshot_dir:ro" -- etcdutl snapshot status "$snapshot" -w table \
   || refuse "$snapshot is not a readable etcd snapshot (etcdutl snapshot status)"

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The first control plane's init step, updated (stdin: the new kubeadm config, kept for reference):
-# an etcd snapshot kept on the host, `kubeadm upgrade apply`, then this node's kubelet and kubectl,
-# drained. Prints `etcd snapshot: <path>` (the stack output etcdSnapshot).
+# an etcd snapshot (its size and SHA-256 verified) kept on the host, `kubeadm upgrade apply`, then
+# this node's kubelet and kubectl, drained. Prints `etcd snapshot: <path>` (the stack output etcdSnapshot).
 # Filled in: __NODE__, __VERSION__ (kubernetesVersion), __REVISION__ (the package revision),
 # __SNAPSHOT_DIR__ (scripts.ETCD_SNAPSHOT_DIR), __SLOT_TRIES__ (10 s each).
+
+# @include etcd/snapshot_file.sh
 
 node=__NODE__
 want=__VERSION__
@@ -36,6 +38,13 @@ if [ "$have" != "$want" ]; then
       --key=/etc/kubernetes/pki/etcd/server.key snapshot save "$part" >&2
     if [ ! -s "$part" ]; then
       echo "the etcd snapshot $part is missing or empty; not upgrading" >&2
+      exit 1
+    fi
+    # Checked as a restore checks it (etcd/snapshot_file.sh): a cut or damaged file is no way back.
+    problem=$(snapshot_file_problem "$part")
+    if [ -n "$problem" ]; then
+      rm -f "$part"
+      echo "$problem; not upgrading" >&2
       exit 1
     fi
     install -d -m 0700 "$SNAPSHOT_DIR"

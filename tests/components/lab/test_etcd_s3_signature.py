@@ -1,0 +1,55 @@
+"""The S3 client's request signing (components/lab/etcd_s3_client.py) against AWS's own worked
+examples of Signature Version 4 for S3 (docs.aws.amazon.com/AmazonS3/latest/API/
+sig-v4-header-based-auth.html, "Examples: Signature Calculations"): the published signatures for the
+example credentials, bucket and time. gofakes3 (test_etcd_backup_s3_real.py) does not check
+signatures, so this is what holds the client to what S3 verifies. And the retention's choice, by
+count and by age."""
+
+from __future__ import annotations
+
+import datetime
+
+import pytest
+
+from components.lab.etcd_s3_client import EMPTY_SHA256, authorization, expired
+
+KEY_ID = "AKIAIOSFODNN7EXAMPLE"
+SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
+WHEN = datetime.datetime(2013, 5, 24, tzinfo=datetime.UTC)
+HEADERS = {"host": "examplebucket.s3.amazonaws.com", "x-amz-date": "20130524T000000Z",
+           "x-amz-content-sha256": EMPTY_SHA256}
+
+
+@pytest.mark.parametrize(("method", "path", "query", "extra", "signature"), [
+    # GET Object, with a Range header
+    ("GET", "/test.txt", {}, {"Range": "bytes=0-9"}, "f0e8bdb87c964420e857bd35b5d6ed310bd44f0170aba48dd91039c6036bdb41"),
+    # GET Bucket Lifecycle: a sub-resource with an empty value
+    ("GET", "/", {"lifecycle": ""}, {}, "fea454ca298b7da1c68078a5d1bdbfbbe0d65c699e0f91ac7a200a0136783543"),
+    # GET Bucket (List Objects)
+    ("GET", "/", {"max-keys": "2", "prefix": "J"}, {}, "34b48302e7b5fa45bde8084f4b7868a86f0a534bc59db6670ed5711ef69dc6f7"),
+], ids=["get-object", "lifecycle", "list-objects"])
+def test_signature_matches_awss_published_examples(method: str, path: str, query: dict[str, str],
+                                                   extra: dict[str, str], signature: str) -> None:
+    header = authorization(method, path, query, {**HEADERS, **extra}, EMPTY_SHA256, WHEN, "us-east-1", KEY_ID, SECRET)
+    names = ";".join(sorted(["host", "x-amz-content-sha256", "x-amz-date", *(h.lower() for h in extra)]))
+    assert header == (f"AWS4-HMAC-SHA256 Credential={KEY_ID}/20130524/us-east-1/s3/aws4_request, "
+                      f"SignedHeaders={names}, Signature={signature}")
+
+
+NOW = datetime.datetime(2026, 11, 28, 12, tzinfo=datetime.UTC)
+
+
+def _names(node: str, *days: int) -> list[str]:
+    return [f"etcd-{node}-{(NOW - datetime.timedelta(days=d)):%Y%m%dT%H%M%SZ}.db.enc" for d in days]
+
+
+def test_retention_counts_only_this_members_names() -> None:
+    own = _names("cp-1", 5, 4, 3, 2, 1)
+    others = [*_names("cp-10", 9, 8), *_names("cp", 9), "etcd-cp-1-notes.db.enc", "etcd-cp-1-20200101T000000Z.db"]
+    assert expired(own + others, "cp-1", 3, None, NOW) == sorted(own)[:2]
+
+
+def test_retention_by_age_never_deletes_the_newest() -> None:
+    own = _names("cp-1", 40, 30, 20)
+    assert expired(own, "cp-1", 10, 7, NOW) == sorted(own)[:2]
+    assert expired(own, "cp-1", 10, None, NOW) == []
