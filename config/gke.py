@@ -359,7 +359,9 @@ def _pool_problems(key: str, pool: GpuPool, operator: bool) -> Problems:
     acc = accelerators.ACCELERATORS.get(pool.accelerator.type)
     if pool.mig_partition_size is not None and acc is not None:
         if not acc.mig_partitions:
-            problems.append((f"{key}.migPartitionSize", f"MIG needs A100 or H100; {pool.accelerator.type} has none"))
+            mig = ", ".join(a.type for a in accelerators.ACCELERATORS.values() if a.mig_partitions)
+            problems.append((f"{key}.migPartitionSize", f"GKE partitions {mig} (GKE's multi-instance GPU page); "
+                                                        f"{pool.accelerator.type} has no MIG"))
         elif pool.mig_partition_size not in acc.mig_partitions:
             problems.append((f"{key}.migPartitionSize",
                              f"{acc.product} partitions are {', '.join(acc.mig_partitions)}"))
