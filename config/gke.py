@@ -25,6 +25,7 @@ from config.errors import Problems
 from config.fields import Model, check_display_name, empty_to_none
 from config.gcp import accelerators, locations, machine_types
 from config.gcp.managed_namespaces import team_namespace_problems
+from config.gke_egress import EGRESS_DESCRIPTION, GkeEgress, egress_problems, egress_warning
 from config.gke_pools import (  # the pool model, re-exported: components and tests import it from here
     GkeAccelerator,
     GkeAutoscaling,
@@ -96,8 +97,10 @@ class GkeSystemPool(Model):
 
 
 class GkePrivateNodes(Model):
-    enabled: bool = Field(default=False, description="Nodes without public IPs (egress needs Cloud NAT).")
+    enabled: bool = Field(default=False, description="Nodes without public IPs (egress: privateNodes.egress).")
     master_cidr: ipaddress.IPv4Network = Field(default=ipaddress.IPv4Network("172.16.0.0/28"), description="The control plane's /28.")
+    # How private nodes reach the charts' public registries (config/gke_egress.py).
+    egress: GkeEgress = Field(default=GkeEgress.CLOUD_NAT, description=EGRESS_DESCRIPTION)
 
 
 class AuthorizedNetwork(Model):
@@ -243,6 +246,10 @@ class GkeStack(Addons):
                 "free (`gcloud compute reservations describe`)"
                 for i, p in enumerate(self.gke.gpu_pools) if p.provisioning is GkeProvisioning.RESERVATION]
 
+    def egress_warnings(self) -> list[str]:
+        """Private nodes whose egress the plan does not create (config/gke_egress.py)."""
+        return [w for w in [egress_warning(self.gke.private_nodes.enabled, self.gke.private_nodes.egress)] if w]
+
     @property
     def gpu_node_count(self) -> int:
         """The nodes that exist after `up`: each pool's minimum per zone."""
@@ -277,6 +284,7 @@ class GkeStack(Addons):
             problems.append(("gke.zone", "applies to location zonal only; a regional cluster spans gcp:region"))
         if gke.private_nodes.enabled and gke.private_nodes.master_cidr.prefixlen != 28:
             problems.append(("gke.privateNodes.masterCidr", "must be a /28, e.g. 172.16.0.0/28"))
+        problems += egress_problems(gke.private_nodes.enabled, gke.private_nodes.egress, gke.network, gke.subnetwork)
         low, high = FILESTORE_CAPACITY[gke.filestore.tier]
         if not low <= gke.filestore.capacity_gb <= high:
             problems.append(("gke.filestore.capacityGb", f"{gke.filestore.tier.value} takes {low} to {high} GiB"))

@@ -24,8 +24,8 @@ class Cluster:
     provider: k8s.Provider
     # Where the GPU nodes' NVIDIA driver comes from; it picks the GPU software's shape.
     driver: DriverSource
-    # What every in-cluster layer waits for: lab the CNI, dev the GPU node labels, gke nothing
-    # (GKE's own network and labels exist with the cluster).
+    # What every in-cluster layer waits for: lab the CNI, dev the GPU node labels, gke the Cloud NAT of
+    # a private cluster, else nothing (GKE's own network and labels exist with the cluster).
     ready: list[pulumi.Resource] = field(default_factory=list)
     # GPU nodes known by name (lab hosts with GPUs, dev gpuNodes); gke's come and go with the
     # autoscaler: none.

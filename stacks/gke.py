@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pulumi
 
+from components.gke.cloud_nat import CloudNat, CloudNatArgs
 from components.gke.cluster import GkeCluster, GkeClusterArgs
 from components.gke.driver_installer import GkeDriverInstaller, GkeDriverInstallerArgs
 from components.gke.filestore import FilestoreStorage, FilestoreStorageArgs
@@ -17,6 +18,7 @@ from components.gpu_stack import DriverSource, mig_layout
 from components.training_namespace import training_namespace
 from config import GkeStack, StackSecrets
 from config.gke import GkeDriver
+from config.gke_egress import GkeEgress
 from config.gpu import GpuStack
 from stacks import addons
 from stacks.contract import Cluster
@@ -26,6 +28,9 @@ def build(cfg: GkeStack, secrets: StackSecrets) -> dict[str, object]:
     project, region = cfg.project, cfg.region
     gke = cfg.gke
     gke_cluster = GkeCluster("gke", GkeClusterArgs(gke=gke, project=project, region=region))
+    # Private nodes reach the charts' public registries through the NAT: every in-cluster layer waits for it.
+    nat = (CloudNat("gke-egress", CloudNatArgs(gke=gke, project=project, region=region))
+           if gke.private_nodes.enabled and gke.private_nodes.egress is GkeEgress.CLOUD_NAT else None)
     operator = cfg.gpu.stack is GpuStack.OPERATOR
     pools = [
         GpuNodePool(f"gpu-{p.name}", GpuNodePoolArgs(pool=p, cluster=gke_cluster, operator=operator,
@@ -54,6 +59,7 @@ def build(cfg: GkeStack, secrets: StackSecrets) -> dict[str, object]:
     )
     cluster = Cluster(
         provider=provider,
+        ready=[nat.nat] if nat else [],
         # GKE's driver install or Google's installer DaemonSet, unless the operator owns drivers
         # (every pool's driver none)
         driver=DriverSource.GKE if all(p.driver is not GkeDriver.NONE for p in gke.gpu_pools)
@@ -64,8 +70,13 @@ def build(cfg: GkeStack, secrets: StackSecrets) -> dict[str, object]:
         training_namespace=namespace,
         shared_claim=storage.claim,
     )
+    # A private cluster's egress (public nodes have their own addresses: no output, as before).
+    egress = {"egress": {"egress": gke.private_nodes.egress.value,
+                         **({"router": nat.router.name, "nat": nat.nat.name} if nat else {})}} \
+        if gke.private_nodes.enabled else {}
     return {
         **addons.deploy(cfg, cluster, secrets),
+        **egress,
         "kubeconfig": gke_cluster.kubeconfig,
         "clusterName": gke_cluster.cluster.name,
         "location": gke_cluster.location,

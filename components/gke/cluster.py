@@ -9,8 +9,8 @@ gpu_node_pool.py) so they can change without recreating the cluster. The kubecon
 with `gke-gcloud-auth-plugin` (no static credential in it) and is still a secret: it names the
 cluster's endpoint and CA. Dataplane V2 (gke.dataplane v2, the default) enforces NetworkPolicies.
 
-Does not manage: the VPC, subnet ranges, Cloud NAT for private nodes, the GCP project or its APIs
-(see docs/getting-started/gke.md: container, file and iam APIs must be enabled).
+Does not manage: the VPC, subnet ranges, the GCP project or its APIs (see docs/getting-started/gke.md:
+container, file and iam APIs must be enabled). A private cluster's Cloud NAT is components/gke/cloud_nat.py.
 """
 
 from __future__ import annotations
