@@ -26,6 +26,7 @@ from config.fields import Model, check_display_name, empty_to_none
 from config.gcp import accelerators, locations, machine_types
 from config.gcp.managed_namespaces import team_namespace_problems
 from config.gke_egress import EGRESS_DESCRIPTION, GkeEgress, egress_problems, egress_warning
+from config.gke_metrics import GPU_METRICS_DESCRIPTION, GkeGpuMetrics, gpu_metrics_problems
 from config.gke_pools import (  # the pool model, re-exported: components and tests import it from here
     GkeAccelerator,
     GkeAutoscaling,
@@ -161,6 +162,8 @@ class GkeConfig(Model):
     system_pool: GkeSystemPool = Field(default_factory=GkeSystemPool, description="The CPU node pool for cluster add-ons.")
     gpu_pools: tuple[GpuPool, ...] = Field(default=(), description="The GPU node pools.")
     filestore: GkeFilestore = Field(default_factory=GkeFilestore, description="The Filestore of the shared claim.")
+    # One DCGM exporter per GPU node: this program's or GKE's managed one (config/gke_metrics.py).
+    gpu_metrics: GkeGpuMetrics = Field(default=GkeGpuMetrics.EXPORTER, description=GPU_METRICS_DESCRIPTION)
 
     _name = field_validator("cluster_name")(classmethod(lambda cls, v: _check_gce_name(v)))
     _optional = field_validator("zone", "subnetwork", mode="before")(classmethod(lambda cls, v: empty_to_none(v)))
@@ -285,6 +288,8 @@ class GkeStack(Addons):
         if gke.private_nodes.enabled and gke.private_nodes.master_cidr.prefixlen != 28:
             problems.append(("gke.privateNodes.masterCidr", "must be a /28, e.g. 172.16.0.0/28"))
         problems += egress_problems(gke.private_nodes.enabled, gke.private_nodes.egress, gke.network, gke.subnetwork)
+        problems += gpu_metrics_problems(gke.gpu_metrics, self.gpu.stack is GpuStack.OPERATOR,
+                                         [p.driver.gke_managed for p in gke.gpu_pools], self.monitoring.enabled)
         low, high = FILESTORE_CAPACITY[gke.filestore.tier]
         if not low <= gke.filestore.capacity_gb <= high:
             problems.append(("gke.filestore.capacityGb", f"{gke.filestore.tier.value} takes {low} to {high} GiB"))

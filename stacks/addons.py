@@ -263,7 +263,8 @@ def gpu_stack_and_gate(cfg: Addons, cluster: Cluster, monitoring: Monitoring | N
     gpu = GpuSoftwareStack(
         "gpu",
         GpuSoftwareStackArgs(gpu=cfg.gpu, driver=cluster.driver, service_monitor=monitoring is not None, charts=cfg.chart_source,
-                             gpu_nodes=cluster.gpu_nodes, nodes_ready=tuple(cluster.gpu_nodes_ready)),
+                             gpu_nodes=cluster.gpu_nodes, nodes_ready=tuple(cluster.gpu_nodes_ready),
+                             dcgm_exporter=cluster.dcgm_exporter),
         opts=_after_monitoring(cluster, monitoring),
     )
     gate = None

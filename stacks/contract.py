@@ -27,6 +27,9 @@ class Cluster:
     # What every in-cluster layer waits for: lab the CNI, dev the GPU node labels, gke the Cloud NAT of
     # a private cluster, else nothing (GKE's own network and labels exist with the cluster).
     ready: list[pulumi.Resource] = field(default_factory=list)
+    # Whether the program's DCGM exporter runs on the GPU nodes: false where the platform's own managed
+    # exporter reads them (gke gpuMetrics gkeManaged), so that no GPU is exported twice.
+    dcgm_exporter: bool = True
     # GPU nodes known by name (lab hosts with GPUs, dev gpuNodes); gke's come and go with the
     # autoscaler: none.
     gpu_nodes: tuple[str, ...] = ()

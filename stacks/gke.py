@@ -60,6 +60,7 @@ def build(cfg: GkeStack, secrets: StackSecrets) -> dict[str, object]:
     cluster = Cluster(
         provider=provider,
         ready=[nat.nat] if nat else [],
+        dcgm_exporter=gke.gpu_metrics.own_exporter,
         # GKE's driver install or Google's installer DaemonSet, unless the operator owns drivers
         # (every pool's driver none)
         driver=DriverSource.GKE if all(p.driver is not GkeDriver.NONE for p in gke.gpu_pools)

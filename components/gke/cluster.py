@@ -124,6 +124,13 @@ class GkeCluster(pulumi.ComponentResource):
             enable_shielded_nodes=True,
             # Dataplane V2 enforces NetworkPolicies (config/network_policy_enforcement.py).
             datapath_provider=gke.dataplane.datapath_provider,
+            # Which DCGM exporter reads the GPUs, said always: GKE turns its own on by default for new
+            # clusters (config/gke_metrics.py).
+            monitoring_config=gcp.container.ClusterMonitoringConfigArgs(
+                enable_components=gke.gpu_metrics.monitoring_components,
+                managed_prometheus=gcp.container.ClusterMonitoringConfigManagedPrometheusArgs(enabled=True)
+                if not gke.gpu_metrics.own_exporter else None,
+            ),
             deletion_protection=gke.deletion_protection,
             # The default pool's settings only matter for the seconds it exists. datapathProvider is
             # ForceNew in the provider (terraform-provider-google resource_container_cluster.go): said
