@@ -26,6 +26,7 @@ from config.fields import Model, check_display_name, empty_to_none
 from config.gcp import accelerators, locations, machine_types
 from config.gcp.managed_namespaces import team_namespace_problems
 from config.gke_egress import EGRESS_DESCRIPTION, GkeEgress, egress_problems, egress_warning
+from config.gke_gcs_data import GkeGcsData, gcs_data_problems
 from config.gke_metrics import GPU_METRICS_DESCRIPTION, GkeGpuMetrics, gpu_metrics_problems
 from config.gke_pools import (  # the pool model, re-exported: components and tests import it from here
     GkeAccelerator,
@@ -164,6 +165,8 @@ class GkeConfig(Model):
     filestore: GkeFilestore = Field(default_factory=GkeFilestore, description="The Filestore of the shared claim.")
     # One DCGM exporter per GPU node: this program's or GKE's managed one (config/gke_metrics.py).
     gpu_metrics: GkeGpuMetrics = Field(default=GkeGpuMetrics.EXPORTER, description=GPU_METRICS_DESCRIPTION)
+    gcs_data: GkeGcsData = Field(default_factory=GkeGcsData, description="The training data in a Cloud Storage bucket "
+                                 "(GCS FUSE CSI driver, Workload Identity).")
 
     _name = field_validator("cluster_name")(classmethod(lambda cls, v: _check_gce_name(v)))
     _optional = field_validator("zone", "subnetwork", mode="before")(classmethod(lambda cls, v: empty_to_none(v)))
@@ -290,6 +293,7 @@ class GkeStack(Addons):
         problems += egress_problems(gke.private_nodes.enabled, gke.private_nodes.egress, gke.network, gke.subnetwork)
         problems += gpu_metrics_problems(gke.gpu_metrics, self.gpu.stack is GpuStack.OPERATOR,
                                          [p.driver.gke_managed for p in gke.gpu_pools], self.monitoring.enabled)
+        problems += gcs_data_problems(gke.gcs_data, self.training.enabled, self.training.prepare_data)
         low, high = FILESTORE_CAPACITY[gke.filestore.tier]
         if not low <= gke.filestore.capacity_gb <= high:
             problems.append(("gke.filestore.capacityGb", f"{gke.filestore.tier.value} takes {low} to {high} GiB"))

@@ -433,7 +433,7 @@ def training_job(cfg: Addons, cluster: Cluster, claim: SharedClaim, pod_net: Pod
     TrainingJob(
         TRAINING_JOB,
         TrainingJobArgs(training=t, claim=claim, gpu_resource=gpu_resource(cfg), rdma=pod_net, queue=_queue(cfg),
-                        required_topology=_rdma_topology(cfg, pod_net)),
+                        required_topology=_rdma_topology(cfg, pod_net), data_bucket=cluster.data_bucket),
         opts=pulumi.ResourceOptions(provider=cluster.provider, depends_on=before),
     )
     return {

@@ -15,7 +15,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.gpu_stack import DriverSource
-from components.storage_contract import SharedClaim
+from components.storage_contract import BucketData, SharedClaim
 
 
 @dataclass(frozen=True)
@@ -27,6 +27,8 @@ class Cluster:
     # What every in-cluster layer waits for: lab the CNI, dev the GPU node labels, gke the Cloud NAT of
     # a private cluster, else nothing (GKE's own network and labels exist with the cluster).
     ready: list[pulumi.Resource] = field(default_factory=list)
+    # A bucket as the training pods' data mount (gke gcsData), or None: the shared claim's data sub-path.
+    data_bucket: BucketData | None = None
     # Whether the program's DCGM exporter runs on the GPU nodes: false where the platform's own managed
     # exporter reads them (gke gpuMetrics gkeManaged), so that no GPU is exported twice.
     dcgm_exporter: bool = True

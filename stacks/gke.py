@@ -13,6 +13,7 @@ from components.gke.cloud_nat import CloudNat, CloudNatArgs
 from components.gke.cluster import GkeCluster, GkeClusterArgs
 from components.gke.driver_installer import GkeDriverInstaller, GkeDriverInstallerArgs
 from components.gke.filestore import FilestoreStorage, FilestoreStorageArgs
+from components.gke.gcs_data import GcsDataAccess, GcsDataAccessArgs
 from components.gke.gpu_node_pool import GpuNodePool, GpuNodePoolArgs
 from components.gpu_stack import DriverSource, mig_layout
 from components.training_namespace import training_namespace
@@ -45,6 +46,9 @@ def build(cfg: GkeStack, secrets: StackSecrets) -> dict[str, object]:
         if any(p.driver.value == f"installer-{os}" for p in gke.gpu_pools)
     ]
     namespace = training_namespace(provider)
+    data = (GcsDataAccess("gcs-data", GcsDataAccessArgs(data=gke.gcs_data, project=project, cluster_name=gke.cluster_name,
+                                                        namespace=namespace), opts=k8s_opts)
+            if gke.gcs_data.bucket else None)
     storage = FilestoreStorage(
         "shared-storage",
         FilestoreStorageArgs(
@@ -61,6 +65,7 @@ def build(cfg: GkeStack, secrets: StackSecrets) -> dict[str, object]:
         provider=provider,
         ready=[nat.nat] if nat else [],
         dcgm_exporter=gke.gpu_metrics.own_exporter,
+        data_bucket=data.mount if data else None,
         # GKE's driver install or Google's installer DaemonSet, unless the operator owns drivers
         # (every pool's driver none)
         driver=DriverSource.GKE if all(p.driver is not GkeDriver.NONE for p in gke.gpu_pools)

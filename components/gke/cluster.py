@@ -126,6 +126,10 @@ class GkeCluster(pulumi.ComponentResource):
             datapath_provider=gke.dataplane.datapath_provider,
             # Which DCGM exporter reads the GPUs, said always: GKE turns its own on by default for new
             # clusters (config/gke_metrics.py).
+            # gke.gcsData: GKE's Cloud Storage FUSE CSI driver mounts the bucket (config/gke_gcs_data.py).
+            addons_config=gcp.container.ClusterAddonsConfigArgs(
+                gcs_fuse_csi_driver_config=gcp.container.ClusterAddonsConfigGcsFuseCsiDriverConfigArgs(enabled=True))
+            if gke.gcs_data.bucket else None,
             monitoring_config=gcp.container.ClusterMonitoringConfigArgs(
                 enable_components=gke.gpu_metrics.monitoring_components,
                 managed_prometheus=gcp.container.ClusterMonitoringConfigManagedPrometheusArgs(enabled=True)
