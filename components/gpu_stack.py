@@ -237,6 +237,9 @@ def operator_values(
         "node-feature-discovery": {"gc": {"tolerations": addon_tolerations(), "affinity": addon_affinity()}},
     }
     if gke:
+        # NFD's worker labels the GPU nodes the operands select (pci-10de): on a flex-start pool's
+        # nodes too, whose queued taint the chart's default worker tolerations (control plane, GPU) miss.
+        values["node-feature-discovery"]["worker"] = {"tolerations": gpu_agent_tolerations(gke)}
         # NVIDIA's "GPU Operator with Google GKE": the container toolkit must take its runtime
         # config from the file on GKE 1.33+ (known issue), and MIG changes need a node reboot there.
         values["toolkit"]["env"] = [{"name": "RUNTIME_CONFIG_SOURCE", "value": "file"}]

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.conftest import PROJECT_DIR
 from tests.render_cli import render_text
@@ -169,3 +170,17 @@ def check_two_models_kueue(r: Rendered) -> None:
 def test_each_example_plans_what_googles_documentation_sets(rendered: tuple[str, Rendered]):
     name, r = rendered
     globals()[f"check_{name.replace('-', '_')}"](r)
+
+
+def test_flex_start_only_under_the_gpu_operator_comes_up(tmp_path: Path, upstream_dir: Path):
+    """The only GPU pool flex-start, the GPU Operator installing the stack: its NFD worker must run on
+    the queued (tainted) nodes, or no operand ever lands there and the job stays Pending (exit 3)."""
+    doc = yaml.safe_load((EXAMPLES / "flex-start-only.yaml").read_text())
+    doc["config"]["gpu-cluster:gpu"] = {"stack": "operator"}
+    doc["config"]["gpu-cluster:gke"]["gpuPools"][0]["driver"] = "installer-cos"
+    result = render_text(tmp_path, "gke", yaml.safe_dump(doc).encode(), upstream_dir)
+    assert result.returncode == 0, result.stderr
+    summary = (tmp_path / "out" / "summary.md").read_text()
+    (worker,) = [line for line in summary.splitlines()
+                 if line.startswith("- DaemonSet gpu-operator/gpu-operator-node-feature-discovery-worker ")]
+    assert worker.endswith("on 3 nodes (system-node, h100-flex-1, h100-flex-2)"), worker

@@ -98,5 +98,11 @@ def test_gpu_node_agents_tolerate_gkes_queued_taint_on_gke_only():
     assert queued in dcgm["tolerations"]
     operator = gpu_stack.operator_values(GpuConfig(stack="operator"), driver_on_host=False, gke=True)
     assert queued in operator["daemonsets"]["tolerations"]
+    # the operator's NFD worker labels the nodes its operands select: on flex-start nodes too, and still
+    # where the chart's default worker tolerations (control plane, GPU) reach
+    worker = operator["node-feature-discovery"]["worker"]["tolerations"]
+    assert queued in worker and {t["key"] for t in worker} >= {"node-role.kubernetes.io/control-plane", "nvidia.com/gpu"}
+    lab_operator = gpu_stack.operator_values(GpuConfig(stack="operator"), driver_on_host=False, gke=False)
+    assert "worker" not in lab_operator["node-feature-discovery"]  # the chart's own, as before
     assert gpu_stack.dcgm_exporter_values(gke=False)["tolerations"] == gpu_tolerations()
     assert queued not in gpu_stack.gfd_values(gke=False)["nfd"]["worker"]["tolerations"]
