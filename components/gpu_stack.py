@@ -102,6 +102,9 @@ class GpuSoftwareStackArgs:
     gpu_nodes: tuple[str, ...] = ()
     nodes_ready: tuple[pulumi.Resource, ...] = ()
     charts: ChartSource = ChartSource()  # gpu-cluster:chartsDir: where the charts come from
+    # The device-plugin path's DCGM exporter chart; false where the platform exports the GPUs itself
+    # (gke gpuMetrics gkeManaged): one exporter per GPU.
+    dcgm_exporter: bool = True
 
 
 # Where GKE's driver install (and Google's driver-installer DaemonSet) puts the driver on the node.
@@ -234,6 +237,9 @@ def operator_values(
         "node-feature-discovery": {"gc": {"tolerations": addon_tolerations(), "affinity": addon_affinity()}},
     }
     if gke:
+        # NFD's worker labels the GPU nodes the operands select (pci-10de): on a flex-start pool's
+        # nodes too, whose queued taint the chart's default worker tolerations (control plane, GPU) miss.
+        values["node-feature-discovery"]["worker"] = {"tolerations": gpu_agent_tolerations(gke)}
         # NVIDIA's "GPU Operator with Google GKE": the container toolkit must take its runtime
         # config from the file on GKE 1.33+ (known issue), and MIG changes need a node reboot there.
         values["toolkit"]["env"] = [{"name": "RUNTIME_CONFIG_SOURCE", "value": "file"}]
@@ -329,8 +335,10 @@ class GpuSoftwareStack(pulumi.ComponentResource):
                 _release(self, args.charts, f"{name}-gfd", versions.NVIDIA_DEVICE_PLUGIN_CHART,
                          versions.NVIDIA_DEVICE_PLUGIN_CHART_VERSION, versions.NVIDIA_DEVICE_PLUGIN_CHART_REPO,
                          namespace, gfd_values(gke, device_plugin_mig_strategy(args.gpu)), ready),
-                _release(self, args.charts, f"{name}-dcgm-exporter", versions.DCGM_EXPORTER_CHART,
-                         versions.DCGM_EXPORTER_CHART_VERSION, versions.DCGM_EXPORTER_CHART_REPO,
-                         namespace, dcgm_exporter_values(args.service_monitor, gke), ready),
             ]
+            if args.dcgm_exporter:
+                self.resources.append(_release(
+                    self, args.charts, f"{name}-dcgm-exporter", versions.DCGM_EXPORTER_CHART,
+                    versions.DCGM_EXPORTER_CHART_VERSION, versions.DCGM_EXPORTER_CHART_REPO,
+                    namespace, dcgm_exporter_values(args.service_monitor, gke), ready))
         self.register_outputs({"stack": args.gpu.stack.value, "namespace": namespace})

@@ -52,6 +52,27 @@ class SharedClaim:
     teams: TeamVolumes | None = None  # how a team's namespace gets its own claim (None: it cannot)
 
 
+# GKE's Cloud Storage FUSE CSI driver (config/gke_gcs_data.py cites the page): the CSI ephemeral
+# volume's driver, and the pod annotation that has GKE inject the FUSE sidecar.
+GCS_FUSE_DRIVER = "gcsfuse.csi.storage.gke.io"
+GCS_FUSE_ANNOTATION = "gke-gcsfuse/volumes"
+
+
+@dataclass(frozen=True)
+class BucketData:
+    """An object-store bucket as the training pods' data mount (gke: gke.gcsData), instead of the
+    claim's data sub-path: the pods run as `service_account` and wait for `ready` (its identity)."""
+
+    bucket: str
+    read_only: bool
+    service_account: str
+    ready: tuple[pulumi.Resource, ...] = ()
+
+    def volume(self, name: str) -> dict[str, Any]:
+        return {"name": name, "csi": {"driver": GCS_FUSE_DRIVER, "readOnly": self.read_only,
+                                      "volumeAttributes": {"bucketName": self.bucket, "mountOptions": "implicit-dirs"}}}
+
+
 def claim_manifest(size: str, storage_class: str | None, volume_name: str | None = None,
                    annotations: dict[str, str] | None = None) -> dict[str, Any]:
     spec: dict[str, Any] = {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": size}}}

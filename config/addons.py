@@ -229,6 +229,10 @@ class Addons(Model):
         """render's warnings on capacity whose size the config does not hold (gke: reservations)."""
         return []
 
+    def egress_warnings(self) -> list[str]:
+        """render's warnings on internet egress the plan relies on but does not create (gke: private nodes)."""
+        return []
+
     def roce_interface_warning(self) -> str | None:
         """Where the plan cannot tell whether network.roce.interface is a node's own interface: render's
         warning (config/roce_interface.py). gke takes no network.roce, so by default there is none."""

@@ -27,6 +27,9 @@ from config.gcp import accelerators, locations, machine_types
 from config.gcp.managed_namespaces import team_namespace_problems
 from config.gke_pool_hardware import hardware_problems
 from config.gke_gpudirect import acceptance_link_gbps, gpudirect_problems
+from config.gke_egress import EGRESS_DESCRIPTION, GkeEgress, egress_problems, egress_warning
+from config.gke_gcs_data import GkeGcsData, gcs_data_problems
+from config.gke_metrics import GPU_METRICS_DESCRIPTION, GkeGpuMetrics, gpu_metrics_problems
 from config.gke_pools import (  # the pool model, re-exported: components and tests import it from here
     GkeAccelerator,
     GkeAutoscaling,
@@ -99,8 +102,10 @@ class GkeSystemPool(Model):
 
 
 class GkePrivateNodes(Model):
-    enabled: bool = Field(default=False, description="Nodes without public IPs (egress needs Cloud NAT).")
+    enabled: bool = Field(default=False, description="Nodes without public IPs (egress: privateNodes.egress).")
     master_cidr: ipaddress.IPv4Network = Field(default=ipaddress.IPv4Network("172.16.0.0/28"), description="The control plane's /28.")
+    # How private nodes reach the charts' public registries (config/gke_egress.py).
+    egress: GkeEgress = Field(default=GkeEgress.CLOUD_NAT, description=EGRESS_DESCRIPTION)
 
 
 class AuthorizedNetwork(Model):
@@ -164,6 +169,10 @@ class GkeConfig(Model):
     maintenance: GkeMaintenance = Field(
         default_factory=GkeMaintenance,
         description="When GKE may upgrade: a recurring window and exclusions (config/gke_upgrades.py).")
+    # One DCGM exporter per GPU node: this program's or GKE's managed one (config/gke_metrics.py).
+    gpu_metrics: GkeGpuMetrics = Field(default=GkeGpuMetrics.EXPORTER, description=GPU_METRICS_DESCRIPTION)
+    gcs_data: GkeGcsData = Field(default_factory=GkeGcsData, description="The training data in a Cloud Storage bucket "
+                                 "(GCS FUSE CSI driver, Workload Identity).")
 
     _name = field_validator("cluster_name")(classmethod(lambda cls, v: _check_gce_name(v)))
     _optional = field_validator("zone", "subnetwork", mode="before")(classmethod(lambda cls, v: empty_to_none(v)))
@@ -254,6 +263,10 @@ class GkeStack(Addons):
                 "free (`gcloud compute reservations describe`)"
                 for i, p in enumerate(self.gke.gpu_pools) if p.provisioning is GkeProvisioning.RESERVATION]
 
+    def egress_warnings(self) -> list[str]:
+        """Private nodes whose egress the plan does not create (config/gke_egress.py)."""
+        return [w for w in [egress_warning(self.gke.private_nodes.enabled, self.gke.private_nodes.egress)] if w]
+
     @property
     def gpu_node_count(self) -> int:
         """The nodes that exist after `up`: each pool's minimum per zone."""
@@ -288,6 +301,10 @@ class GkeStack(Addons):
             problems.append(("gke.zone", "applies to location zonal only; a regional cluster spans gcp:region"))
         if gke.private_nodes.enabled and gke.private_nodes.master_cidr.prefixlen != 28:
             problems.append(("gke.privateNodes.masterCidr", "must be a /28, e.g. 172.16.0.0/28"))
+        problems += egress_problems(gke.private_nodes.enabled, gke.private_nodes.egress, gke.network, gke.subnetwork)
+        problems += gpu_metrics_problems(gke.gpu_metrics, self.gpu.stack is GpuStack.OPERATOR,
+                                         [p.driver.gke_managed for p in gke.gpu_pools], self.monitoring.enabled)
+        problems += gcs_data_problems(gke.gcs_data, self.training.enabled, self.training.prepare_data)
         low, high = FILESTORE_CAPACITY[gke.filestore.tier]
         if not low <= gke.filestore.capacity_gb <= high:
             problems.append(("gke.filestore.capacityGb", f"{gke.filestore.tier.value} takes {low} to {high} GiB"))
@@ -374,7 +391,9 @@ def _pool_problems(key: str, pool: GpuPool, operator: bool) -> Problems:
     acc = accelerators.ACCELERATORS.get(pool.accelerator.type)
     if pool.mig_partition_size is not None and acc is not None:
         if not acc.mig_partitions:
-            problems.append((f"{key}.migPartitionSize", f"MIG needs A100 or H100; {pool.accelerator.type} has none"))
+            mig = ", ".join(a.type for a in accelerators.ACCELERATORS.values() if a.mig_partitions)
+            problems.append((f"{key}.migPartitionSize", f"GKE partitions {mig} (GKE's multi-instance GPU page); "
+                                                        f"{pool.accelerator.type} has no MIG"))
         elif pool.mig_partition_size not in acc.mig_partitions:
             problems.append((f"{key}.migPartitionSize",
                              f"{acc.product} partitions are {', '.join(acc.mig_partitions)}"))

@@ -104,7 +104,7 @@ class GpuPool(Model):
                     "(installer-cos, installer-ubuntu) or nobody (none: the GPU Operator does).",
     )
     sharing: GkeGpuSharing = Field(default_factory=GkeGpuSharing, description="GPU sharing by GKE's device plugin.")
-    mig_partition_size: str | None = Field(default=None, description="GKE MIG partition, e.g. 1g.5gb (A100/H100).")
+    mig_partition_size: str | None = Field(default=None, description="GKE MIG partition, e.g. 1g.5gb (A100, H100, H200, B200).")
     provisioning: GkeProvisioning = Field(
         default=GkeProvisioning.ON_DEMAND,
         description="How the pool gets its GPUs: onDemand (the autoscaler creates VMs when pods wait), flexStart "

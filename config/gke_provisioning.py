@@ -10,8 +10,11 @@
   GKE's requirements for such a pool (GKE docs "Run a large-scale workload with flex-start with
   queued provisioning"; Google's Cluster Toolkit gke-node-pool module refuses the same): autoscaling
   from 0 (minNodes 0), location policy ANY, reservation affinity NONE, no auto-repair, no spot.
-  GKE labels the nodes cloud.google.com/gke-queued=true and taints them with the same key
-  (NoSchedule): the pool's flavor selects that label and tolerates the taint.
+  GKE taints the nodes cloud.google.com/gke-queued=true:NoSchedule but does not label them: the
+  pool sets the label cloud.google.com/gke-queued=true itself (components/gke/provisioning.py, as
+  Cluster Toolkit's gke-node-pool module does), and the pool's flavor selects that label and
+  tolerates the taint. GKE labels flex-start nodes cloud.google.com/gke-flex-start=true (Cluster
+  Toolkit's examples/gke-consumption-options select it); the flavor does not need it.
 - reservation: the nodes consume only the named specific reservation (reservation affinity
   SPECIFIC_RESERVATION, key compute.googleapis.com/reservation-name); a shared reservation of
   another project is named projects/<project>/reservations/<name>. How many VMs it holds is not
@@ -29,7 +32,7 @@ import re
 
 from config.scheduling_contract import GKE_QUEUED_TAINT
 
-# What GKE sets on queued-provisioning nodes: this label (true), and a NoSchedule taint of the same key.
+# Queued-provisioning nodes: GKE's NoSchedule taint of this key, and the label (true) the pool sets itself.
 GKE_QUEUED_LABEL = GKE_QUEUED_TAINT.key
 # The reservation label GKE's API takes for a specific reservation.
 RESERVATION_KEY = "compute.googleapis.com/reservation-name"

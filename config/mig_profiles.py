@@ -58,12 +58,15 @@ OPERATOR_LAYOUTS: frozenset[str] = frozenset(
 )
 
 # Compute Engine accelerator type -> its GPU model above (GKE's MIG-capable accelerators; the A3 Mega
-# H100 is an H100 80GB, though GKE's own gpu_partition_size does not offer MIG on it).
+# H100 is an H100 80GB, though GKE's own gpu_partition_size does not offer MIG on it). H200 (A3 Ultra)
+# and B200 (A4): GKE's "Running multi-instance GPUs" page lists both beside A100 and H100.
 GKE_ACCELERATOR_GPU: dict[str, str] = {
     "nvidia-tesla-a100": "A100 40GB",
     "nvidia-a100-80gb": "A100 80GB",
     "nvidia-h100-80gb": "H100 80GB",
     "nvidia-h100-mega-80gb": "H100 80GB",
+    "nvidia-h200-141gb": "H200 141GB",
+    "nvidia-b200": "B200 180GB",
 }
 
 

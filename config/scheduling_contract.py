@@ -126,7 +126,8 @@ CONTROL_PLANE_TAINT = Taint(CONTROL_PLANE_KEY, "", "NoSchedule")
 # GKE's own taint on GPU pools, keyed by the resource name; lab's gpuTaint copies it.
 GPU_TAINT = Taint(GPU_RESOURCE, "present", "NoSchedule")
 
-# GKE's taint (and label, value true) on the nodes of a queued-provisioning (flex-start) pool: only
+# GKE's taint on the nodes of a queued-provisioning (flex-start) pool (the label of the same key,
+# value true, is the pool's own: components/gke/provisioning.py): only
 # the pods Kueue admits there tolerate it (their flavor's, components/queues/provisioning.py), and
 # the GPU node agents, which run on every GPU node.
 GKE_QUEUED_TAINT = Taint("cloud.google.com/gke-queued", "true", "NoSchedule")

@@ -288,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
     # Warnings do not change the exit status: the stack comes up, only not as the program means it.
     warnings = [w for w in [plan.config.unenforced_warning(), *plan.config.reservation_warnings(),
                             *topology_warnings(plan.config), plan.config.roce_interface_warning(),
-                            _etcd_copy_warning(plan.config)] if w]
+                            _etcd_copy_warning(plan.config), *plan.config.egress_warnings()] if w]
     try:
         write(plan, out, report, changes.markdown() if changes else "", warnings,
               update_refused=bool(changes is not None and changes.refused))

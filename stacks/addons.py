@@ -263,7 +263,8 @@ def gpu_stack_and_gate(cfg: Addons, cluster: Cluster, monitoring: Monitoring | N
     gpu = GpuSoftwareStack(
         "gpu",
         GpuSoftwareStackArgs(gpu=cfg.gpu, driver=cluster.driver, service_monitor=monitoring is not None, charts=cfg.chart_source,
-                             gpu_nodes=cluster.gpu_nodes, nodes_ready=tuple(cluster.gpu_nodes_ready)),
+                             gpu_nodes=cluster.gpu_nodes, nodes_ready=tuple(cluster.gpu_nodes_ready),
+                             dcgm_exporter=cluster.dcgm_exporter),
         opts=_after_monitoring(cluster, monitoring),
     )
     gate = None
@@ -433,7 +434,7 @@ def training_job(cfg: Addons, cluster: Cluster, claim: SharedClaim, pod_net: Pod
     TrainingJob(
         TRAINING_JOB,
         TrainingJobArgs(training=t, claim=claim, gpu_resource=gpu_resource(cfg), rdma=pod_net, queue=_queue(cfg),
-                        required_topology=_rdma_topology(cfg, pod_net),
+                        required_topology=_rdma_topology(cfg, pod_net), data_bucket=cluster.data_bucket,
                         gpudirect=cluster.gpudirect if t.nodes > 1 else None),
         opts=pulumi.ResourceOptions(provider=cluster.provider, depends_on=before),
     )

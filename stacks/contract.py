@@ -15,7 +15,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.gpu_stack import DriverSource
-from components.storage_contract import SharedClaim
+from components.storage_contract import BucketData, SharedClaim
 from components.training.gpudirect_pod import PodGpuDirect
 
 
@@ -25,9 +25,14 @@ class Cluster:
     provider: k8s.Provider
     # Where the GPU nodes' NVIDIA driver comes from; it picks the GPU software's shape.
     driver: DriverSource
-    # What every in-cluster layer waits for: lab the CNI, dev the GPU node labels, gke nothing
-    # (GKE's own network and labels exist with the cluster).
+    # What every in-cluster layer waits for: lab the CNI, dev the GPU node labels, gke the Cloud NAT of
+    # a private cluster, else nothing (GKE's own network and labels exist with the cluster).
     ready: list[pulumi.Resource] = field(default_factory=list)
+    # A bucket as the training pods' data mount (gke gcsData), or None: the shared claim's data sub-path.
+    data_bucket: BucketData | None = None
+    # Whether the program's DCGM exporter runs on the GPU nodes: false where the platform's own managed
+    # exporter reads them (gke gpuMetrics gkeManaged), so that no GPU is exported twice.
+    dcgm_exporter: bool = True
     # GPU nodes known by name (lab hosts with GPUs, dev gpuNodes); gke's come and go with the
     # autoscaler: none.
     gpu_nodes: tuple[str, ...] = ()

@@ -9,15 +9,18 @@ from __future__ import annotations
 
 import pulumi
 
+from components.gke.cloud_nat import CloudNat, CloudNatArgs
 from components.gke.cluster import GkeCluster, GkeClusterArgs
 from components.gke.driver_installer import GkeDriverInstaller, GkeDriverInstallerArgs
 from components.gke.filestore import FilestoreStorage, FilestoreStorageArgs
+from components.gke.gcs_data import GcsDataAccess, GcsDataAccessArgs
 from components.gke.gpu_node_pool import GpuNodePool, GpuNodePoolArgs
 from components.gke.upgrades import upgrades_output
 from components.gpu_stack import DriverSource, mig_layout
 from components.training_namespace import training_namespace
 from config import GkeStack, StackSecrets
 from config.gke import GkeDriver
+from config.gke_egress import GkeEgress
 from config.gpu import GpuStack
 from stacks import addons, gke_gpudirect
 from stacks.contract import Cluster
@@ -30,6 +33,9 @@ def build(cfg: GkeStack, secrets: StackSecrets) -> dict[str, object]:
     gke_cluster = GkeCluster("gke", GkeClusterArgs(gke=gke, project=project, region=region,
                                                    kubernetes_version=cfg.kubernetes_version,
                                                    multi_networking=gpudirect.enabled))
+    # Private nodes reach the charts' public registries through the NAT: every in-cluster layer waits for it.
+    nat = (CloudNat("gke-egress", CloudNatArgs(gke=gke, project=project, region=region))
+           if gke.private_nodes.enabled and gke.private_nodes.egress is GkeEgress.CLOUD_NAT else None)
     operator = cfg.gpu.stack is GpuStack.OPERATOR
     pools = [
         GpuNodePool(f"gpu-{p.name}", GpuNodePoolArgs(pool=p, cluster=gke_cluster, operator=operator,
@@ -49,6 +55,9 @@ def build(cfg: GkeStack, secrets: StackSecrets) -> dict[str, object]:
     # GPUDirect pods mount host paths and add NET_ADMIN: outside baseline (gpudirect_pod.py)
     pod_gpudirect = gke_gpudirect.pod_gpudirect(cfg)
     namespace = training_namespace(provider, rdma=pod_gpudirect is not None)
+    data = (GcsDataAccess("gcs-data", GcsDataAccessArgs(data=gke.gcs_data, project=project, cluster_name=gke.cluster_name,
+                                                        namespace=namespace), opts=k8s_opts)
+            if gke.gcs_data.bucket else None)
     storage = FilestoreStorage(
         "shared-storage",
         FilestoreStorageArgs(
@@ -63,6 +72,9 @@ def build(cfg: GkeStack, secrets: StackSecrets) -> dict[str, object]:
     )
     cluster = Cluster(
         provider=provider,
+        ready=[nat.nat] if nat else [],
+        dcgm_exporter=gke.gpu_metrics.own_exporter,
+        data_bucket=data.mount if data else None,
         # GKE's driver install or Google's installer DaemonSet, unless the operator owns drivers
         # (every pool's driver none)
         driver=DriverSource.GKE if all(p.driver is not GkeDriver.NONE for p in gke.gpu_pools)
@@ -74,8 +86,13 @@ def build(cfg: GkeStack, secrets: StackSecrets) -> dict[str, object]:
         shared_claim=storage.claim,
         gpudirect=pod_gpudirect,
     )
+    # A private cluster's egress (public nodes have their own addresses: no output, as before).
+    egress = {"egress": {"egress": gke.private_nodes.egress.value,
+                         **({"router": nat.router.name, "nat": nat.nat.name} if nat else {})}} \
+        if gke.private_nodes.enabled else {}
     return {
         **addons.deploy(cfg, cluster, secrets),
+        **egress,
         "kubeconfig": gke_cluster.kubeconfig,
         "clusterName": gke_cluster.cluster.name,
         "location": gke_cluster.location,

@@ -77,8 +77,9 @@ def test_the_gke_inventory_sizes_each_pool_from_the_table() -> None:
     assert [(g.name, g.flavor, g.gpu_model, g.node_count, g.gpus, g.units, g.vcpus, g.gpu_nics) for g in inv.groups] \
         == [(name, "nvidia-h200-141gb", "nvidia-h200-141gb", 2, 16, 16, 224, 8) for name in ("h200", "h200-reserved")]
     # Google labels only the reservation's nodes, with values no offline check knows.
-    assert all(g.gpu_memory_gb == 141 and g.mig_slices == {} and (g.gpus_per_node, g.units_per_gpu) == (8, 1)
-               for g in inv.groups)  # H200: no MIG on GKE here
+    # H200: MIG on GKE (GKE's multi-instance GPU page), NVIDIA's instances per profile
+    assert all(g.gpu_memory_gb == 141 and g.mig_slices["1g.18gb"] == 7 and g.mig_slices["7g.141gb"] == 1
+               and (g.gpus_per_node, g.units_per_gpu) == (8, 1) for g in inv.groups)
     assert [g.topology_labelled for g in inv.groups] == [False, True] and not inv.values_known
     assert inv.levels_present == frozenset(TopologyLevel)
     assert cfg.inventory is inv  # built once

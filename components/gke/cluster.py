@@ -9,8 +9,8 @@ gpu_node_pool.py) so they can change without recreating the cluster. The kubecon
 with `gke-gcloud-auth-plugin` (no static credential in it) and is still a secret: it names the
 cluster's endpoint and CA. Dataplane V2 (gke.dataplane v2, the default) enforces NetworkPolicies.
 
-Does not manage: the VPC, subnet ranges, Cloud NAT for private nodes, the GCP project or its APIs
-(see docs/getting-started/gke.md: container, file and iam APIs must be enabled).
+Does not manage: the VPC, subnet ranges, the GCP project or its APIs (see docs/getting-started/gke.md:
+container, file and iam APIs must be enabled). A private cluster's Cloud NAT is components/gke/cloud_nat.py.
 """
 
 from __future__ import annotations
@@ -132,6 +132,17 @@ class GkeCluster(pulumi.ComponentResource):
             enable_shielded_nodes=True,
             # Dataplane V2 enforces NetworkPolicies (config/network_policy_enforcement.py).
             datapath_provider=gke.dataplane.datapath_provider,
+            # Which DCGM exporter reads the GPUs, said always: GKE turns its own on by default for new
+            # clusters (config/gke_metrics.py).
+            # gke.gcsData: GKE's Cloud Storage FUSE CSI driver mounts the bucket (config/gke_gcs_data.py).
+            addons_config=gcp.container.ClusterAddonsConfigArgs(
+                gcs_fuse_csi_driver_config=gcp.container.ClusterAddonsConfigGcsFuseCsiDriverConfigArgs(enabled=True))
+            if gke.gcs_data.bucket else None,
+            monitoring_config=gcp.container.ClusterMonitoringConfigArgs(
+                enable_components=gke.gpu_metrics.monitoring_components,
+                managed_prometheus=gcp.container.ClusterMonitoringConfigManagedPrometheusArgs(enabled=True)
+                if not gke.gpu_metrics.own_exporter else None,
+            ),
             deletion_protection=gke.deletion_protection,
             # GPUDirect pools: their extra NICs are GKE multi-networking (needs Dataplane V2, checked by
             # config/gke_gpudirect.py); the Toolkit's gke-cluster sets it when it gets additional networks.

@@ -143,7 +143,7 @@ class GpuNodePool(pulumi.ComponentResource):
                 guest_accelerators=[guest_accelerator(pool)],
                 service_account=sa.email,
                 oauth_scopes=[CLOUD_PLATFORM_SCOPE],  # access is what the account's roles allow
-                labels=node_labels(pool, args.operator, args.mig_profile),
+                labels={**node_labels(pool, args.operator, args.mig_profile), **how.labels},
                 taints=[gcp.container.NodePoolNodeConfigTaintArgs(
                     key=GPU_TAINT.key, value=GPU_TAINT.value, effect=GPU_TAINT.gke_effect
                 )],

@@ -49,7 +49,7 @@ import pulumi_kubernetes as k8s
 from components import versions
 from components.cluster_addon import tolerate_control_plane
 from components.rdma_network import NETWORKS_ANNOTATION, PodRdma, exporter_sidecar
-from components.storage_contract import MOUNTS, TRAINING_NAMESPACE, SharedClaim
+from components.storage_contract import GCS_FUSE_ANNOTATION, MOUNTS, TRAINING_NAMESPACE, BucketData, SharedClaim
 from components.training import gpudirect_pod, launch
 from components.training.gpudirect_pod import PodGpuDirect
 from components.training.network_policy import RDZV_PORT, job_peers
@@ -70,6 +70,7 @@ PYTORCHJOB_PORT_NAME = "pytorchjob-port"
 SKIP_AWAIT = {"pulumi.com/skipAwait": "true"}
 SHM_VOLUME = "dshm"
 SHARED_VOLUME = "shared"
+BUCKET_VOLUME = "bucket-data"
 
 
 @dataclass(frozen=True)
@@ -98,6 +99,8 @@ class TrainingJobArgs:
     required_topology: str | None = None
     # gke: the GPUDirect network of the pods (components/training/gpudirect_pod.py); None: none.
     gpudirect: PodGpuDirect | None = None
+    # gke.gcsData: the data mount is this bucket (GCS FUSE), not the claim's data sub-path.
+    data_bucket: BucketData | None = None
 
     @property
     def nodes(self) -> int:
@@ -163,8 +166,10 @@ def pod_template(job: str, args: TrainingJobArgs) -> dict[str, Any]:
         "resources": {"requests": {"cpu": t.cpu_request, "memory": t.memory_request}, "limits": limits},
         "volumeMounts": [{"name": SHM_VOLUME, "mountPath": "/dev/shm"}]
         + [
-            {"name": SHARED_VOLUME, "mountPath": mount_path, "subPath": sub_path}
-            for sub_path, mount_path in MOUNTS.values()
+            {"name": BUCKET_VOLUME, "mountPath": mount_path, "readOnly": args.data_bucket.read_only}
+            if args.data_bucket is not None and purpose == "data"
+            else {"name": SHARED_VOLUME, "mountPath": mount_path, "subPath": sub_path}
+            for purpose, (sub_path, mount_path) in MOUNTS.items()
             if args.claim is not None
         ],
         "securityContext": security,
@@ -192,8 +197,11 @@ def pod_template(job: str, args: TrainingJobArgs) -> dict[str, Any]:
             {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": t.shm_size}},
             *([{"name": SHARED_VOLUME, "persistentVolumeClaim": {"claimName": args.claim.name}}]
               if args.claim is not None else []),
+            *([args.data_bucket.volume(BUCKET_VOLUME)] if args.data_bucket is not None else []),
         ],
     }
+    if args.data_bucket is not None:  # its Workload Identity reads the bucket (no API token mounted)
+        pod["serviceAccountName"] = args.data_bucket.service_account
     if t.launcher is Launcher.INDEXED_JOB:
         # podFailurePolicy requires Never: each failure is a new pod the policy can judge.
         pod["restartPolicy"] = "Never"
@@ -202,6 +210,8 @@ def pod_template(job: str, args: TrainingJobArgs) -> dict[str, Any]:
     annotations: dict[str, str] = {}
     if args.queue and args.required_topology:
         annotations[REQUIRED_TOPOLOGY] = args.required_topology
+    if args.data_bucket is not None:
+        annotations[GCS_FUSE_ANNOTATION] = "true"
     if args.rdma is not None:
         annotations[NETWORKS_ANNOTATION] = args.rdma.network
         if args.rdma.exporter_image:
@@ -362,7 +372,8 @@ class TrainingJob(pulumi.ComponentResource):
         policy = k8s.networking.v1.NetworkPolicy(
             f"{name}-peers", metadata=peers["metadata"], spec=peers["spec"], opts=child
         )
-        depends: list[pulumi.Resource] = [policy, *(args.claim.ready if args.claim is not None else [])]
+        depends: list[pulumi.Resource] = [policy, *(args.claim.ready if args.claim is not None else []),
+                                          *(args.data_bucket.ready if args.data_bucket is not None else ())]
         # The job's name is fixed (pods are addressed by it): replace by deleting first.
         job_opts = pulumi.ResourceOptions(parent=self, delete_before_replace=True)
         if t.launcher is Launcher.INDEXED_JOB:

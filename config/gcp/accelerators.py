@@ -37,10 +37,16 @@ ACCELERATORS: dict[str, Accelerator] = {
         # A3 Mega; GKE's multi-instance GPU page lists A100 and H100 (80GB), not H100 Mega: no MIG here.
         Accelerator("nvidia-h100-mega-80gb", "H100 Mega 80GB", memory_gb=80),
         # A3 Ultra and A4 (Google, "GPU machine types", cloud.google.com/compute/docs/gpus: "A4: NVIDIA
-        # B200 Blackwell GPUs (nvidia-b200)", "A3 Ultra: NVIDIA H200 SXM GPUs (nvidia-h200-141gb)"). No MIG
-        # here: GKE's multi-instance GPU page lists A100 and H100.
-        Accelerator("nvidia-h200-141gb", "H200 141GB", memory_gb=141),
-        Accelerator("nvidia-b200", "B200", memory_gb=180),
+        # B200 Blackwell GPUs (nvidia-b200)", "A3 Ultra: NVIDIA H200 SXM GPUs (nvidia-h200-141gb)").
+        # MIG: GKE's "Running multi-instance GPUs" (cloud.google.com/kubernetes-engine/docs/how-to/gpus-multi)
+        # lists A100, H100, H200 and B200, each of 7 compute and 8 memory units, sizes written
+        # [compute]g.[memory]gb as in NVIDIA's MIG user guide. GKE's per-GPU size rows for H200 and B200
+        # could not be read here: the sizes below are NVIDIA's profiles of those GPUs ("Supported MIG
+        # Profiles", H200 141GB and B200 180GB tables, config/mig_profiles.py), as GKE's H100 row is.
+        Accelerator("nvidia-h200-141gb", "H200 141GB",
+                    ("1g.18gb", "1g.35gb", "2g.35gb", "3g.71gb", "4g.71gb", "7g.141gb"), 141),
+        Accelerator("nvidia-b200", "B200",
+                    ("1g.23gb", "1g.45gb", "2g.45gb", "3g.90gb", "4g.90gb", "7g.180gb"), 180),
         Accelerator("nvidia-l4", "L4", memory_gb=24),
         Accelerator("nvidia-tesla-t4", "T4", memory_gb=16),
         Accelerator("nvidia-tesla-v100", "V100", memory_gb=16),

@@ -12,8 +12,9 @@ them: labels, taints and allocatable resources.
 - gke: one node shape per node pool in the plan (gcp NodePool inputs: labels, taints, machine type,
   accelerators, autoscaling), with what GKE adds itself: cloud.google.com/gke-nodepool,
   cloud.google.com/gke-accelerator, cloud.google.com/gke-spot, and the nvidia.com/gpu=present
-  taint on GPU pools, cloud.google.com/gke-queued (label and NoSchedule taint) on queued-provisioning
-  pools; allocatable CPU and memory from the machine type minus GKE's reservations. On an A4 or A3
+  taint on GPU pools, the cloud.google.com/gke-queued NoSchedule taint on queued-provisioning pools
+  (the label of that key only where the pool sets it: GKE does not), cloud.google.com/gke-flex-start
+  on flex-start VMs; allocatable CPU and memory from the machine type minus GKE's reservations. On an A4 or A3
   Ultra pool consuming a specific reservation, Google's topology labels (cloud.google.com/
   gce-topology-block, -subblock, -host) are known to be there but not their values (which block a
   VM lands in is Google's placement): the node lists them in `unvalued`, with no invented value.
@@ -160,9 +161,13 @@ def gke_nodes(node_pools: list[dict[str, Any]]) -> list[Node]:
         if nc.get("spot"):
             labels["cloud.google.com/gke-spot"] = "true"
         if (pool.get("queuedProvisioning") or {}).get("enabled"):
-            # Queued provisioning: GKE labels and taints the nodes it creates for a ProvisioningRequest.
-            labels["cloud.google.com/gke-queued"] = "true"
+            # Queued provisioning: GKE taints the nodes it creates for a ProvisioningRequest; the label
+            # of the same key is not GKE's (Cluster Toolkit, modules/compute/gke-node-pool/main.tf adds
+            # it to the pool), only what the pool's nodeConfig.labels say.
             taints.append({"key": "cloud.google.com/gke-queued", "value": "true", "effect": "NoSchedule"})
+        if nc.get("flexStart"):
+            # Flex-start VMs: GKE labels them (Cluster Toolkit's examples/gke-consumption-options select it).
+            labels["cloud.google.com/gke-flex-start"] = "true"
         zones = len(pool.get("nodeLocations") or [pool.get("location")])
         auto = pool.get("autoscaling") or {}
         if auto:

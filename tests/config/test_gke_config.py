@@ -141,7 +141,8 @@ def test_t4_on_g2():
 def test_mig_on_t4():
     raw = gke_raw(pool(L4, machineType="n1-standard-8", accelerator={"type": "nvidia-tesla-t4", "count": 1},
                        migPartitionSize="1g.5gb"))
-    assert_problem(raw, "gke.gpuPools[0].migPartitionSize", "A100 or H100", "nvidia-tesla-t4")
+    assert_problem(raw, "gke.gpuPools[0].migPartitionSize", "nvidia-h100-80gb", "nvidia-h200-141gb", "nvidia-b200",
+                   "nvidia-tesla-t4 has no MIG")
 
 
 def test_mig_partition_must_fit_the_accelerator():

@@ -108,12 +108,16 @@ def _pool(name: str, machine: str, accelerator: str, gpus: int, max_nodes: int, 
     if queued:
         out["queuedProvisioning"] = {"enabled": True}
         out["nodeConfig"]["flexStart"] = True
+        # the pool's own label (components/gke/provisioning.py): GKE sets only the taint
+        out["nodeConfig"]["labels"]["cloud.google.com/gke-queued"] = "true"
     return out
 
 
-def _nodes(flex_max: int = 2) -> list[Node]:
-    nodes = expand(gke_nodes([_pool("l4", "g2-standard-8", "nvidia-l4", 1, 4, False),
-                              _pool("h100-flex", "a3-highgpu-8g", "nvidia-h100-80gb", 8, flex_max, True)]))
+def _nodes(flex_max: int = 2, flex_labelled: bool = True) -> list[Node]:
+    flex = _pool("h100-flex", "a3-highgpu-8g", "nvidia-h100-80gb", 8, flex_max, True)
+    if not flex_labelled:
+        del flex["nodeConfig"]["labels"]["cloud.google.com/gke-queued"]
+    nodes = expand(gke_nodes([_pool("l4", "g2-standard-8", "nvidia-l4", 1, 4, False), flex]))
     for n in nodes:
         n.extended = {GPU: float(n.gpus)}  # GKE's device plugin advertises them (scheduling.daemonsets)
     return nodes
@@ -141,6 +145,18 @@ def test_a_job_the_pools_maximum_holds_is_admitted_through_a_provisioning_reques
     (line,) = report.queued
     assert "admitted whole, main on h100-flex-flex-start" in line
     assert "ProvisioningRequest (queued-provisioning.gke.io" in line
+
+
+def test_a_flex_start_pool_without_its_own_queued_label_holds_no_job_of_its_flavor() -> None:
+    """GKE taints queued-provisioning nodes but does not label them cloud.google.com/gke-queued
+    (Cluster Toolkit's gke-node-pool adds the label itself): a pool that left it to GKE would never
+    match its flavor, and its jobs would wait forever."""
+    flex = [n for n in _nodes(flex_labelled=False) if n.group == "h100-flex"]
+    assert all("cloud.google.com/gke-queued" not in n.labels for n in flex)
+    assert all(n.labels["cloud.google.com/gke-flex-start"] == "true" for n in flex)
+    report = _judge(*_kueue_objects(), _h100_job("pretrain", 2), nodes=_nodes(flex_labelled=False))
+    assert any(p.startswith("Job team-a/pretrain") and "flex-start flavor h100-flex-flex-start: no node pool carries "
+               "its nodeLabels" in p for p in report.problems), report.problems
 
 
 def test_a_job_larger_than_the_pools_maximum_is_never_admitted_naming_the_pool_and_shortfall() -> None:

@@ -47,6 +47,9 @@ def test_a_flex_start_pool_is_queued_provisioning_from_zero(mocks):
         assert i["initialNodeCount"] == 0
         assert i["management"] == {"autoRepair": False, "autoUpgrade": True}
         assert "spot" not in i["nodeConfig"] or i["nodeConfig"]["spot"] is False
+        # GKE taints queued-provisioning nodes but does not label them: the pool carries the label its
+        # Kueue flavor selects (Cluster Toolkit's gke-node-pool module does the same)
+        assert i["nodeConfig"]["labels"]["cloud.google.com/gke-queued"] == "true"
 
     return gpu_pool.node_pool.name.apply(check)
 
@@ -74,7 +77,7 @@ def test_an_on_demand_pool_registers_no_provisioning_fields(mocks):
 
     def check(_):
         i = _inputs(mocks, "a100")
-        assert "queuedProvisioning" not in i
+        assert "queuedProvisioning" not in i and "cloud.google.com/gke-queued" not in i["nodeConfig"]["labels"]
         assert "reservationAffinity" not in i["nodeConfig"] and "flexStart" not in i["nodeConfig"]
         assert i["autoscaling"]["locationPolicy"] == "BALANCED"
         assert i["management"] == {"autoRepair": True, "autoUpgrade": True}
@@ -95,5 +98,11 @@ def test_gpu_node_agents_tolerate_gkes_queued_taint_on_gke_only():
     assert queued in dcgm["tolerations"]
     operator = gpu_stack.operator_values(GpuConfig(stack="operator"), driver_on_host=False, gke=True)
     assert queued in operator["daemonsets"]["tolerations"]
+    # the operator's NFD worker labels the nodes its operands select: on flex-start nodes too, and still
+    # where the chart's default worker tolerations (control plane, GPU) reach
+    worker = operator["node-feature-discovery"]["worker"]["tolerations"]
+    assert queued in worker and {t["key"] for t in worker} >= {"node-role.kubernetes.io/control-plane", "nvidia.com/gpu"}
+    lab_operator = gpu_stack.operator_values(GpuConfig(stack="operator"), driver_on_host=False, gke=False)
+    assert "worker" not in lab_operator["node-feature-discovery"]  # the chart's own, as before
     assert gpu_stack.dcgm_exporter_values(gke=False)["tolerations"] == gpu_tolerations()
     assert queued not in gpu_stack.gfd_values(gke=False)["nfd"]["worker"]["tolerations"]
