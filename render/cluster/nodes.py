@@ -17,8 +17,9 @@ them: labels, taints and allocatable resources.
   Ultra pool consuming a specific reservation, Google's topology labels (cloud.google.com/
   gce-topology-block, -subblock, -host) are known to be there but not their values (which block a
   VM lands in is Google's placement): the node lists them in `unvalued`, with no invented value.
-- dev: the listed GPU nodes, with the labels the plan's NodePatch gives them. Their GPU count and
-  size are not declared: at least one GPU each is assumed, CPU and memory are not checked.
+- dev: the listed GPU nodes, with the labels the plan's NodePatch gives them. Their GPUs are the
+  count gpuNodeGpus declares; where it declares none, at least one GPU is assumed (not bounded).
+  CPU and memory are not declared, so they are not checked.
 
 Labels set at run time by what the plan installs are added where the installer lands: NFD's
 feature.node.kubernetes.io/pci-10de.present on GPU nodes, GFD's nvidia.com/gpu.present, the GPU
@@ -58,7 +59,7 @@ class Node:
     cpu: float | None = None
     memory: float | None = None
     gpus: int = 0  # physical GPUs (before sharing); the device plugin advertises them
-    gpus_known: bool = True  # dev: the count is not declared (at least 1 is assumed)
+    gpus_known: bool = True  # dev: gpuNodeGpus does not declare the count (at least 1 is assumed)
     max_count: int = 1  # gke: nodes of this shape the pool can scale to
     min_count: int = 1  # gke: nodes of this shape that exist after `up`
     extended: dict[str, float] = field(default_factory=dict)  # advertised extended resources
@@ -189,9 +190,10 @@ def _patched_labels(name: str, node_patches: Sequence[dict[str, Any]]) -> dict[s
 
 def dev_nodes(cfg: DevStack, node_patches: list[dict[str, Any]]) -> list[Node]:
     nodes = []
+    counts = cfg.gpu_counts  # the device plugin advertises a node's GPUs: as many as gpuNodeGpus says
     for name in cfg.gpu_nodes:
         labels = {**_base_labels(name), **_patched_labels(name, node_patches)}
-        nodes.append(Node(name, "listed", labels, [], gpus=1, gpus_known=False))
+        nodes.append(Node(name, "listed", labels, [], gpus=counts.get(name, 1), gpus_known=name in counts))
     if not nodes:  # the existing cluster has nodes, only none was named: one plain node stands for them
         nodes.append(Node("existing-node", "unlisted", _base_labels("existing-node"), []))
     return nodes
