@@ -22,11 +22,13 @@ and reads where kube-scheduler binds them:
   check's `placed` and every binding must be a node the check's filters allow.
 - Phase 4, on the emptied cluster: each node the check chose for a workload, the workload's pod
   pinned there as a DaemonSet's pod is; the scheduler's filters must pass it (what the phases above
-  cannot show where several nodes are allowed: that the check's own node is one of them).
+  cannot show where several nodes are allowed: that the check's own node is one of them). Pins of
+  several workloads share a batch where the nodes hold them all and none reads its neighbours.
 """
 
 from __future__ import annotations
 
+import math
 import re
 import time
 import uuid
@@ -35,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from e2e import api
-from e2e.lab_stack import node_object
+from e2e.lab_stack import UNSIZED_CPU, UNSIZED_MEMORY, node_object
 from render import cluster, program
 from render.cluster.nodes import Node
 from render.cluster.scheduling import (
@@ -43,6 +45,7 @@ from render.cluster.scheduling import (
     Capacity,
     Placement,
     pod_requests,
+    quantity,
     selector_reasons,
     taint_reasons,
 )
@@ -308,15 +311,50 @@ def _jobs(client: api.Client, namespace: str, s: Scenario) -> list[str]:
     return found
 
 
+def _alone(spec: dict[str, Any]) -> bool:
+    """A pod whose filters read the other pods on its node (pod affinity, anti-affinity, host ports):
+    pinned on its own, so that another workload's pin cannot decide its verdict."""
+    affinity = spec.get("affinity") or {}
+    return bool(affinity.get("podAffinity") or affinity.get("podAntiAffinity") or spec.get("hostNetwork")
+                or any(port.get("hostPort") for c in spec.get("containers") or [] for port in c.get("ports") or []))
+
+
+def _pin_rounds(s: Scenario) -> list[dict[str, tuple[int, str]]]:
+    """Phase 4's pins (pod -> (placement, node)) in few batches: pins share a batch only where the
+    model's capacity of each node (a node of unknown size as KWOK sizes it) holds them all, so each
+    is judged as on an emptied cluster."""
+    unsized = {"cpu": quantity(UNSIZED_CPU), "memory": quantity(UNSIZED_MEMORY)}
+    nodes = {n.name: n for n in s.nodes}
+    shared: list[tuple[dict[str, Capacity], dict[str, tuple[int, str]]]] = []
+    rounds: list[dict[str, tuple[int, str]]] = []
+    for i, p in enumerate(s.placements):
+        pins = {_pod_name(i, p, f"pin-{node}"): (i, node) for node in sorted(set(p.nodes))}
+        if p.workload.daemon or not pins:
+            continue
+        if _alone(p.workload.spec):
+            rounds.append(pins)
+            continue
+        requests = pod_requests(p.workload.spec)
+        room = next((r for r in shared if all(not r[0][node].fit_reasons(requests) for _, node in pins.values())), None)
+        if room is None:
+            caps = {name: Capacity.of(n) for name, n in nodes.items()}
+            for cap in caps.values():
+                cap.free.update({k: v for k, v in unsized.items() if math.isinf(cap.free[k])})
+            room = (caps, {})
+            shared.append(room)
+        for _, node in pins.values():
+            room[0][node].take(requests)
+        room[1].update(pins)
+    return rounds + [pins for _, pins in shared]
+
+
 def _pinned(client: api.Client, namespace: str, s: Scenario) -> list[str]:
     found: list[str] = []
-    for i, p in enumerate(s.placements):
-        if p.workload.daemon:
-            continue
-        pins = {_pod_name(i, p, f"pin-{node}"): node for node in sorted(set(p.nodes))}
-        decided = batch(client, namespace, {name: pinned_pod(p.workload, node, name) for name, node in pins.items()})
-        found += [f"{p.workload.ref}: the check places it on {node}, the scheduler refuses it there: "
-                  f"{decided[name][1]}" for name, node in pins.items() if decided[name][0] != node]
+    for pins in _pin_rounds(s):
+        decided = batch(client, namespace, {name: pinned_pod(s.placements[i].workload, node, name)
+                                            for name, (i, node) in pins.items()})
+        found += [f"{s.placements[i].workload.ref}: the check places it on {node}, the scheduler refuses it there: "
+                  f"{decided[name][1]}" for name, (i, node) in pins.items() if decided[name][0] != node]
     return found
 
 
