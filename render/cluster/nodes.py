@@ -13,8 +13,9 @@ them: labels, taints and allocatable resources.
   accelerators, autoscaling), with what GKE adds itself: cloud.google.com/gke-nodepool,
   cloud.google.com/gke-accelerator, cloud.google.com/gke-spot, and the nvidia.com/gpu=present
   taint on GPU pools, cloud.google.com/gke-queued (label and NoSchedule taint) on queued-provisioning
-  pools; allocatable CPU and memory from the machine type minus GKE's reservations. On an A4 or A3
-  Ultra pool consuming a specific reservation, Google's topology labels (cloud.google.com/
+  pools; allocatable CPU and memory from the machine type minus GKE's reservations; a time-shared
+  (or MPS) pool's GPU counts maxSharedClientsPerGpu times, as GKE's device plugin advertises it.
+  On an A4 or A3 Ultra pool consuming a specific reservation, Google's topology labels (cloud.google.com/
   gce-topology-block, -subblock, -host) are known to be there but not their values (which block a
   VM lands in is Google's placement): the node lists them in `unvalued`, with no invented value.
 - dev: the listed GPU nodes, with the labels the plan's NodePatch gives them. Their GPUs are the
@@ -65,6 +66,9 @@ class Node:
     extended: dict[str, float] = field(default_factory=dict)  # advertised extended resources
     # Labels the node carries whose values are not known offline (gke: Google's topology labels).
     unvalued: tuple[str, ...] = ()
+    # gke: containers sharing each GPU (a pool's time-sharing or MPS, maxSharedClientsPerGpu): GKE's
+    # device plugin advertises that many nvidia.com/gpu per physical GPU.
+    gpu_shares: int = 1
 
     @property
     def is_gpu(self) -> bool:
@@ -150,9 +154,10 @@ def gke_nodes(node_pools: list[dict[str, Any]]) -> list[Node]:
                   "cloud.google.com/gke-os-distribution": "cos" if "COS" in str(nc.get("imageType", "COS")) else "ubuntu"}
         taints = [{"key": t["key"], "value": str(t.get("value", "")), "effect": _GKE_EFFECT.get(t["effect"], t["effect"])}
                   for t in nc.get("taints") or []]
-        gpus = 0
+        gpus, shares = 0, 1
         for acc in nc.get("guestAccelerators") or []:
             gpus += int(acc.get("count", 0))
+            shares = int((acc.get("gpuSharingConfig") or {}).get("maxSharedClientsPerGpu") or 1)
             labels["cloud.google.com/gke-accelerator"] = str(acc.get("type"))
             labels["cloud.google.com/gke-gpu"] = "true"
         if gpus and not any(t["key"] == "nvidia.com/gpu" for t in taints):
@@ -174,7 +179,7 @@ def gke_nodes(node_pools: list[dict[str, Any]]) -> list[Node]:
         cpu = memory = None
         if shape:
             cpu, memory = gke_allocatable(*shape)
-        nodes.append(Node(f"{name}-node", name, labels, taints, cpu=cpu, memory=memory, gpus=gpus,
+        nodes.append(Node(f"{name}-node", name, labels, taints, cpu=cpu, memory=memory, gpus=gpus, gpu_shares=shares,
                           max_count=max_count, min_count=min_count, unvalued=google_topology(nc)))
     return nodes
 
