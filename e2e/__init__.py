@@ -9,6 +9,8 @@ and by `make e2e` (python -m e2e, which writes out/e2e/report.json).
   lab_stack.py      what the lab stack gives the control plane: API server flags and files, nodes
   kwok.py           KWOK's controller with its upstream stages (nodes Ready, pods Running, Jobs done)
   control_plane.py  etcd, kube-apiserver, controller-manager, scheduler, KWOK: up, checked, down
+  scheduler_differential.py  a stack's (any platform's) placements by the check against kube-scheduler's
+                    bindings on that control plane, its KWOK nodes swapped for the stack's
   providers/        stand-ins the engine runs from PATH for pulumi-random and (preview only)
                     pulumi-command, whose provider modules the proxy does not serve
 """

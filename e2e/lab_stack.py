@@ -32,7 +32,6 @@ from components.lab import hardening
 from config import LabStack
 from render import cluster, program
 from render.cluster.nodes import Node
-from render.cluster.scheduling import Placement
 
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
 KWOK_SELECTOR = f"{KWOK_ANNOTATION}=fake"
@@ -55,10 +54,6 @@ class LabControlPlane:
     encryption_key_names: list[str]
     nodes: list[Node]
     unadvertised: list[str] = field(default_factory=list)
-    # The check's answer for each workload (tests/e2e/test_scheduler_differential.py holds the real
-    # scheduler to it) and the PriorityClasses the plan creates, as rendered.
-    placements: list[Placement] = field(default_factory=list)
-    priority_classes: list[dict[str, Any]] = field(default_factory=list)
 
     def write_files(self, folder: Path) -> dict[str, Path]:
         """The files under CONFIG_DIR the program writes on each control plane, in `folder`; returns
@@ -159,6 +154,4 @@ def from_stack(stack: str = "lab", upstream: Path | None = None,
         audit_policy=hardening.audit_policy() if settings.audit_log.enabled else None,
         encryption_key_names=list(settings.secrets_encryption.keys) if settings.secrets_encryption.enabled else [],
         nodes=list(report.modelled),
-        placements=list(report.placements),
-        priority_classes=[dict(r.inputs) for r in plan.resources if r.type.endswith(":PriorityClass")],
     )

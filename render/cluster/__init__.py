@@ -89,8 +89,9 @@ def check(plan: program.Plan, cfg: StackConfig, upstream: Path) -> Report:
     if isinstance(cfg, LabStack):
         report.notes.append("lab hosts declare no CPU or memory: only GPUs are counted against requests")
     if isinstance(cfg, DevStack):
-        report.notes.append("dev nodes declare no size: each listed GPU node has at least one GPU, CPU and memory "
-                            "unchecked; a cluster with no GPU node listed is modelled as one untainted node")
+        report.notes.append("dev nodes declare no size: each listed GPU node has the GPUs gpuNodeGpus gives it (at "
+                            "least one where it gives none), CPU and memory unchecked; a cluster with no GPU node "
+                            "listed is modelled as one untainted node")
     if isinstance(cfg, GkeStack):
         report.notes.append("gke: each pool scales between its minimum and maximum; pods may land on nodes the "
                             "autoscaler adds; GKE's own device plugin runs on GPU nodes without "
@@ -100,6 +101,7 @@ def check(plan: program.Plan, cfg: StackConfig, upstream: Path) -> Report:
     placements = schedule(cfg, nodes, loads, gke=isinstance(cfg, GkeStack))
     placements = kueue_admitted_pods.as_admitted(collected.objects, nodes, placements)  # queued jobs as Kueue starts them
     report.placements = placements
+    report.scheduled = nodes
     for p in placements:
         w = p.workload
         origin = w.via or w.obj.origin

@@ -14,12 +14,14 @@ them: labels, taints and allocatable resources.
   cloud.google.com/gke-accelerator, cloud.google.com/gke-spot, and the nvidia.com/gpu=present
   taint on GPU pools, the cloud.google.com/gke-queued NoSchedule taint on queued-provisioning pools
   (the label of that key only where the pool sets it: GKE does not), cloud.google.com/gke-flex-start
-  on flex-start VMs; allocatable CPU and memory from the machine type minus GKE's reservations. On an A4 or A3
-  Ultra pool consuming a specific reservation, Google's topology labels (cloud.google.com/
+  on flex-start VMs; allocatable CPU and memory from the machine type minus GKE's reservations; a
+  time-shared (or MPS) pool's GPU counts maxSharedClientsPerGpu times, as GKE's device plugin
+  advertises it. On an A4 or A3 Ultra pool consuming a specific reservation, Google's topology labels (cloud.google.com/
   gce-topology-block, -subblock, -host) are known to be there but not their values (which block a
   VM lands in is Google's placement): the node lists them in `unvalued`, with no invented value.
-- dev: the listed GPU nodes, with the labels the plan's NodePatch gives them. Their GPU count and
-  size are not declared: at least one GPU each is assumed, CPU and memory are not checked.
+- dev: the listed GPU nodes, with the labels the plan's NodePatch gives them. Their GPUs are the
+  count gpuNodeGpus declares; where it declares none, at least one GPU is assumed (not bounded).
+  CPU and memory are not declared, so they are not checked.
 
 Labels set at run time by what the plan installs are added where the installer lands: NFD's
 feature.node.kubernetes.io/pci-10de.present on GPU nodes, GFD's nvidia.com/gpu.present, the GPU
@@ -59,12 +61,15 @@ class Node:
     cpu: float | None = None
     memory: float | None = None
     gpus: int = 0  # physical GPUs (before sharing); the device plugin advertises them
-    gpus_known: bool = True  # dev: the count is not declared (at least 1 is assumed)
+    gpus_known: bool = True  # dev: gpuNodeGpus does not declare the count (at least 1 is assumed)
     max_count: int = 1  # gke: nodes of this shape the pool can scale to
     min_count: int = 1  # gke: nodes of this shape that exist after `up`
     extended: dict[str, float] = field(default_factory=dict)  # advertised extended resources
     # Labels the node carries whose values are not known offline (gke: Google's topology labels).
     unvalued: tuple[str, ...] = ()
+    # gke: containers sharing each GPU (a pool's time-sharing or MPS, maxSharedClientsPerGpu): GKE's
+    # device plugin advertises that many nvidia.com/gpu per physical GPU.
+    gpu_shares: int = 1
 
     @property
     def is_gpu(self) -> bool:
@@ -150,9 +155,10 @@ def gke_nodes(node_pools: list[dict[str, Any]]) -> list[Node]:
                   "cloud.google.com/gke-os-distribution": "cos" if "COS" in str(nc.get("imageType", "COS")) else "ubuntu"}
         taints = [{"key": t["key"], "value": str(t.get("value", "")), "effect": _GKE_EFFECT.get(t["effect"], t["effect"])}
                   for t in nc.get("taints") or []]
-        gpus = 0
+        gpus, shares = 0, 1
         for acc in nc.get("guestAccelerators") or []:
             gpus += int(acc.get("count", 0))
+            shares = int((acc.get("gpuSharingConfig") or {}).get("maxSharedClientsPerGpu") or 1)
             labels["cloud.google.com/gke-accelerator"] = str(acc.get("type"))
             labels["cloud.google.com/gke-gpu"] = "true"
         if gpus and not any(t["key"] == "nvidia.com/gpu" for t in taints):
@@ -178,7 +184,7 @@ def gke_nodes(node_pools: list[dict[str, Any]]) -> list[Node]:
         cpu = memory = None
         if shape:
             cpu, memory = gke_allocatable(*shape)
-        nodes.append(Node(f"{name}-node", name, labels, taints, cpu=cpu, memory=memory, gpus=gpus,
+        nodes.append(Node(f"{name}-node", name, labels, taints, cpu=cpu, memory=memory, gpus=gpus, gpu_shares=shares,
                           max_count=max_count, min_count=min_count, unvalued=google_topology(nc)))
     return nodes
 
@@ -194,9 +200,10 @@ def _patched_labels(name: str, node_patches: Sequence[dict[str, Any]]) -> dict[s
 
 def dev_nodes(cfg: DevStack, node_patches: list[dict[str, Any]]) -> list[Node]:
     nodes = []
+    counts = cfg.gpu_counts  # the device plugin advertises a node's GPUs: as many as gpuNodeGpus says
     for name in cfg.gpu_nodes:
         labels = {**_base_labels(name), **_patched_labels(name, node_patches)}
-        nodes.append(Node(name, "listed", labels, [], gpus=1, gpus_known=False))
+        nodes.append(Node(name, "listed", labels, [], gpus=counts.get(name, 1), gpus_known=name in counts))
     if not nodes:  # the existing cluster has nodes, only none was named: one plain node stands for them
         nodes.append(Node("existing-node", "unlisted", _base_labels("existing-node"), []))
     return nodes

@@ -23,6 +23,9 @@ class Report:
     # per line, in the lines' order (render/summary.py and render/cluster_picture.py read them).
     modelled: list[Node] = field(default_factory=list)
     placements: list[Placement] = field(default_factory=list)
+    # The nodes the placements are on: a gke pool as its nodes up to its maximum (scheduling.expand),
+    # with the labels and extended resources the DaemonSets bring (tests/e2e hold kube-scheduler to them).
+    scheduled: list[Node] = field(default_factory=list)
     queued: list[str] = field(default_factory=list)  # one per job queued in Kueue: would it be admitted
     checked: list[Obj] = field(default_factory=list)  # every object checked (render/job_question.py reads them)
     minor: str = ""  # the Kubernetes minor the objects were checked against

@@ -260,7 +260,7 @@ def expand(nodes: list[Node], limit: int = 512) -> list[Node]:
         for i in range(min(n.max_count, limit)):
             clone = Node(f"{n.group}-{i + 1}", n.group, {**n.labels, HOSTNAME: f"{n.group}-{i + 1}"},
                          list(n.taints), n.cpu, n.memory, n.gpus, n.gpus_known, 1, 1 if i < n.min_count else 0,
-                         unvalued=n.unvalued)
+                         unvalued=n.unvalued, gpu_shares=n.gpu_shares)
             out.append(clone)
     return out
 
@@ -272,8 +272,8 @@ def daemonsets(cfg: StackConfig, nodes: list[Node], loads: list[Workload], gke: 
     for _ in range(4):  # NFD labels -> GFD / operator labels -> device plugins; stable after three
         for n in nodes:
             n.extended = {}
-            if gke and _gke_device_plugin(n):
-                n.extended = _advertise(cfg, n)
+            if gke and _gke_device_plugin(n):  # a time-shared pool's GPU is maxSharedClientsPerGpu of them
+                n.extended = {k: v * n.gpu_shares for k, v in _advertise(cfg, n).items()}
         changed = False
         for w in ds:
             p = Placement(w)
