@@ -45,10 +45,14 @@ class QueuesArgs:
     # What the program's own largest job counts against its queue (components/queues/requests.py).
     program_need: dict[str, Decimal]
     metrics: bool  # monitoring is on: the chart's ServiceMonitor (its CRD comes with monitoring)
-    training_namespace: pulumi.Resource | None  # None: no program job runs, no program queue
+    training_namespace: pulumi.Resource | None  # None: no program job runs, no program LocalQueue
     team_volumes: TeamVolumes | None = None  # the shared storage, as a team gets it (None: none)
     shared_claim: tuple[pulumi.Resource, ...] = ()  # the training claim (the export's root) and what it needs
     charts: ChartSource = ChartSource()  # gpu-cluster:chartsDir: where the chart comes from
+
+
+# With no program job the program's queue asks for no CPU or memory of its own: it only lends GPUs.
+NO_PROGRAM_JOB = {"cpu": Decimal(0), "memory": Decimal(0)}
 
 
 def _custom(name: str, body: dict[str, Any], opts: pulumi.ResourceOptions) -> pulumi.CustomResource:
@@ -111,9 +115,13 @@ class Queues(pulumi.ComponentResource):
         for t in q.teams:
             self._team(name, q, t, args)
         self.ready: list[pulumi.Resource] = [self.release]
+        # The program's ClusterQueue whenever queues are on: it holds the GPUs the teams' nominal quotas
+        # leave, so the cohort holds every GPU and a team may borrow them (without it they belong to no
+        # queue). Its LocalQueue only where a program job runs.
+        need = args.program_need if args.training_namespace is not None else NO_PROGRAM_JOB
+        cq = _custom(f"{name}-cq-{PROGRAM_QUEUE}", provisioning.with_admission_check(objects.program_cluster_queue(
+            q, TRAINING_NAMESPACE, args.gpu_resource, args.flavors, need), args.flavors), after_kueue)
         if args.training_namespace is not None:
-            cq = _custom(f"{name}-cq-{PROGRAM_QUEUE}", provisioning.with_admission_check(objects.program_cluster_queue(
-                q, TRAINING_NAMESPACE, args.gpu_resource, args.flavors, args.program_need), args.flavors), after_kueue)
             lq = _custom(f"{name}-lq-{PROGRAM_QUEUE}", objects.local_queue(PROGRAM_QUEUE, TRAINING_NAMESPACE),
                          pulumi.ResourceOptions(parent=self, depends_on=[self.release, cq, args.training_namespace]))
             self.ready += [cq, lq]

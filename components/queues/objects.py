@@ -11,10 +11,11 @@ what the config means; components/queues/__init__.py registers them).
   namespace may point a LocalQueue at it. Preemption: a team reclaims its nominal quota from
   borrowers (reclaimWithinCohort Any) and, inside its queue, a higher WorkloadPriorityClass
   preempts a lower one.
-* The program's own ClusterQueue and LocalQueue `gpu-cluster` (training namespace), in the same
-  cohort: nominal GPUs what the teams' quotas leave of each flavor (the cohort then holds the GPUs
-  the cluster has, no more), borrowing the rest of its largest job (components/queues/requests.py)
-  from quota the teams leave unused; CPU and memory sized to that job.
+* The program's own ClusterQueue `gpu-cluster`, in the same cohort whenever queues are on: nominal
+  GPUs what the teams' quotas leave of each flavor (the cohort then holds the GPUs the cluster has,
+  no more, and a team borrows those the program does not use), borrowing the rest of its largest job
+  (components/queues/requests.py) from quota the teams leave unused; CPU and memory sized to that
+  job (none without one). Its LocalQueue (training namespace) only where a program job runs.
 * WorkloadPriorityClasses: training above batch.
 * Per team: a Namespace (Pod Security baseline, as the training namespace: GPU images usually run
   as root), default deny with DNS egress and the namespace's pods talking to each other (a
