@@ -138,7 +138,7 @@ class Queues(pulumi.ComponentResource):
         prefix = f"{name}-team-{t.name}"
         # Its Pod Security level, and the LocalQueue the admission policy holds its Jobs to.
         ns = k8s.core.v1.Namespace(f"{prefix}-ns", metadata=k8s.meta.v1.ObjectMetaArgs(name=t.namespace, labels={
-            "pod-security.kubernetes.io/enforce": objects.TEAM_POD_SECURITY, **team_admission.team_namespace_labels(t.name)}),
+            "pod-security.kubernetes.io/enforce": objects.TEAM_POD_SECURITY, **team_admission.team_namespace_labels(t.name, t.priority)}),
             opts=pulumi.ResourceOptions(parent=self))
         in_ns = pulumi.ResourceOptions(parent=self, depends_on=[ns])
         self.team_namespaces[t.name] = ns

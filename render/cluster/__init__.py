@@ -73,7 +73,7 @@ def check(plan: program.Plan, cfg: StackConfig, upstream: Path) -> Report:
     report.objects = len(collected.objects)
     report.checked, report.minor = collected.objects, cfg.kubernetes_minor
     admission = Admission(collected.objects, plan_dependencies(plan), cfg.kubernetes_minor)
-    for problem in [*admission.schema(), *admission.namespaces_exist()]:
+    for problem in [*admission.schema(), *admission.namespaces_exist(), *admission.policies()]:
         report.problems.append(f"{problem.subject}: {problem.reason}")
 
     plan_inputs: dict[str, list[dict]] = {}
