@@ -100,14 +100,15 @@ PRIORITY_MESSAGE_EXPRESSION = (
 
 
 def _no_pod_priority(template: str) -> str:
-    return f"!has({template}.spec) || !has({template}.spec.priorityClassName)"
+    return f"!has({template}) || !has({template}.spec) || !has({template}.spec.priorityClassName)"
 
 
-_REPLICA = "object.spec.pytorchReplicaSpecs[r].template"
+# dyn(): the API server type-checks every expression against each matched kind (a Job has no
+# pytorchReplicaSpecs, a PyTorchJob no template); dyn leaves the field checks to the object's own fields.
+_REPLICAS = "dyn(object).spec.pytorchReplicaSpecs"
 POD_PRIORITY_EXPRESSION = (
-    f"object.kind == 'Job' ? ({_no_pod_priority('object.spec.template')}) : "
-    f"(!has(object.spec.pytorchReplicaSpecs) || object.spec.pytorchReplicaSpecs.all(r, "
-    f"!has({_REPLICA}) || {_no_pod_priority(_REPLICA)}))"
+    f"({_no_pod_priority('dyn(object).spec.template')}) && "
+    f"(!has({_REPLICAS}) || {_REPLICAS}.all(r, {_no_pod_priority(f'{_REPLICAS}[r].template')}))"
 )
 POD_PRIORITY_MESSAGE = (f"a Job or PyTorchJob in a team namespace may not set priorityClassName on its pods: Kueue "
                         f"would take the job's priority from that PriorityClass; name a priority class the team "

@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 
+from components.queues.team_admission import POLICY_NAME
 from components.toolchain_versions import KUBERNETES_MINOR
 from e2e import api, dry_run
 from render import cluster, job_question, program
@@ -258,6 +259,11 @@ def team_policy(client: api.Client, upstream_dir: Path) -> Iterator[list[Obj]]:
             (body,) = [o.body for o in objs if o.kind == kind]
             client.request("DELETE", f"{VAP}/{resource}/{body['metadata']['name']}")  # another test's, if any
             assert dry_run.create_or_replace(client, f"{VAP}/{resource}", body, made).ok
+        # type-checked against both kinds (the CRD is Established first): no expression refers to a
+        # field the kind lacks
+        policy = client.wait_for("the policy type-checked", f"{VAP}/validatingadmissionpolicies/{POLICY_NAME}",
+                                 lambda p: "typeChecking" in (p.get("status") or {}), ENFORCED_TIMEOUT)
+        assert policy["status"]["typeChecking"].get("expressionWarnings") is None, policy["status"]
         dry_run.discovered(client, {("kubeflow.org/v1", "PyTorchJob")})
         probe = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "probe"}, "spec": {
             "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "x"}]}}}}
