@@ -31,6 +31,11 @@ config.kueue.x-k8s.io/v1beta2 Configuration: the chart's defaults, then these ch
   not tolerate counts as a failure (the GPU health taint); TASReplaceNodeOnPodTermination: once
   the pod on it is gone; TASFailedNodeReplacementFailFast: no replacement at the first try evicts
   and requeues the workload at once instead of waiting for recoveryTimeout.
+* featureGates VisibilityOnDemand: Kueue's visibility API (pending workloads per LocalQueue and
+  ClusterQueue, in admission order), served by the manager itself behind the chart's APIServices
+  v1beta1/v1beta2.visibility.kueue.x-k8s.io (rendered whatever the values; their Service is the
+  chart's visibility-server). On by default since 0.9, named here for the same reason as the gates
+  above; each team's Role lets its group read its own LocalQueues' (components/queues/objects.py).
 * resources.excludeResourcePrefixes: the RDMA device resource (`rdma/...`): one per node from the
   RDMA device plugin, which no ClusterQueue covers; a workload asking for an uncovered resource
   would never be admitted.
@@ -61,6 +66,10 @@ REQUEUE_BACKOFF_MAX_SECONDS = 3600
 # Kueue 0.19.2's topology-aware failed-node replacement (pkg/features/kube_features.go), all on.
 NODE_REPLACEMENT_GATES = ("TopologyAwareScheduling", "TASFailedNodeReplacement", "TASReplaceNodeOnNodeTaints",
                           "TASReplaceNodeOnPodTermination", "TASFailedNodeReplacementFailFast")
+# The visibility API server in the manager (Beta, on by default since 0.9), which the chart's APIServices
+# v1beta1 and v1beta2.visibility.kueue.x-k8s.io point at: the teams read their pending workloads there.
+VISIBILITY_GATE = "VisibilityOnDemand"
+VISIBILITY_API = "visibility.kueue.x-k8s.io/v1beta1"
 
 
 def manager_config(timeout_minutes: int, managed_namespaces: list[str]) -> dict[str, Any]:
@@ -93,7 +102,7 @@ def manager_config(timeout_minutes: int, managed_namespaces: list[str]) -> dict[
         },
         "integrations": {"frameworks": list(FRAMEWORKS)},
         "resources": {"excludeResourcePrefixes": [f"{RDMA_RESOURCE_PREFIX}/"]},
-        "featureGates": dict.fromkeys(NODE_REPLACEMENT_GATES, True),
+        "featureGates": dict.fromkeys((*NODE_REPLACEMENT_GATES, VISIBILITY_GATE), True),
     }
 
 

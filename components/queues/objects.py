@@ -20,8 +20,9 @@ what the config means; components/queues/__init__.py registers them).
 * Per team: a Namespace (Pod Security baseline, as the training namespace: GPU images usually run
   as root), default deny with DNS egress and the namespace's pods talking to each other (a
   multi-node job's rendezvous and NCCL), a Role (batch Jobs and PyTorchJobs: create, get, list,
-  watch, delete; Kueue Workloads and LocalQueues and the pods and their logs: read) bound to the
-  team's group in its namespace only, and its LocalQueue.
+  watch, delete; Kueue Workloads and LocalQueues, the pods and their logs, and the pending workloads
+  of its LocalQueues through Kueue's visibility API: read) bound to the team's group in its
+  namespace only, and its LocalQueue.
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ TEAM_ROLE = "gpu-cluster-team"
 JOB_VERBS = ["create", "get", "list", "watch", "delete"]
 READ_VERBS = ["get", "list", "watch"]
 NAME_LABEL = "kubernetes.io/metadata.name"
+VISIBILITY_GROUP = "visibility.kueue.x-k8s.io"
 
 
 def quantity(value: Decimal) -> str:
@@ -176,6 +178,10 @@ def team_role(namespace: str) -> dict[str, Any]:
             {"apiGroups": ["kubeflow.org"], "resources": ["pytorchjobs"], "verbs": JOB_VERBS},
             {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads", "localqueues"], "verbs": READ_VERBS},
             {"apiGroups": [""], "resources": ["pods", "pods/log", "events"], "verbs": READ_VERBS},
+            # Kueue's visibility API: the team's pending workloads in order (their position in the
+            # queue), what the chart's own pending-workloads-lq-viewer ClusterRole grants, here only in
+            # the team's namespace (kueue.VISIBILITY_API).
+            {"apiGroups": [VISIBILITY_GROUP], "resources": ["localqueues/pendingworkloads"], "verbs": READ_VERBS},
         ],
     }
 
