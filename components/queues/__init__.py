@@ -95,7 +95,7 @@ class Queues(pulumi.ComponentResource):
                 parent=self, depends_on=[self.release, *([topologies[f.topology[0]]] if f.topology else [])]))
         for body in objects.priority_classes():
             _custom(f"{name}-priority-{body['metadata']['name']}", body, after_kueue)
-        for body in provisioning.provisioning_objects(args.flavors, args.gpu_resource):
+        for body in provisioning.provisioning_objects(args.flavors, args.gpu_resource, q.flex_start_retry):
             _custom(f"{name}-{body['kind'].lower()}-{body['metadata']['name']}", body, after_kueue)
         self.team_outputs: dict[str, dict[str, str]] = {}
         self._teams = q.teams
