@@ -145,6 +145,13 @@ class QueuesConfig(Model):
         description="All-or-nothing admission: a workload whose pods are not all running this long after "
                     "admission is evicted and requeued with backoff (Kueue waitForPodsReady).",
     )
+    block_admission: bool = Field(
+        default=False,
+        description="Kueue's waitForPodsReady.blockAdmission: admit nothing, in any team's queue, while an admitted "
+                    "job's pods are not all running (up to waitForPodsReadyTimeoutMinutes), so two jobs are never "
+                    "half placed at once. Off: one team's slow-starting job would hold every team's admissions; "
+                    "turn it on where capacity often falls below quota (docs/queues.md, Why it waits).",
+    )
     pending_alert_minutes: int = Field(
         default=60, ge=5, le=10080,
         description="With monitoring: alert when a ClusterQueue has had workloads pending this long and "

@@ -82,7 +82,7 @@ class Queues(pulumi.ComponentResource):
             name=kueue.RELEASE_NAME,
             **args.charts.args(versions.KUEUE_CHART, versions.KUEUE_CHART_VERSION),
             namespace=kueue.NAMESPACE,
-            values=kueue.kueue_values(q.wait_for_pods_ready_timeout_minutes, managed, args.metrics),
+            values=kueue.kueue_values(q.wait_for_pods_ready_timeout_minutes, managed, args.metrics, q.block_admission),
             opts=pulumi.ResourceOptions(parent=self, depends_on=[ns]),
         )
         after_kueue = pulumi.ResourceOptions(parent=self, depends_on=[self.release])
