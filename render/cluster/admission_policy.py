@@ -50,7 +50,7 @@ def _first_denial(policy: dict[str, Any], activation: dict[str, Any]) -> str | N
 
     spec = policy.get("spec") or {}
     try:
-        variables = {}
+        variables: dict[str, Any] = {}
         for v in spec.get("variables") or []:
             activation["variables"] = celpy.celtypes.MapType(
                 {celpy.celtypes.StringType(k): val for k, val in variables.items()})
