@@ -80,3 +80,14 @@ def test_bad_values_are_refused_naming_the_key(retry: dict[str, int], key: str, 
 def test_without_a_flex_start_pool_it_is_refused_as_doing_nothing() -> None:
     reported(_raw(A100, backoffLimitCount=5), "queues.flexStartRetry", "no gke.gpuPools[] has provisioning flexStart")
     accepted(_raw(A100))  # unset: nothing to refuse
+
+
+def test_the_gke_pages_example_is_accepted_and_is_kueues_default() -> None:
+    import re
+
+    import yaml
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "getting-started" / "gke.md").read_text()
+    (block,) = [b for b in re.findall(r"```yaml\n(.*?)```", page, re.S) if "flexStartRetry" in b]
+    retry = yaml.safe_load(block)["gpu-cluster:queues"]["flexStartRetry"]
+    assert _config(_raw(FLEX, **retry)) == _config(_raw(FLEX))  # the page shows the defaults
