@@ -20,6 +20,14 @@
   another project is named projects/<project>/reservations/<name>. How many VMs it holds is not
   known offline: render warns, and the check models the pool at its autoscaling maximum.
 
+How Kueue retries a flex-start job whose ProvisioningRequest fails (GKE answers Failed, or the
+booking expires or its capacity is revoked before the pods start): queues.flexStartRetry
+(FlexStartRetry), written out in the ProvisioningRequestConfig's spec.retryStrategy
+(components/queues/provisioning.py). Kueue requeues the workload after about base x 2^(n-1) s
+(capped at the max) and, after backoffLimitCount failures, deactivates it (spec.active false: it
+never runs until someone reactivates it). Waiting for capacity is no failure: the request stays
+pending. The defaults are Kueue 0.19.2's own (3, 60 s, 1800 s), written out so the choice is seen.
+
 Refused here, naming the key: reservation without a name, a reservation name (or project) on a pool
 that is not provisioning reservation, flexStart without queues.enabled, flexStart with minNodes
 above 0 or with spot.
@@ -30,6 +38,9 @@ from __future__ import annotations
 import enum
 import re
 
+from pydantic import Field
+
+from config.fields import Model
 from config.scheduling_contract import GKE_QUEUED_TAINT
 
 # Queued-provisioning nodes: GKE's NoSchedule taint of this key, and the label (true) the pool sets itself.
@@ -71,3 +82,21 @@ def flex_start_flavor_name(pool_name: str) -> str:
 def is_queued_flavor(node_labels: dict[str, str]) -> bool:
     """A flavor of a flexStart pool (its nodes come through a ProvisioningRequest)."""
     return node_labels.get(GKE_QUEUED_LABEL) == "true"
+
+
+class FlexStartRetry(Model):
+    """Kueue's ProvisioningRequestConfig.spec.retryStrategy for the flex-start pools (int32 fields)."""
+
+    backoff_limit_count: int = Field(
+        default=3, ge=0, le=20,
+        description="Failed ProvisioningRequests Kueue retries before it deactivates the job's workload (0: none; "
+                    "the workload is deactivated at the first failure).")
+    backoff_base_seconds: int = Field(
+        default=60, ge=1, le=3600, description="The first retry's delay; each later one doubles it.")
+    backoff_max_seconds: int = Field(
+        default=1800, ge=1, le=86400,
+        description="The longest delay between retries; at least backoffBaseSeconds.")
+
+    def retry_strategy(self) -> dict[str, int]:
+        return {"backoffLimitCount": self.backoff_limit_count, "backoffBaseSeconds": self.backoff_base_seconds,
+                "backoffMaxSeconds": self.backoff_max_seconds}

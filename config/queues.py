@@ -35,6 +35,7 @@ from pydantic import Field, field_validator
 
 from config.errors import Problems
 from config.fields import DNS_LABEL, Model, check_quantity
+from config.gke_provisioning import FlexStartRetry, is_queued_flavor
 from config.inventory import Inventoried, TopologyLevel
 from config.queue_flavors import Flavor as Flavor  # re-exported: components and tests read flavors from here
 from config.queue_flavors import flavors as flavors  # re-exported too
@@ -103,8 +104,9 @@ class Team(Model):
     )
     priority: QueuePriority = Field(
         default=QueuePriority.BATCH,
-        description="The WorkloadPriorityClass the team's jobs carry by default in the examples and outputs: "
-                    "training (above batch) or batch.",
+        description="The team's WorkloadPriorityClass, named in its examples and outputs, and the highest its jobs "
+                    "may name (the team admission policy refuses a higher one and any pod priorityClassName): "
+                    "training (above batch: may name training or batch) or batch (batch only).",
     )
 
     @field_validator("gpus")
@@ -143,11 +145,24 @@ class QueuesConfig(Model):
         description="All-or-nothing admission: a workload whose pods are not all running this long after "
                     "admission is evicted and requeued with backoff (Kueue waitForPodsReady).",
     )
+    block_admission: bool = Field(
+        default=False,
+        description="Kueue's waitForPodsReady.blockAdmission: admit nothing, in any team's queue, while an admitted "
+                    "job's pods are not all running (up to waitForPodsReadyTimeoutMinutes), so two jobs are never "
+                    "half placed at once. Off: one team's slow-starting job would hold every team's admissions; "
+                    "turn it on where capacity often falls below quota (docs/queues.md, Why it waits).",
+    )
     pending_alert_minutes: int = Field(
         default=60, ge=5, le=10080,
         description="With monitoring: alert when a ClusterQueue has had workloads pending this long and "
                     "admitted none of them (KueueWorkloadPendingTooLong; also how long Kueue may hold an "
                     "inadmissible workload before KueueWorkloadInadmissible).",
+    )
+    flex_start_retry: FlexStartRetry | None = Field(
+        default=None,
+        description="gke flexStart pools: how Kueue retries a job whose ProvisioningRequest fails before it "
+                    "deactivates it (backoffLimitCount, backoffBaseSeconds, backoffMaxSeconds; default Kueue's "
+                    "3, 60, 1800). Refused without a flexStart pool.",
     )
     rdma_topology_level: TopologyLevel | None = Field(
         default=None,
@@ -188,7 +203,23 @@ def queues_problems(q: QueuesConfig, stack: Inventoried) -> Problems:
                                                  f"not one of {', '.join(sorted(RESERVED_NAMESPACES))}"))
         if not t.group:
             problems.append((f"{key}.group", "is required: the group whose members may submit the team's jobs"))
+    problems += _retry_problems(q, stack)
     # A flavor of unknown units is not sized: its quotas are not judged.
     units = list(dict.fromkeys(g.unit_problem for g in stack.inventory.groups if g.unit_problem is not None))
     return (problems + units + (quota_problems(q.teams, flavors(stack)) if not units else [])
             + resource_problems(q.teams, stack.inventory) + level_problems(q, stack))
+
+
+def _retry_problems(q: QueuesConfig, stack: Inventoried) -> Problems:
+    """queues.flexStartRetry: only with a flexStart pool (it configures nothing else), max >= base."""
+    retry = q.flex_start_retry
+    if retry is None:
+        return []
+    if not any(is_queued_flavor(f.node_labels) for f in flavors(stack)):
+        return [("queues.flexStartRetry", "is set but no gke.gpuPools[] has provisioning flexStart: it configures "
+                                          "only Kueue's ProvisioningRequests of flex-start pools")]
+    if retry.backoff_max_seconds < retry.backoff_base_seconds:
+        return [("queues.flexStartRetry.backoffMaxSeconds",
+                 f"{retry.backoff_max_seconds} is below backoffBaseSeconds {retry.backoff_base_seconds}: the "
+                 "longest delay must be at least the first")]
+    return []

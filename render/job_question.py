@@ -6,8 +6,8 @@ whole-cluster check runs (render/cluster/), on the objects and nodes it checked:
 - refused: the API server would refuse to create it: its namespace is not in the plan, its schema
   (Kubernetes' strict one for a Job, the plan's CRD for a PyTorchJob: none, an unknown kind), or a
   ValidatingAdmissionPolicy of the plan bound to its namespace (the team policy,
-  components/queues/team_admission.py) denies it; each validation's CEL is evaluated by cel-python,
-  an error denies (failurePolicy Fail), the message is the policy's own;
+  components/queues/team_admission.py: its queue, its priority class) denies it, as the API server
+  decides it (render/cluster/admission_policy.py: cel-python, the first denying validation's message);
 - never: Kueue never admits it (kueue_preemption.Rules.missing_class: a priority class the plan
   lacks; kueue_admission.evaluate alone on the idle cluster: no queue, a resource no queue covers,
   more than the cohort holds, pods its flavor's nodes can never hold), with the shortfall;
@@ -28,15 +28,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import celpy
 import jsonschema
 import yaml
 
 import render.cluster.kueue_admission as ka
 import render.cluster.kueue_objects as kueue_objects
 import render.cluster.kueue_preemption as kueue_preemption
+from render.cluster import admission_policy
 from render.cluster.admission import builtin_validator, strict_schema
-from render.cluster.network_policy import selector_matches
 from render.cluster.objects import Obj
 from render.cluster.report import Report
 from render.cluster.scheduling import Capacity, expand, place
@@ -45,8 +44,6 @@ from render.cluster.workloads import Workload
 REFUSED, ADMITTED, WAITS, NEVER = "refused", "admitted", "waits", "never"
 # The namespaces every cluster has without the plan creating them.
 BUILTIN_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
-# What a ValidatingAdmissionPolicy's resourceRules name for each kind answered here.
-RESOURCES = {"Job": ("batch", "jobs"), "PyTorchJob": ("kubeflow.org", "pytorchjobs")}
 SKIP_AWAIT = "pulumi.com/skipAwait"  # a Job Pulumi does not wait for: still running when `up` ends
 
 
@@ -131,68 +128,9 @@ def schema_refusals(objects: list[Obj], job: Obj, minor: str) -> list[str]:
     return [f"schema: {'.'.join(str(p) for p in e.path) or '(root)'}: {str(e.message)[:200]}" for e in errors]
 
 
-def _namespace_object(world: kueue_objects.KueueWorld, name: str) -> dict[str, Any]:
-    """The Namespace as the API server holds it (with kubernetes.io/metadata.name)."""
-    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": world.labels_of(name)}}
-
-
-def _rule_matches(policy: dict[str, Any], job: Obj) -> bool:
-    group, resource = RESOURCES[job.kind]
-    version = job.api_version.split("/")[-1]
-    for rule in ((policy.get("spec") or {}).get("matchConstraints") or {}).get("resourceRules") or []:
-        if (_listed(rule.get("apiGroups"), group) and _listed(rule.get("apiVersions"), version)
-                and _listed(rule.get("resources"), resource) and _listed(rule.get("operations"), "CREATE")):
-            return True
-    return False
-
-
-def _listed(values: list[str] | None, value: str) -> bool:
-    return bool(values) and ("*" in values or value in values)  # type: ignore[operator]
-
-
-def _cel(expression: str, activation: dict[str, Any]) -> Any:
-    env = celpy.Environment()
-    return env.program(env.compile(expression)).evaluate(activation)
-
-
 def policy_refusals(objects: list[Obj], world: kueue_objects.KueueWorld, job: Obj) -> list[str]:
     """Why the plan's ValidatingAdmissionPolicies bound to the job's namespace deny creating it."""
-    namespace = job.namespace or "default"
-    ns_object = _namespace_object(world, namespace)
-    policies = {o.name: o.body for o in objects if o.kind == "ValidatingAdmissionPolicy"}
-    out = []
-    for binding in (o for o in objects if o.kind == "ValidatingAdmissionPolicyBinding"):
-        spec = binding.body.get("spec") or {}
-        policy = policies.get(str(spec.get("policyName")))
-        match = spec.get("matchResources") or {}
-        if policy is None or "Deny" not in (spec.get("validationActions") or []):
-            continue
-        if not selector_matches(match.get("namespaceSelector"), ns_object["metadata"]["labels"]):
-            continue
-        if not _rule_matches(policy, job):
-            continue
-        activation: dict[str, Any] = {"object": celpy.json_to_cel(job.body),
-                                      "namespaceObject": celpy.json_to_cel(ns_object)}
-        variables: dict[str, Any] = {}
-        activation["variables"] = variables
-        name = str((policy.get("metadata") or {}).get("name"))
-        for validation in (policy.get("spec") or {}).get("validations") or []:
-            try:
-                for v in (policy.get("spec") or {}).get("variables") or []:
-                    variables[str(v["name"])] = _cel(str(v["expression"]), activation)
-                activation["variables"] = celpy.celtypes.MapType(
-                    {celpy.celtypes.StringType(k): v for k, v in variables.items()})
-                allowed = bool(_cel(str(validation["expression"]), activation))
-            except (celpy.CELEvalError, celpy.CELParseError):
-                allowed = False  # failurePolicy Fail or not: an expression that errors denies the request
-            if allowed:
-                continue
-            try:
-                message = str(_cel(str(validation["messageExpression"]), activation))
-            except (KeyError, celpy.CELEvalError, celpy.CELParseError):
-                message = str(validation.get("message") or f"failed expression: {validation['expression']}")
-            out.append(f"ValidatingAdmissionPolicy '{name}' with binding '{binding.name}' denied request: {message}")
-    return out
+    return admission_policy.refusals(objects, world.labels_of(job.namespace or "default"), job)
 
 
 def still_running(wl: kueue_objects.QueuedWorkload) -> bool:

@@ -45,10 +45,14 @@ class QueuesArgs:
     # What the program's own largest job counts against its queue (components/queues/requests.py).
     program_need: dict[str, Decimal]
     metrics: bool  # monitoring is on: the chart's ServiceMonitor (its CRD comes with monitoring)
-    training_namespace: pulumi.Resource | None  # None: no program job runs, no program queue
+    training_namespace: pulumi.Resource | None  # None: no program job runs, no program LocalQueue
     team_volumes: TeamVolumes | None = None  # the shared storage, as a team gets it (None: none)
     shared_claim: tuple[pulumi.Resource, ...] = ()  # the training claim (the export's root) and what it needs
     charts: ChartSource = ChartSource()  # gpu-cluster:chartsDir: where the chart comes from
+
+
+# With no program job the program's queue asks for no CPU or memory of its own: it only lends GPUs.
+NO_PROGRAM_JOB = {"cpu": Decimal(0), "memory": Decimal(0)}
 
 
 def _custom(name: str, body: dict[str, Any], opts: pulumi.ResourceOptions) -> pulumi.CustomResource:
@@ -78,7 +82,7 @@ class Queues(pulumi.ComponentResource):
             name=kueue.RELEASE_NAME,
             **args.charts.args(versions.KUEUE_CHART, versions.KUEUE_CHART_VERSION),
             namespace=kueue.NAMESPACE,
-            values=kueue.kueue_values(q.wait_for_pods_ready_timeout_minutes, managed, args.metrics),
+            values=kueue.kueue_values(q.wait_for_pods_ready_timeout_minutes, managed, args.metrics, q.block_admission),
             opts=pulumi.ResourceOptions(parent=self, depends_on=[ns]),
         )
         after_kueue = pulumi.ResourceOptions(parent=self, depends_on=[self.release])
@@ -91,7 +95,7 @@ class Queues(pulumi.ComponentResource):
                 parent=self, depends_on=[self.release, *([topologies[f.topology[0]]] if f.topology else [])]))
         for body in objects.priority_classes():
             _custom(f"{name}-priority-{body['metadata']['name']}", body, after_kueue)
-        for body in provisioning.provisioning_objects(args.flavors, args.gpu_resource):
+        for body in provisioning.provisioning_objects(args.flavors, args.gpu_resource, q.flex_start_retry):
             _custom(f"{name}-{body['kind'].lower()}-{body['metadata']['name']}", body, after_kueue)
         self.team_outputs: dict[str, dict[str, str]] = {}
         self._teams = q.teams
@@ -111,9 +115,13 @@ class Queues(pulumi.ComponentResource):
         for t in q.teams:
             self._team(name, q, t, args)
         self.ready: list[pulumi.Resource] = [self.release]
+        # The program's ClusterQueue whenever queues are on: it holds the GPUs the teams' nominal quotas
+        # leave, so the cohort holds every GPU and a team may borrow them (without it they belong to no
+        # queue). Its LocalQueue only where a program job runs.
+        need = args.program_need if args.training_namespace is not None else NO_PROGRAM_JOB
+        cq = _custom(f"{name}-cq-{PROGRAM_QUEUE}", provisioning.with_admission_check(objects.program_cluster_queue(
+            q, TRAINING_NAMESPACE, args.gpu_resource, args.flavors, need), args.flavors), after_kueue)
         if args.training_namespace is not None:
-            cq = _custom(f"{name}-cq-{PROGRAM_QUEUE}", provisioning.with_admission_check(objects.program_cluster_queue(
-                q, TRAINING_NAMESPACE, args.gpu_resource, args.flavors, args.program_need), args.flavors), after_kueue)
             lq = _custom(f"{name}-lq-{PROGRAM_QUEUE}", objects.local_queue(PROGRAM_QUEUE, TRAINING_NAMESPACE),
                          pulumi.ResourceOptions(parent=self, depends_on=[self.release, cq, args.training_namespace]))
             self.ready += [cq, lq]
@@ -130,7 +138,7 @@ class Queues(pulumi.ComponentResource):
         prefix = f"{name}-team-{t.name}"
         # Its Pod Security level, and the LocalQueue the admission policy holds its Jobs to.
         ns = k8s.core.v1.Namespace(f"{prefix}-ns", metadata=k8s.meta.v1.ObjectMetaArgs(name=t.namespace, labels={
-            "pod-security.kubernetes.io/enforce": objects.TEAM_POD_SECURITY, **team_admission.team_namespace_labels(t.name)}),
+            "pod-security.kubernetes.io/enforce": objects.TEAM_POD_SECURITY, **team_admission.team_namespace_labels(t.name, t.priority)}),
             opts=pulumi.ResourceOptions(parent=self))
         in_ns = pulumi.ResourceOptions(parent=self, depends_on=[ns])
         self.team_namespaces[t.name] = ns

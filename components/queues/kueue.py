@@ -13,10 +13,15 @@ config.kueue.x-k8s.io/v1beta2 Configuration: the chart's defaults, then these ch
   without the queue label there is left alone (the dataset download, the NCCL pair checks).
 * waitForPodsReady: all-or-nothing admission. An admitted workload whose pods are not all running
   within queues.waitForPodsReadyTimeoutMinutes is evicted and requeued, with exponential backoff
-  (60 s doubling to an hour, requeued forever); blockAdmission admits the next workload only once
-  the previous one's pods are all ready, so two half-placed gangs never hold GPUs against each
-  other. (In v1beta2 the block's presence turns it on: the chart's own commented example has no
-  `enable`.) recoveryTimeout, the same minutes, bounds how long an admitted gang that lost a pod
+  (60 s doubling to an hour, requeued forever). (In v1beta2 the block's presence turns it on: the
+  chart's own commented example has no `enable`.) blockAdmission is queues.blockAdmission, written
+  out (Kueue's default is false): with it Kueue admits nothing, in any ClusterQueue, while any
+  admitted workload's pods are not all ready (pkg/scheduler waitForPodsReadyIfNeeded asks the
+  cache for every admitted workload), so one team's slow image pull or unplaceable pod holds every
+  other team's admission for up to the timeout. Off by default: the cohort's nominal quota is the
+  cluster's GPUs, topology flavors place a gang whole at admission and flex-start nodes come before
+  admission, so two gangs are half placed only when capacity falls below quota (a tainted host, an
+  autoscaler that cannot add nodes), and then the timeout evicts them. recoveryTimeout, the same minutes, bounds how long an admitted gang that lost a pod
   (the GPU health service tainted its node and evicted it) holds its other GPUs while the
   replacement pod is placed, pulls its image and starts: the same steps as a first start, so the
   same bound. After it the workload is evicted and requeued, never left with a pod Pending on the
@@ -31,6 +36,11 @@ config.kueue.x-k8s.io/v1beta2 Configuration: the chart's defaults, then these ch
   not tolerate counts as a failure (the GPU health taint); TASReplaceNodeOnPodTermination: once
   the pod on it is gone; TASFailedNodeReplacementFailFast: no replacement at the first try evicts
   and requeues the workload at once instead of waiting for recoveryTimeout.
+* featureGates VisibilityOnDemand: Kueue's visibility API (pending workloads per LocalQueue and
+  ClusterQueue, in admission order), served by the manager itself behind the chart's APIServices
+  v1beta1/v1beta2.visibility.kueue.x-k8s.io (rendered whatever the values; their Service is the
+  chart's visibility-server). On by default since 0.9, named here for the same reason as the gates
+  above; each team's Role lets its group read its own LocalQueues' (components/queues/objects.py).
 * resources.excludeResourcePrefixes: the RDMA device resource (`rdma/...`): one per node from the
   RDMA device plugin, which no ClusterQueue covers; a workload asking for an uncovered resource
   would never be admitted.
@@ -61,9 +71,13 @@ REQUEUE_BACKOFF_MAX_SECONDS = 3600
 # Kueue 0.19.2's topology-aware failed-node replacement (pkg/features/kube_features.go), all on.
 NODE_REPLACEMENT_GATES = ("TopologyAwareScheduling", "TASFailedNodeReplacement", "TASReplaceNodeOnNodeTaints",
                           "TASReplaceNodeOnPodTermination", "TASFailedNodeReplacementFailFast")
+# The visibility API server in the manager (Beta, on by default since 0.9), which the chart's APIServices
+# v1beta1 and v1beta2.visibility.kueue.x-k8s.io point at: the teams read their pending workloads there.
+VISIBILITY_GATE = "VisibilityOnDemand"
+VISIBILITY_API = "visibility.kueue.x-k8s.io/v1beta1"
 
 
-def manager_config(timeout_minutes: int, managed_namespaces: list[str]) -> dict[str, Any]:
+def manager_config(timeout_minutes: int, managed_namespaces: list[str], block_admission: bool = False) -> dict[str, Any]:
     return {
         "apiVersion": "config.kueue.x-k8s.io/v1beta2",
         "kind": "Configuration",
@@ -84,7 +98,7 @@ def manager_config(timeout_minutes: int, managed_namespaces: list[str]) -> dict[
         "waitForPodsReady": {
             "timeout": f"{timeout_minutes}m",
             "recoveryTimeout": f"{timeout_minutes}m",
-            "blockAdmission": True,
+            "blockAdmission": block_admission,
             "requeuingStrategy": {
                 "timestamp": "Eviction",
                 "backoffBaseSeconds": REQUEUE_BACKOFF_BASE_SECONDS,
@@ -93,11 +107,12 @@ def manager_config(timeout_minutes: int, managed_namespaces: list[str]) -> dict[
         },
         "integrations": {"frameworks": list(FRAMEWORKS)},
         "resources": {"excludeResourcePrefixes": [f"{RDMA_RESOURCE_PREFIX}/"]},
-        "featureGates": dict.fromkeys(NODE_REPLACEMENT_GATES, True),
+        "featureGates": dict.fromkeys((*NODE_REPLACEMENT_GATES, VISIBILITY_GATE), True),
     }
 
 
-def kueue_values(timeout_minutes: int, managed_namespaces: list[str], metrics: bool) -> dict[str, Any]:
+def kueue_values(timeout_minutes: int, managed_namespaces: list[str], metrics: bool,
+                 block_admission: bool = False) -> dict[str, Any]:
     return {
         "enablePrometheus": metrics,
         "controllerManager": {
@@ -106,5 +121,5 @@ def kueue_values(timeout_minutes: int, managed_namespaces: list[str], metrics: b
             "tolerations": addon_tolerations(),
         },
         "managerConfig": {"controllerManagerConfigYaml": yaml.safe_dump(
-            manager_config(timeout_minutes, managed_namespaces), sort_keys=False)},
+            manager_config(timeout_minutes, managed_namespaces, block_admission), sort_keys=False)},
     }

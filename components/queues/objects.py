@@ -11,16 +11,18 @@ what the config means; components/queues/__init__.py registers them).
   namespace may point a LocalQueue at it. Preemption: a team reclaims its nominal quota from
   borrowers (reclaimWithinCohort Any) and, inside its queue, a higher WorkloadPriorityClass
   preempts a lower one.
-* The program's own ClusterQueue and LocalQueue `gpu-cluster` (training namespace), in the same
-  cohort: nominal GPUs what the teams' quotas leave of each flavor (the cohort then holds the GPUs
-  the cluster has, no more), borrowing the rest of its largest job (components/queues/requests.py)
-  from quota the teams leave unused; CPU and memory sized to that job.
+* The program's own ClusterQueue `gpu-cluster`, in the same cohort whenever queues are on: nominal
+  GPUs what the teams' quotas leave of each flavor (the cohort then holds the GPUs the cluster has,
+  no more, and a team borrows those the program does not use), borrowing the rest of its largest job
+  (components/queues/requests.py) from quota the teams leave unused; CPU and memory sized to that
+  job (none without one). Its LocalQueue (training namespace) only where a program job runs.
 * WorkloadPriorityClasses: training above batch.
 * Per team: a Namespace (Pod Security baseline, as the training namespace: GPU images usually run
   as root), default deny with DNS egress and the namespace's pods talking to each other (a
   multi-node job's rendezvous and NCCL), a Role (batch Jobs and PyTorchJobs: create, get, list,
-  watch, delete; Kueue Workloads and LocalQueues and the pods and their logs: read) bound to the
-  team's group in its namespace only, and its LocalQueue.
+  watch, delete; Kueue Workloads and LocalQueues, the pods and their logs, and the pending workloads
+  of its LocalQueues through Kueue's visibility API: read) bound to the team's group in its
+  namespace only, and its LocalQueue.
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ TEAM_ROLE = "gpu-cluster-team"
 JOB_VERBS = ["create", "get", "list", "watch", "delete"]
 READ_VERBS = ["get", "list", "watch"]
 NAME_LABEL = "kubernetes.io/metadata.name"
+VISIBILITY_GROUP = "visibility.kueue.x-k8s.io"
 
 
 def quantity(value: Decimal) -> str:
@@ -175,6 +178,10 @@ def team_role(namespace: str) -> dict[str, Any]:
             {"apiGroups": ["kubeflow.org"], "resources": ["pytorchjobs"], "verbs": JOB_VERBS},
             {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads", "localqueues"], "verbs": READ_VERBS},
             {"apiGroups": [""], "resources": ["pods", "pods/log", "events"], "verbs": READ_VERBS},
+            # Kueue's visibility API: the team's pending workloads in order (their position in the
+            # queue), what the chart's own pending-workloads-lq-viewer ClusterRole grants, here only in
+            # the team's namespace (kueue.VISIBILITY_API).
+            {"apiGroups": [VISIBILITY_GROUP], "resources": ["localqueues/pendingworkloads"], "verbs": READ_VERBS},
         ],
     }
 

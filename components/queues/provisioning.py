@@ -4,7 +4,9 @@ needs, as pure manifests (components/queues/__init__.py registers them).
 
 * ProvisioningRequestConfig `gke-queued-provisioning`: provisioningClassName
   queued-provisioning.gke.io, managedResources the GPU resource (a pod set asking for no GPU needs
-  no request: Kueue counts it ready).
+  no request: Kueue counts it ready), retryStrategy from queues.flexStartRetry, written out even at
+  Kueue's defaults (config/gke_provisioning.py FlexStartRetry: after its last retry Kueue
+  deactivates the workload).
 * AdmissionCheck `gke-queued-provisioning`: controllerName kueue.x-k8s.io/provisioning-request,
   parameters that config. Kueue 0.19.2 runs this controller whenever the API server serves
   ProvisioningRequests (autoscaling.x-k8s.io, which GKE's cluster autoscaler installs): there is no
@@ -26,7 +28,7 @@ import copy
 from typing import Any
 
 from components.queues.objects import KUEUE_API
-from config.gke_provisioning import is_queued_flavor
+from config.gke_provisioning import FlexStartRetry, is_queued_flavor
 from config.queues import Flavor
 from config.scheduling_contract import GKE_QUEUED_TAINT
 
@@ -39,13 +41,15 @@ def queued_flavors(flavors: tuple[Flavor, ...]) -> list[str]:
     return [f.name for f in flavors if is_queued_flavor(f.node_labels)]
 
 
-def provisioning_objects(flavors: tuple[Flavor, ...], gpu_resource: str) -> list[dict[str, Any]]:
+def provisioning_objects(flavors: tuple[Flavor, ...], gpu_resource: str,
+                         retry: FlexStartRetry | None = None) -> list[dict[str, Any]]:
     """The ProvisioningRequestConfig and its AdmissionCheck; none without a flex-start flavor."""
     if not queued_flavors(flavors):
         return []
     return [
         {"apiVersion": KUEUE_API, "kind": "ProvisioningRequestConfig", "metadata": {"name": CHECK_NAME},
-         "spec": {"provisioningClassName": PROVISIONING_CLASS, "managedResources": [gpu_resource]}},
+         "spec": {"provisioningClassName": PROVISIONING_CLASS, "managedResources": [gpu_resource],
+                  "retryStrategy": (retry or FlexStartRetry()).retry_strategy()}},
         {"apiVersion": KUEUE_API, "kind": "AdmissionCheck", "metadata": {"name": CHECK_NAME},
          "spec": {"controllerName": CONTROLLER,
                   "parameters": {"apiGroup": "kueue.x-k8s.io", "kind": "ProvisioningRequestConfig",

@@ -21,6 +21,18 @@ to CREATE or UPDATE one whose label is missing or is not the namespace's own Loc
 * The CEL uses no optional types (`?.`, `orValue`): tests/components/queues/test_team_admission.py
   evaluates it with cel-python, offline.
 
+The team's priority (queues.teams[].priority), in the same policy: Kueue takes a job's priority
+from its label `kueue.x-k8s.io/priority-class` (a WorkloadPriorityClass), and only without it from
+the first pod template's `priorityClassName` (a Kubernetes PriorityClass; Kueue 0.19.2
+jobframework.ExtractPriority), else 0. So:
+* the label, where present, must name a class the team may use: its own (PRIORITY_CLASS) or a
+  lower one (training may use training and batch, batch only batch). The team's priority is the
+  label `gpu-cluster.io/priority` on its Namespace (which its group cannot change); the policy maps
+  it to the classes allowed. A job without the label runs at priority 0, below every class: allowed.
+* no pod template may set `priorityClassName`: without the label Kueue would take the job's priority
+  from it (system-node-critical outranks every team), and with it the scheduler would still let the
+  pods preempt others' on a node. The program's own pods that use one run outside team namespaces.
+
 ValidatingAdmissionPolicy is admissionregistration.k8s.io/v1, GA (served by default) since
 Kubernetes 1.30; every platform's kubernetesVersion is 1.31 or later (components/versions.py
 KUBERNETES_SUPPORTED_MINORS, config/addons.py refuses others), and the whole-cluster check refuses a
@@ -31,8 +43,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from components.queues.objects import NAME_LABEL
-from config.queues import QUEUE_LABEL
+from components.queues.objects import NAME_LABEL, PRIORITY_CLASS, PRIORITY_CLASSES
+from config.queues import PRIORITY_LABEL, QUEUE_LABEL, QueuePriority
 
 POLICY_NAME = "gpu-cluster-team-queue"
 
@@ -56,10 +68,56 @@ MESSAGE_EXPRESSION = (
 )
 MATCHED_RESOURCES = (("batch", "v1", "jobs"), ("kubeflow.org", "v1", "pytorchjobs"))
 
+# On a team's Namespace: its queues.teams[].priority, which the policy maps to the classes it may use.
+PRIORITY_NAMESPACE_LABEL = "gpu-cluster.io/priority"
 
-def team_namespace_labels(queue: str) -> dict[str, str]:
-    """What a team's Namespace carries for the policy: the LocalQueue its Jobs must name."""
-    return {LOCAL_QUEUE_NAMESPACE_LABEL: queue}
+
+def allowed_classes(priority: QueuePriority) -> list[str]:
+    """The WorkloadPriorityClasses a team of `priority` may name: its own and every lower one."""
+    own = PRIORITY_CLASSES[PRIORITY_CLASS[priority]]
+    return [name for name, value in PRIORITY_CLASSES.items() if value <= own]
+
+
+def _cel_map(values: dict[str, str]) -> str:
+    return "{" + ", ".join(f"'{k}': {v}" for k, v in values.items()) + "}"
+
+
+_ALLOWED = _cel_map({p.value: "[" + ", ".join(f"'{c}'" for c in allowed_classes(p)) + "]" for p in QueuePriority})
+_ALLOWED_TEXT = _cel_map({p.value: "'" + ", ".join(allowed_classes(p)) + "'" for p in QueuePriority})
+_NAMED = f"object.metadata.labels['{PRIORITY_LABEL}']"
+_TEAM_PRIORITY = f"namespaceObject.metadata.labels['{PRIORITY_NAMESPACE_LABEL}']"
+# No label: priority 0, allowed. A label with the namespace's priority unknown errors: denied (fails closed).
+PRIORITY_EXPRESSION = (f"!has(object.metadata.labels) || !('{PRIORITY_LABEL}' in object.metadata.labels) || "
+                       f"{_NAMED} in {_ALLOWED}[{_TEAM_PRIORITY}]")
+PRIORITY_MESSAGE = (f"a Job or PyTorchJob in a team namespace may name in {PRIORITY_LABEL} only a priority class its "
+                    "team may use (queues.teams[].priority: " + "; ".join(
+                        f"{p.value}: {', '.join(allowed_classes(p))}" for p in QueuePriority) + ")")
+PRIORITY_MESSAGE_EXPRESSION = (
+    f"'the priority class ' + {_NAMED} + ' ({PRIORITY_LABEL}) is not one the team of namespace ' + "
+    f"namespaceObject.metadata.name + ' may use: ' + {_ALLOWED_TEXT}[{_TEAM_PRIORITY}] + ' (its priority is ' + "
+    f"{_TEAM_PRIORITY} + ')'"
+)
+
+
+def _no_pod_priority(template: str) -> str:
+    return f"!has({template}) || !has({template}.spec) || !has({template}.spec.priorityClassName)"
+
+
+# dyn(): the API server type-checks every expression against each matched kind (a Job has no
+# pytorchReplicaSpecs, a PyTorchJob no template); dyn leaves the field checks to the object's own fields.
+_REPLICAS = "dyn(object).spec.pytorchReplicaSpecs"
+POD_PRIORITY_EXPRESSION = (
+    f"({_no_pod_priority('dyn(object).spec.template')}) && "
+    f"(!has({_REPLICAS}) || {_REPLICAS}.all(r, {_no_pod_priority(f'{_REPLICAS}[r].template')}))"
+)
+POD_PRIORITY_MESSAGE = (f"a Job or PyTorchJob in a team namespace may not set priorityClassName on its pods: Kueue "
+                        f"would take the job's priority from that PriorityClass; name a priority class the team "
+                        f"may use in the label {PRIORITY_LABEL} instead")
+
+
+def team_namespace_labels(queue: str, priority: QueuePriority) -> dict[str, str]:
+    """What a team's Namespace carries for the policy: the LocalQueue its Jobs must name, its priority."""
+    return {LOCAL_QUEUE_NAMESPACE_LABEL: queue, PRIORITY_NAMESPACE_LABEL: priority.value}
 
 
 def queue_policy() -> dict[str, Any]:
@@ -73,8 +131,13 @@ def queue_policy() -> dict[str, Any]:
                  "operations": ["CREATE", "UPDATE"]}
                 for group, version, resource in MATCHED_RESOURCES
             ]},
-            "validations": [{"expression": QUEUE_EXPRESSION, "message": MESSAGE,
-                             "messageExpression": MESSAGE_EXPRESSION, "reason": "Forbidden"}],
+            "validations": [
+                {"expression": QUEUE_EXPRESSION, "message": MESSAGE, "messageExpression": MESSAGE_EXPRESSION,
+                 "reason": "Forbidden"},
+                {"expression": PRIORITY_EXPRESSION, "message": PRIORITY_MESSAGE,
+                 "messageExpression": PRIORITY_MESSAGE_EXPRESSION, "reason": "Forbidden"},
+                {"expression": POD_PRIORITY_EXPRESSION, "message": POD_PRIORITY_MESSAGE, "reason": "Forbidden"},
+            ],
         },
     }
 

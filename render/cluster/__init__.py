@@ -75,7 +75,7 @@ def check(plan: program.Plan, cfg: StackConfig, upstream: Path) -> Report:
     gke = isinstance(cfg, GkeStack)
     admission = Admission(collected.objects, plan_dependencies(plan), cfg.kubernetes_minor,
                           platform_crds=gpudirect_check.gke_crds() if gke else [])
-    for problem in [*admission.schema(), *admission.namespaces_exist()]:
+    for problem in [*admission.schema(), *admission.namespaces_exist(), *admission.policies()]:
         report.problems.append(f"{problem.subject}: {problem.reason}")
 
     plan_inputs: dict[str, list[dict]] = {}

@@ -6,6 +6,8 @@
   on installs (the same Helm release's crds/ directory counts: Helm installs those first), with
   unknown fields closed where the CRD does not keep them (the API server would prune them).
 - Namespaced objects: their namespace exists (a Namespace the object depends on, or a built-in).
+- Jobs and PyTorchJobs: admitted by the plan's ValidatingAdmissionPolicies bound to their namespace
+  (admission_policy.py: the team policy's queue and priority rules).
 - Pods of every workload: admitted by the Pod Security level their namespace enforces.
 - References: ServiceAccounts, Secrets, ConfigMaps and PersistentVolumeClaims a pod uses exist
   (unless marked optional), or are created at run time by a named creator (RUNTIME_CREATED).
@@ -20,6 +22,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+import render.cluster.admission_policy as admission_policy
 import render.cluster.memo as memo
 import render.cluster.pod_security as pod_security
 from render.cluster.objects import Obj
@@ -247,6 +250,16 @@ class Admission:
             # kustomize/v2 components do the same.
             elif not self._before(creator, o, same_release_ok=True):
                 yield Problem(o.ref, f"namespace {ns} ({creator.origin}) is not created before it: {o.origin} does not depend on it")
+
+    def policies(self) -> Iterable[Problem]:
+        """The plan's own Jobs and PyTorchJobs against the plan's ValidatingAdmissionPolicies bound to
+        their namespaces (admission_policy.py: the team policy, in the team namespaces)."""
+        for o in self.objects:
+            if o.kind in admission_policy.RESOURCES and o.namespace in self.namespaces:
+                labels = {**((self.namespaces[o.namespace].body.get("metadata") or {}).get("labels") or {}),
+                          "kubernetes.io/metadata.name": o.namespace}
+                for reason in admission_policy.refusals(self.objects, labels, o):
+                    yield Problem(o.ref, f"{reason} ({o.origin})")
 
     def level(self, namespace: str) -> str:
         ns = self.namespaces.get(namespace)

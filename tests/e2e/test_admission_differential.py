@@ -7,27 +7,35 @@ validation, after the plan's CRDs (Established), Namespaces (with their Pod Secu
 ServiceAccounts and PriorityClasses are made for real (e2e/dry_run.py). The pods of every workload
 are dry-run too, as Pods: Pod Security admission judges Pods, not their controllers. Every refusal
 fails the test, listed with the server's status and message. Then cases the check refuses: the
-real server must refuse each too, naming the same field or reason.
+real server must refuse each too, naming the same field or reason. Last, the program's team
+ValidatingAdmissionPolicy (its queue label, teams[].priority, no pod priorityClassName) on lab-ha's
+team Namespaces: what the check's model refuses the server refuses with the same message, what it
+admits the server admits.
 """
 
 from __future__ import annotations
 
 import copy
 import re
+import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from components.queues.team_admission import POLICY_NAME
 from components.toolchain_versions import KUBERNETES_MINOR
 from e2e import api, dry_run
-from render import cluster, program
+from render import cluster, job_question, program
+from render.cluster import kueue_objects, pod_fields, pod_security
 from render.cluster import objects as cluster_objects
-from render.cluster import pod_fields, pod_security
 from render.cluster.admission import Admission
 from render.cluster.objects import Obj
 from render.cluster.workloads import Workload, workloads
+from tests.conftest import stack_config_with
+from tests.workloads.test_queues_docs_examples import _example
 
 STACKS = ("lab", "lab-ha", "dev", "gke")  # every committed stack whose objects go to a Kubernetes API
 SERVICE_ACCOUNT_TIMEOUT = 60
@@ -219,3 +227,108 @@ def test_a_pod_naming_a_missing_priority_class_is_refused(client: api.Client, na
     response = client.request("POST", f"/api/v1/namespaces/{namespace}/pods?{dry_run.DRY_RUN}", pod)
     assert response.status == 403, response.body
     assert f"no PriorityClass with name {spec['priorityClassName']} was found" in _message(response)
+
+
+# --- the team ValidatingAdmissionPolicy: what the check refuses and admits, the server does too ---
+
+VAP = "/apis/admissionregistration.k8s.io/v1"
+ENFORCED_TIMEOUT = 30  # seconds for a new binding to take effect (the policy informer's sync)
+TRAINING_OPERATOR_CRD = "pytorchjobs.kubeflow.org"
+
+
+@pytest.fixture(scope="module")
+def team_policy(client: api.Client, upstream_dir: Path) -> Iterator[list[Obj]]:
+    """lab-ha's two teams (vision: priority training, language: batch) with the training operator, so
+    the PyTorchJob kind is served: the plan's own policy, binding and team Namespaces (with their
+    labels) created for real; the objects the check collected, for its model."""
+    plan = program.run("lab-ha", config=stack_config_with("lab-ha", training={"launcher": "pytorchjob"},
+                                                          acceptance={"nccl": False}))
+    objs = cluster_objects.collect(plan, upstream_dir, plan.config.kubernetes_version).objects
+    made = dry_run.Made()
+    try:
+        crds = [o.body for o in objs if o.kind == "CustomResourceDefinition" and o.name == TRAINING_OPERATOR_CRD]
+        assert crds and not dry_run.establish(client, crds, made)
+        for o in objs:
+            if o.kind == "Namespace" and o.name.startswith("team-"):
+                response = dry_run.create_or_replace(client, "/api/v1/namespaces", o.body, made)
+                client.must("PATCH", f"/api/v1/namespaces/{o.name}", {"metadata": {"labels": o.body["metadata"]["labels"]}},
+                            "application/merge-patch+json")  # one left by another test gets the plan's labels
+                assert response.ok, response.body
+        for kind, resource in (("ValidatingAdmissionPolicy", "validatingadmissionpolicies"),
+                               ("ValidatingAdmissionPolicyBinding", "validatingadmissionpolicybindings")):
+            (body,) = [o.body for o in objs if o.kind == kind]
+            client.request("DELETE", f"{VAP}/{resource}/{body['metadata']['name']}")  # another test's, if any
+            assert dry_run.create_or_replace(client, f"{VAP}/{resource}", body, made).ok
+        # type-checked against both kinds (the CRD is Established first): no expression refers to a
+        # field the kind lacks
+        policy = client.wait_for("the policy type-checked", f"{VAP}/validatingadmissionpolicies/{POLICY_NAME}",
+                                 lambda p: "typeChecking" in (p.get("status") or {}), ENFORCED_TIMEOUT)
+        assert policy["status"]["typeChecking"].get("expressionWarnings") is None, policy["status"]
+        dry_run.discovered(client, {("kubeflow.org/v1", "PyTorchJob")})
+        probe = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "probe"}, "spec": {
+            "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "x"}]}}}}
+        for _ in range(ENFORCED_TIMEOUT * 2):  # bounded: until the unlabelled probe is refused
+            if client.request("POST", f"/apis/batch/v1/namespaces/team-vision/jobs?{dry_run.DRY_RUN}", probe).status == 403:
+                break
+            time.sleep(0.5)
+        yield objs
+    finally:
+        left = made.remove(client)
+        assert not left, left
+
+
+def _team_job(kind: str, namespace: str, queue: str | None, priority_class: str | None = None,
+              pod_priority: str | None = None) -> dict[str, Any]:
+    job = copy.deepcopy(_example(kind))
+    job["metadata"].update(name=f"{kind.lower()}-{uuid.uuid4().hex[:6]}", namespace=namespace, labels={
+        **({"kueue.x-k8s.io/queue-name": queue} if queue else {}),
+        **({"kueue.x-k8s.io/priority-class": priority_class} if priority_class else {})})
+    if pod_priority:
+        templates = ([job["spec"]["template"]] if kind == "Job"
+                     else [r["template"] for r in job["spec"]["pytorchReplicaSpecs"].values()])
+        templates[-1]["spec"]["priorityClassName"] = pod_priority
+    return job
+
+
+REFUSED_CASES = {
+    # the queue label
+    "no queue label": ("Job", "team-vision", None, None, None),
+    "another team's queue": ("Job", "team-vision", "language", None, None),
+    "the program's queue": ("PyTorchJob", "team-language", "gpu-cluster", None, None),
+    # teams[].priority (language is batch)
+    "a class above the team's": ("Job", "team-language", "language", "gpu-cluster-training", None),
+    "a class above the team's, PyTorchJob": ("PyTorchJob", "team-language", "language", "gpu-cluster-training", None),
+    "a class no team has": ("Job", "team-vision", "vision", "urgent", None),
+    "a pod priorityClassName": ("Job", "team-vision", "vision", "gpu-cluster-training", "system-node-critical"),
+    "a pod priorityClassName, PyTorchJob": ("PyTorchJob", "team-language", "language", None, "gpu-cluster-idle-check"),
+}
+ADMITTED_CASES = {
+    "the docs' Job": ("Job", "team-vision", "vision", "gpu-cluster-training", None),
+    "the docs' PyTorchJob": ("PyTorchJob", "team-vision", "vision", None, None),
+    "a lower class": ("Job", "team-vision", "vision", "gpu-cluster-batch", None),
+    "the team's own class": ("PyTorchJob", "team-language", "language", "gpu-cluster-batch", None),
+    "no class (priority 0)": ("Job", "team-language", "language", None, None),
+}
+POLICY_CASES = {**REFUSED_CASES, **ADMITTED_CASES}
+
+
+@pytest.mark.parametrize("case", POLICY_CASES)
+def test_the_team_policy_refuses_and_admits_what_the_check_does(client: api.Client, team_policy: list[Obj],
+                                                                case: str) -> None:
+    """The check (Admission.policies, on the plan's jobs) and ./plan --job (job_question.policy_refusals)
+    against the real API server's dry run of the same job: refused by both with the same message, or
+    admitted by both."""
+    job = Obj(_team_job(*POLICY_CASES[case]), "urn:test", "test")
+    check = [p.reason.removesuffix(" (test)") for p in Admission([*team_policy, job], {}, MINOR).policies()]
+    assert check == job_question.policy_refusals(team_policy, kueue_objects.read(team_policy), job)
+    assert bool(check) == (case in REFUSED_CASES), (case, check)
+    group_version = "batch/v1" if job.kind == "Job" else "kubeflow.org/v1"
+    resource = "jobs" if job.kind == "Job" else "pytorchjobs"
+    response = client.request("POST", f"/apis/{group_version}/namespaces/{job.namespace}/{resource}?{dry_run.DRY_RUN}",
+                              job.body)
+    if check:
+        assert response.status == 403, (case, response.body)
+        (reason,) = check
+        assert reason in _message(response), (case, reason, _message(response))
+    else:
+        assert response.ok, (case, response.status, _message(response))

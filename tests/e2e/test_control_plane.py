@@ -12,7 +12,7 @@ import uuid
 from components.lab import hardening
 from components.queues import team_admission
 from components.toolchain_versions import KUBERNETES
-from config.queues import QUEUE_LABEL
+from config.queues import QUEUE_LABEL, QueuePriority
 
 VAP = "/apis/admissionregistration.k8s.io/v1"
 VAP_TIMEOUT = 60  # a new policy is enforced once the API server has compiled it
@@ -93,7 +93,7 @@ def test_the_programs_team_queue_policy_is_type_checked_and_enforced(client, nam
     one naming the namespace's own LocalQueue is created."""
     queue = "team-a-queue"
     client.must("PATCH", f"/api/v1/namespaces/{namespace}",
-                {"metadata": {"labels": team_admission.team_namespace_labels(queue)}}, "application/merge-patch+json")
+                {"metadata": {"labels": team_admission.team_namespace_labels(queue, QueuePriority.BATCH)}}, "application/merge-patch+json")
     client.create(f"{VAP}/validatingadmissionpolicies", team_admission.queue_policy())
     client.create(f"{VAP}/validatingadmissionpolicybindings", team_admission.queue_policy_binding([namespace]))
     policy = client.wait_for("the policy type-checked", f"{VAP}/validatingadmissionpolicies/{team_admission.POLICY_NAME}",

@@ -130,11 +130,35 @@ def test_a_resource_no_queue_covers_is_never_admitted(committed, tmp_path):
 
 
 def test_a_missing_priority_class_is_never_admitted(committed, tmp_path):
+    """In the training namespace (no team policy there) Kueue makes no Workload for it; in a team's
+    namespace the team policy refuses it first (no team may name it)."""
     job = _gpu_job("urgent")
     job["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] = "urgent"
-    (a,) = _ask(committed, job, tmp_path=tmp_path)
-    assert a.state == job_question.NEVER
-    assert "names no WorkloadPriorityClass of the plan" in a.reasons[0]
+    program_job = copy.deepcopy(job)
+    program_job["metadata"]["namespace"] = "training"
+    program_job["metadata"]["labels"][QUEUE] = "gpu-cluster"
+    team, program_answer = _ask(committed, job, program_job, tmp_path=tmp_path)
+    assert program_answer.state == job_question.NEVER, program_answer.line()
+    assert "names no WorkloadPriorityClass of the plan" in program_answer.reasons[0]
+    assert team.state == job_question.REFUSED and "the priority class urgent" in team.reasons[0], team.line()
+
+
+def test_the_team_policy_refuses_a_priority_class_above_the_teams(committed, tmp_path):
+    """teams[].priority: language is batch, so its job may not name gpu-cluster-training; vision
+    (training) may; a pod priorityClassName is refused for both."""
+    language = _gpu_job("urgent")
+    language["metadata"].update(namespace="team-language", labels={QUEUE: "language",
+                                                                   "kueue.x-k8s.io/priority-class": "gpu-cluster-training"})
+    pod_priority = _gpu_job("critical")
+    pod_priority["spec"]["template"]["spec"]["priorityClassName"] = "system-node-critical"
+    refused, vision, pods = _ask(committed, language, _gpu_job("mine"), pod_priority, tmp_path=tmp_path)
+    assert refused.state == job_question.REFUSED, refused.line()
+    assert refused.reasons == ["ValidatingAdmissionPolicy 'gpu-cluster-team-queue' with binding 'gpu-cluster-team-queue' "
+                               "denied request: the priority class gpu-cluster-training (kueue.x-k8s.io/priority-class) "
+                               "is not one the team of namespace team-language may use: gpu-cluster-batch (its "
+                               "priority is batch)"]
+    assert vision.state != job_question.REFUSED, vision.line()
+    assert pods.state == job_question.REFUSED and "may not set priorityClassName" in pods.reasons[0], pods.line()
 
 
 def test_the_team_policy_refuses_a_job_without_its_queue(committed, tmp_path):

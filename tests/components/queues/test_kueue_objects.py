@@ -144,7 +144,7 @@ def test_the_manager_runs_the_programs_integrations_and_all_or_nothing_admission
     assert cfg["apiVersion"] == "config.kueue.x-k8s.io/v1beta2"
     assert cfg["integrations"]["frameworks"] == ["batch/job", "kubeflow.org/pytorchjob"]
     ready = cfg["waitForPodsReady"]
-    assert ready["timeout"] == "7m" and ready["blockAdmission"] is True
+    assert ready["timeout"] == "7m" and ready["blockAdmission"] is False  # queues.blockAdmission (test_block_admission.py)
     assert ready["requeuingStrategy"]["backoffBaseSeconds"] > 0
     assert cfg["resources"]["excludeResourcePrefixes"] == ["rdma/"]
     assert not cfg.get("manageJobsWithoutQueueName")

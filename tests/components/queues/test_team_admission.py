@@ -14,7 +14,7 @@ import pytest
 
 from components import versions
 from components.queues import objects, team_admission
-from config.queues import PROGRAM_QUEUE, QUEUE_LABEL
+from config.queues import PRIORITY_LABEL, PROGRAM_QUEUE, QUEUE_LABEL, QueuePriority
 from render import program
 from render.cluster import admission, kueue_check
 from tests.components.queues.test_wandb_team_key import wandb_team_config
@@ -70,7 +70,7 @@ def _admits(policy: dict[str, Any], job: dict[str, Any], namespace: dict[str, An
         if not ok:
             try:
                 message = str(env.program(env.compile(v["messageExpression"])).evaluate(activation))
-            except celpy.CELEvalError:
+            except (KeyError, celpy.CELEvalError):  # none, or it errors: the static message
                 message = v["message"]
             return False, message
     return True, ""
@@ -132,7 +132,7 @@ def test_the_wandb_runs_and_the_documented_examples_of_a_team_are_admitted(plan:
         assert _admits(policy, run, _namespace(plan, ns_name))[0]
     team = _team()
     ns = {"metadata": {"name": team.namespace, "labels": {objects.NAME_LABEL: team.namespace,
-                                                          **team_admission.team_namespace_labels(team.name)}}}
+                                                          **team_admission.team_namespace_labels(team.name, team.priority)}}}
     for kind in ("Job", "PyTorchJob"):
         assert _admits(policy, _example(kind), ns)[0], kind
 
@@ -185,3 +185,71 @@ def test_the_whole_cluster_check_validates_the_policy_strictly(plan: program.Pla
     policy.inputs["spec"]["validations"][0]["severity"] = "high"  # no such field
     problems = cluster.check(broken, broken.config, upstream_dir).problems
     assert any("ValidatingAdmissionPolicy" in str(p) or team_admission.POLICY_NAME in str(p) for p in problems), problems
+
+
+# --- teams[].priority: the priority class a team may name, and no pod priorityClassName ---
+
+def _with_priority(job: dict[str, Any], priority_class: str) -> dict[str, Any]:
+    out = copy.deepcopy(job)
+    out["metadata"].setdefault("labels", {})[PRIORITY_LABEL] = priority_class
+    return out
+
+
+def test_a_team_names_only_its_own_priority_class_or_a_lower_one(plan: program.Plan) -> None:
+    """lab-ha's vision is training, language batch (the default): vision may name both classes,
+    language only batch; a class the plan lacks is refused too (it is no team's)."""
+    policy = _one(plan, POLICY).inputs
+    allowed = {"vision": {"gpu-cluster-training", "gpu-cluster-batch"}, "language": {"gpu-cluster-batch"}}
+    for team, ns_name in TEAMS.items():
+        ns = _namespace(plan, ns_name)
+        assert _admits(policy, _job(ns_name, team), ns)[0]  # no class: priority 0, below both
+        for priority_class in ("gpu-cluster-training", "gpu-cluster-batch", "urgent"):
+            admitted, message = _admits(policy, _with_priority(_job(ns_name, team), priority_class), ns)
+            assert admitted == (priority_class in allowed[team]), (team, priority_class)
+            if not admitted:
+                assert message.startswith(f"the priority class {priority_class} ({PRIORITY_LABEL}) is not one the team "
+                                          f"of namespace {ns_name} may use: gpu-cluster-batch (its priority is batch)"
+                                          if team == "language" else f"the priority class {priority_class}"), message
+    # a namespace whose priority is unknown refuses every class (fails closed) with the static message
+    bare = _namespace(plan, "team-language")
+    del bare["metadata"]["labels"][team_admission.PRIORITY_NAMESPACE_LABEL]
+    admitted, message = _admits(policy, _with_priority(_job("team-language", "language"), "gpu-cluster-batch"), bare)
+    assert not admitted and message == team_admission.PRIORITY_MESSAGE
+
+
+def test_allowed_classes_follow_the_classes_values() -> None:
+    assert team_admission.allowed_classes(QueuePriority.TRAINING) == ["gpu-cluster-training", "gpu-cluster-batch"]
+    assert team_admission.allowed_classes(QueuePriority.BATCH) == ["gpu-cluster-batch"]
+
+
+@pytest.mark.parametrize("kind", ["Job", "PyTorchJob"])
+def test_a_pod_priority_class_name_is_refused(plan: program.Plan, kind: str) -> None:
+    """Without the label Kueue takes the job's priority from the pods' PriorityClass (system-node-critical
+    outranks every team); with it the scheduler would still rank the pods by it."""
+    policy = _one(plan, POLICY).inputs
+    team = _team()
+    ns = {"metadata": {"name": team.namespace, "labels": {objects.NAME_LABEL: team.namespace,
+                                                          **team_admission.team_namespace_labels(team.name, team.priority)}}}
+    job = copy.deepcopy(_example(kind))
+    templates = ([job["spec"]["template"]] if kind == "Job"
+                 else [r["template"] for r in job["spec"]["pytorchReplicaSpecs"].values()])
+    templates[-1]["spec"]["priorityClassName"] = "system-node-critical"
+    assert _admits(policy, job, ns) == (False, team_admission.POD_PRIORITY_MESSAGE)
+
+
+def test_the_whole_cluster_check_refuses_a_plan_job_the_team_policy_denies(plan: program.Plan, upstream_dir) -> None:
+    """The check's admission model (render/cluster/admission.py, Admission.policies) runs the plan's
+    policies on the plan's own jobs: one in team-language naming the training class is a problem,
+    with the API server's words; the same job naming batch is not."""
+    from render import cluster
+    from render.cluster.objects import Obj
+
+    checked = cluster.check(plan, plan.config, upstream_dir).checked
+    job = _with_priority(_job("team-language", "language"), "gpu-cluster-training")
+    model = admission.Admission([*checked, Obj(job, "urn:test", "test")], {}, plan.config.kubernetes_minor)
+    (problem,) = list(model.policies())
+    assert problem.subject == "Job team-language/train"
+    assert problem.reason.startswith("ValidatingAdmissionPolicy 'gpu-cluster-team-queue' with binding "
+                                     "'gpu-cluster-team-queue' denied request: the priority class gpu-cluster-training")
+    allowed = Obj(_with_priority(job, "gpu-cluster-batch"), "urn:test", "test")
+    assert not list(admission.Admission([*checked, allowed], {}, plan.config.kubernetes_minor).policies())
