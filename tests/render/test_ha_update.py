@@ -81,3 +81,18 @@ def test_three_to_one_is_refused_naming_the_key(tmp_path, capsys, monkeypatch):
     assert refused.startswith("REFUSED gpu-cluster:hosts: removes 2 of the 3 deployed control planes "
                               "(cp-2 192.0.2.20, cp-3 192.0.2.30)"), out
     assert "only 1 would stay" in refused and "gpu-cluster:hosts" in err
+
+
+def test_a_replaced_control_plane_leaves_the_nfs_export_in_place(tmp_path, capsys):
+    """Issue 34: the export's client list changes (cp-4 out, cp-3 in); the export is updated in
+    place (its create run again, one exports file rewritten), never deleted or replaced."""
+    hosts = [h if h["name"] != "cp-3" else _control_plane("cp-4", "192.0.2.40") for h in _hosts()]
+    rc, out, err = _against(tmp_path, capsys, _older(tmp_path, hosts))
+    assert rc == 4, err
+    (row,) = [line.split() for line in out.splitlines() if line.split()[:1] == ["shared-storage-nfs-server"]]
+    assert row[1] == "update", out
+    section = ""
+    for line in out.splitlines():
+        if line and not line.startswith(" "):
+            section = line.split(" (")[0]
+        assert not (section in ("replace", "delete") and "nfs-server" in line), line
