@@ -52,7 +52,7 @@ from config.hardening import Hardening
 from config.inert_keys import inert_lab_problems
 from config.inventory import Inventory
 from config.inventory_build import lab_inventory
-from config.lab_hosts import Host, Role, host_list_problems
+from config.lab_hosts import Host, Role, gone_problems, host_list_problems
 from config.lab_parts import _DEV_STORAGE_KEYS, LabStorage, NvidiaDriver
 from config.lab_parts import NFS_EXPORT_DESCRIPTION as NFS_EXPORT_DESCRIPTION  # re-exported
 from config.lab_parts import Bastion as Bastion  # re-exported: components import the lab model from here
@@ -321,7 +321,12 @@ class LabStack(Addons):
         return problems
 
     def _host_problems(self) -> Problems:
-        return host_list_problems(self.hosts)
+        return host_list_problems(self.hosts) + gone_problems(self.hosts)
+
+    @property
+    def gone(self) -> tuple[Host, ...]:
+        """hosts[].gone: dead hosts the next `up` removes from etcd and the API (components/lab/gone_hosts.py)."""
+        return tuple(h for h in self.hosts if h.gone)
 
 
 class DeployedLab(BaseModel):

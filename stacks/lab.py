@@ -22,6 +22,7 @@ from components.lab.certificates import check_period
 from components.lab.control_plane import ControlPlane, ControlPlaneArgs
 from components.lab.etcd_backup import EtcdBackup, EtcdBackupArgs, EtcdBackupSettings, shared_dir
 from components.lab.etcd_defrag import EtcdDefrag, EtcdDefragArgs, EtcdDefragSettings
+from components.lab.gone_hosts import spare_gone_host
 from components.lab.hardening_files import ControlPlaneFiles, ControlPlaneFilesArgs
 from components.lab.kubeadm import KubeadmSettings
 from components.lab.nfs_storage import NfsServerArgs, NfsSharedStorage, NfsSharedStorageArgs
@@ -78,6 +79,12 @@ def etcd_backup_settings(cfg: LabStack, host: Host) -> EtcdBackupSettings | None
                               shared_dir=shared_dir(cfg.storage.export_path) if shared else None)
 
 
+def spared(h: Host) -> pulumi.ResourceOptions | None:
+    """hosts[].gone: the options of that host's components, whose steps never connect to it again
+    and leave without their delete once its entry goes (components/lab/gone_hosts.py)."""
+    return pulumi.ResourceOptions(transformations=[spare_gone_host()]) if h.gone else None
+
+
 def etcd_backups(cfg: LabStack, cp: ControlPlane, joins: dict[str, NodeJoin], key: pulumi.Output[str]) -> object:
     """etcdBackup: the snapshot job on every control plane, once its etcd runs; the stack output."""
     latest = []
@@ -87,7 +94,8 @@ def etcd_backups(cfg: LabStack, cp: ControlPlane, joins: dict[str, NodeJoin], ke
             return "off: etcdBackup.enabled is false"
         connection = cp.connection if h is cp.host else ssh.connection(h, key, cfg.bastion)
         after = [cp.init if h is cp.host else joins[h.name].ready]
-        latest.append(EtcdBackup(f"{h.name}-etcd-backup", EtcdBackupArgs(settings, connection, after)).latest)
+        latest.append(EtcdBackup(f"{h.name}-etcd-backup", EtcdBackupArgs(settings, connection, after),
+                                 opts=spared(h)).latest)
     b = cfg.etcd_backup
     return {"schedule": b.schedule, "retain": b.retain, "hostPath": b.host_path,
             "restore": "hosts/<control plane>/etcd-restore.sh (python -m render); docs/operations/etcd-backup.md",
@@ -102,7 +110,7 @@ def etcd_defrags(cfg: LabStack, cp: ControlPlane, joins: dict[str, NodeJoin], ke
         connection = cp.connection if h is cp.host else ssh.connection(h, key, cfg.bastion)
         after = [cp.init if h is cp.host else joins[h.name].ready]
         settings = EtcdDefragSettings(node=h.name, kubernetes_minor=cfg.kubernetes_minor)
-        EtcdDefrag(f"{h.name}-etcd-defrag", EtcdDefragArgs(settings, connection, after))
+        EtcdDefrag(f"{h.name}-etcd-defrag", EtcdDefragArgs(settings, connection, after), opts=spared(h))
 
 
 # The engine's builtin function behind StackReference (pulumi/pulumi pkg/resource/deploy/builtins.go,
@@ -140,14 +148,16 @@ def build(cfg: LabStack, secrets: StackSecrets) -> dict[str, object]:
     # Every host is prepared independently, in parallel.
     prep = {
         h.name: NodePrep(h.name, NodePrepArgs(host=h, software=software, private_key=key, bastion=cfg.bastion,
-                                              upgrade=upgrade))
+                                              upgrade=upgrade), opts=spared(h))
         for h in cfg.hosts
     }
     first = cfg.control_planes[0]
     # The audit policy and the encryption config on every control plane before kubeadm reads them.
     cp_files = ControlPlaneFiles("control-plane-files", ControlPlaneFilesArgs(
         control_planes=tuple(cfg.control_planes), settings=cfg.hardening, private_key=key,
-        prepared={h.name: prep[h.name].done for h in cfg.control_planes}, bastion=cfg.bastion))
+        prepared={h.name: prep[h.name].done for h in cfg.control_planes}, bastion=cfg.bastion),
+        opts=pulumi.ResourceOptions(transformations=[spare_gone_host(
+            frozenset(f"control-plane-files-{h.name}" for h in cfg.control_planes if h.gone))]) if cfg.gone else None)
     cp = ControlPlane(
         "control-plane",
         ControlPlaneArgs(host=first, cluster=cluster, private_key=key, prepared=cp_files.done[first.name],
@@ -161,7 +171,8 @@ def build(cfg: LabStack, secrets: StackSecrets) -> dict[str, object]:
     membership = Membership(
         "membership",
         MembershipArgs(control_plane=cp, members=members,
-                       token_id=join_token_id(pulumi.get_project(), pulumi.get_stack())),
+                       token_id=join_token_id(pulumi.get_project(), pulumi.get_stack()),
+                       gone=cfg.gone, kubernetes_minor=cfg.kubernetes_minor),
     )
     joins: list[NodeJoin] = []
     for h in members:
@@ -184,6 +195,7 @@ def build(cfg: LabStack, secrets: StackSecrets) -> dict[str, object]:
                 kube_vip=cfg.kube_vip,
                 after=before,
             ),
+            opts=spared(h),
         ))
 
     # hosts[].rack, .block and .gpuModel (as the inventory has them): the node labels Kueue's Topology and GPU flavors read; a

@@ -85,6 +85,7 @@ from pulumi_command import remote
 from components import versions
 from components.lab import kubeadm, scripts, ssh
 from components.lab.control_plane import ControlPlane
+from components.lab.gone_hosts import remove_gone_step
 from components.lab.kube_vip import kube_vip_step
 from components.lab.upgrade import UpgradePolicy
 from config.control_planes import KubeVip
@@ -148,6 +149,9 @@ class MembershipArgs:
     members: tuple[Host, ...]  # every host that joins: all but the first control plane
     token_id: str  # join_token_id(project, stack)
     issued_at: datetime = field(default_factory=_now)  # the token expires JOIN_TOKEN_TTL after this
+    # hosts[].gone: their etcd members and Nodes removed from the control plane (gone_hosts.py).
+    gone: tuple[Host, ...] = ()
+    kubernetes_minor: str = ""  # the etcd version of the removal's etcdctl (with gone hosts)
 
 
 class Membership(pulumi.ComponentResource):
@@ -166,6 +170,9 @@ class Membership(pulumi.ComponentResource):
         # A new cluster has a new CA (and nodes to forget): read and record again.
         triggers = [cp.init.id]
         drain = _drain_removed(name, self, cp, args.members, triggers)
+        if args.gone:
+            # Before any join: a dead member's replacement joins an etcd that no longer counts it.
+            drain = remove_gone_step(name, self, cp.connection, args.gone, args.kubernetes_minor, triggers, [drain])
         self.ready = [drain]
         self.certificate_key = None
         self.token = pulumi.Output.secret("")
