@@ -34,7 +34,6 @@ from config.control_planes import (
     count_problems,
     endpoint_address,
     endpoint_host_problems,
-    membership_problems,
     vip_address_plan,
     vip_problems,
 )
@@ -212,10 +211,10 @@ class LabStack(Addons):
             problems.append(("kubernetesVersion",
                              f"{deployed.kubernetes_version} -> {self.kubernetes_version} skips minor {step}: "
                              f"kubeadm upgrades one minor at a time; deploy {step}.x first, then {self.kubernetes_version}"))
-        # etcd membership (config/control_planes.py); a new first control plane is a new cluster (below).
+        # etcd membership: etcd itself refuses a removal that cannot commit (config/control_planes.py);
+        # a new first control plane is a new cluster (below).
         first = self.control_planes[0]
         same_first = deployed.control_plane == f"{first.name} {first.address}"
-        members = membership_problems(deployed.control_planes, self.control_planes) if same_first else []
         rebuild = ("needs a new cluster (kubeadm reset on every host and a fresh kubeadm init: every workload and "
                    "all of etcd are lost); to rebuild on purpose set gpu-cluster:allowRebuild: true (docs/operations/rebuilding.md)")
         fixed: Problems = []
@@ -233,8 +232,8 @@ class LabStack(Addons):
             fixed.append((key, f"the first control plane (where kubeadm init ran) was {deployed.control_plane}, "
                                f"now {first.name} {first.address}: {rebuild}"))
         if self.allow_rebuild:
-            return problems + (members if not fixed else [])
-        return problems + members + fixed
+            return problems
+        return problems + fixed
 
     def pinned_downloads(self) -> tuple[PinnedDownload, ...]:
         """The shared add-ons' charts and manifests, the CNI's (calico: the operator and its CRDs) and, with shared

@@ -1,7 +1,6 @@
 """`render lab-ha --against OLD` on the HA example (Pulumi.lab-ha.yaml): a control plane added or
-removed is shown (`!!`, exit 4, etcd's membership and how many failures it survives), and a removal
-that could lose etcd's quorum is REFUSED naming gpu-cluster:hosts (exit 2), the rule `up` runs
-(LabStack.change_problems, config/control_planes.py)."""
+removed is shown (`!!`, exit 4, etcd's membership and how many failures it survives), 3 -> 1 too
+(issue 34: etcd itself refuses a removal that cannot commit, config/control_planes.py)."""
 
 from __future__ import annotations
 
@@ -67,20 +66,26 @@ def test_five_to_three_is_shown_and_allowed(tmp_path, capsys):
     assert "REFUSED" not in out
 
 
-def test_three_to_one_is_refused_naming_the_key(tmp_path, capsys, monkeypatch):
-    """The new side: the committed HA stack shrunk to its first control plane; the older side: the
-    committed file as deployed."""
+def test_three_to_one_is_a_control_plane_change(tmp_path, capsys, monkeypatch):
+    """Issue 34: 3 -> 1 in one `up` (2 is no allowed count) is a control-plane change, exit 4:
+    the drain step removes cp-2's and cp-3's members one at a time from cp-1 (etcd refuses one that
+    cannot commit: test_gone_hosts_real.py), then each host is reset. The new side: the committed
+    HA stack shrunk to its first control plane; the older side: the committed file as deployed."""
     shrunk = stack_config_with("lab-ha", hosts=[h for h in _hosts() if h["name"] not in ("cp-2", "cp-3")])
     real = program.stack_config
     monkeypatch.setattr(program, "stack_config",
                         lambda stack, *a, **k: shrunk if stack == "lab-ha" and not k.get("stack_file")
                         else real(stack, *a, **k))
     rc, out, err = _against(tmp_path, capsys, STACK_FILE)
-    assert rc == 2, err
-    (refused,) = [line for line in out.splitlines() if line.startswith("REFUSED")]
-    assert refused.startswith("REFUSED gpu-cluster:hosts: removes 2 of the 3 deployed control planes "
-                              "(cp-2 192.0.2.20, cp-3 192.0.2.30)"), out
-    assert "only 1 would stay" in refused and "gpu-cluster:hosts" in err
+    assert rc == 4, err
+    assert "REFUSED" not in out
+    (line,) = [line for line in out.splitlines() if line.startswith("!! control planes")]
+    assert line.startswith("!! control planes removed (gpu-cluster:hosts): cp-2 192.0.2.20, cp-3 192.0.2.30: "
+                           "drained, their etcd members removed one at a time"), line
+    assert line.endswith("3 control planes (etcd survives 1 down) -> 1 control plane (etcd survives 0 down)"), line
+    assert "!! UPDATE membership-drain" in out
+    for h in ("cp-2", "cp-3"):
+        assert f"!! DELETE {h}-join: its delete resets a node (kubeadm reset) on" in out, out
 
 
 def test_a_replaced_control_plane_leaves_the_nfs_export_in_place(tmp_path, capsys):

@@ -32,7 +32,16 @@ remove_etcd_member() {
   id=$(awk -F', ' -v n="$node" '$3 == n {print $1}' <<<"$list")
   if [ -n "$id" ]; then
     echo "removing $node's etcd member $id"
-    etcd_local member remove "$id" >/dev/null
+    # etcd refuses ("unhealthy cluster") while a member it would keep has been connected for less
+    # than its 5 s health interval, as just after the previous removal: try again, bounded.
+    for _ in 1 2 3 4 5 6 7 8 9 10 11 12; do
+      if etcd_local member remove "$id" >/dev/null; then
+        return 0
+      fi
+      sleep 5
+    done
+    echo "etcd refused to remove $node's member $id for a minute: a member it would keep is down (etcdMembersDown); mark a dead host hosts[].gone (docs/runbook.md#a-control-plane-died)" >&2
+    exit 1
   fi
 }
 self=__SELF__

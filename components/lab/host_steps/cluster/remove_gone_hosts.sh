@@ -38,11 +38,19 @@ for name in "${gone_members[@]}"; do
     echo "etcd member $name: not in the cluster (already removed)"
     continue
   fi
-  if ! report=$(ctl member remove "$id" 2>&1); then
-    printf '%s\n' "$report" >&2
-    echo "cannot remove the etcd member of gone host $name ($id): etcd refused (above); $no_quorum" >&2
-    exit 1
-  fi
+  # etcd refuses ("unhealthy cluster") while a member it would keep has been connected for less
+  # than its 5 s health interval, as just after the previous removal: try again, bounded.
+  for try in $(seq "${ETCD_REMOVE_TRIES:-12}"); do
+    if report=$(ctl member remove "$id" 2>&1); then
+      break
+    fi
+    if [ "$try" -eq "${ETCD_REMOVE_TRIES:-12}" ]; then
+      printf '%s\n' "$report" >&2
+      echo "cannot remove the etcd member of gone host $name ($id): etcd refused (above); $no_quorum" >&2
+      exit 1
+    fi
+    sleep 5
+  done
   echo "removed the etcd member of gone host $name ($id)"
 done
 for node in "${gone_nodes[@]}"; do
