@@ -30,8 +30,9 @@ cluster as it was (tests/components/lab/test_gone_hosts_real.py runs that agains
 dead control plane is marked `hosts[].gone` first (components/lab/gone_hosts.py), which removes its
 member on its own; then removing live ones, even 3 -> 1 in one `up` (2 is no allowed count), always
 commits: each removal leaves only started members. Until issue 34 the config refused removing more
-than (n - 1) // 2 at once, assuming the removed hosts dead, which left 3 -> 1 no path at all. The
-first control plane never leaves without allowRebuild (the rule in config/lab.py).
+than (n - 1) // 2 at once, assuming the removed hosts dead, which left 3 -> 1 no path at all. Any
+control plane may leave, the first too, as long as one deployed control plane stays (else a new
+cluster: allowRebuild, the rule in config/lab.py).
 """
 
 from __future__ import annotations

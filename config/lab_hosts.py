@@ -58,8 +58,8 @@ class Host(Model):
                                   "it in nvidia.com/gpu.product for an unshared GPU (e.g. NVIDIA-H100-80GB-HBM3); "
                                   "with queues, one ResourceFlavor per model. Every GPU host names one, or none.")
     gone: bool = Field(default=False, description="The host is dead and will not come back: `pulumi up` removes its "
-                       "etcd member and Node from the first control plane and never connects to it; delete the "
-                       "entry at the next `up` (docs/runbook.md#a-control-plane-died). Not the first control plane.")
+                       "etcd member and Node from a healthy control plane and never connects to it; delete the "
+                       "entry at the next `up` (docs/runbook.md#a-control-plane-died).")
 
     @field_validator("name", "rack", "block")
     @classmethod
@@ -143,22 +143,15 @@ def host_list_problems(hosts: tuple[Host, ...] | list[Host]) -> Problems:
 
 
 def gone_problems(hosts: tuple[Host, ...] | list[Host]) -> Problems:
-    """hosts[].gone: the first control plane stays (the program's SSH entry point and the kubeadm
-    init identity), and the control planes not gone must hold etcd's quorum, n // 2 + 1 of the n
-    members, or no removal can commit (config/control_planes.py)."""
+    """hosts[].gone: the control planes not gone must hold etcd's quorum, n // 2 + 1 of the n
+    members, or no removal can commit (config/control_planes.py); the first of them becomes the
+    program's entry point (LabStack.entry_point), whichever it is."""
     planes = [(i, h) for i, h in enumerate(hosts) if h.role is Role.CONTROL_PLANE]
     gone = [(i, h) for i, h in planes if h.gone]
-    problems: Problems = []
-    if planes and planes[0][1].gone:
-        i, h = planes[0]
-        problems.append((f"hosts[{i}].gone", f"{h.name} is the first control plane, where this program runs "
-                                              "kubeadm init and reaches the cluster over SSH; it cannot be marked "
-                                              "gone: restore it, or restore the cluster from an etcd snapshot "
-                                              "(docs/runbook.md#a-control-plane-died)"))
     left = len(planes) - len(gone)
-    if gone and left < len(planes) // 2 + 1:
-        problems += [(f"hosts[{i}].gone", f"{len(gone)} of {len(planes)} control planes gone leaves {left}, fewer than "
-                                          f"etcd's quorum of {len(planes) // 2 + 1}: no member removal can commit; "
-                                          "restore from an etcd snapshot (docs/operations/etcd-backup.md)")
-                     for i, _ in gone]
-    return problems
+    if not gone or left >= len(planes) // 2 + 1:
+        return []
+    return [(f"hosts[{i}].gone", f"{len(gone)} of {len(planes)} control planes gone leaves {left}, fewer than etcd's "
+                                 f"quorum of {len(planes) // 2 + 1}: no member removal can commit; restore from an "
+                                 "etcd snapshot (docs/operations/etcd-backup.md)")
+            for i, _ in gone]

@@ -6,7 +6,8 @@ dead host that delete cannot connect, so the `up` that drops its steps fails, an
 change to the cluster (docs/runbook.md#a-control-plane-died).
 
 What `gone` does, in two `pulumi up`s:
-  1. with the host still listed and marked gone: a step on the first control plane
+  1. with the host still listed and marked gone: a step on the entry point (the first control
+     plane not gone, LabStack.entry_point)
      (`membership-remove-gone`, host_steps/cluster/remove_gone_hosts.sh) removes its etcd member
      by name and deletes its Node; and every remote command that connects to the gone host's
      address is registered with `retainOnDelete` and every input's change ignored
@@ -20,8 +21,8 @@ A pulumi-command `delete` cannot be made a no-op instead: changing the `delete` 
 and pulumi-command's update runs the `update` (or `create`) script on the host.
 
 Does not manage: a gone host's disks (reinstall it before it comes back, under a new name or as a
-new entry without `gone`), the first control plane (config refuses `gone` there), more gone control
-planes than etcd's quorum allows (config refuses; restore from a snapshot, docs/operations/etcd-backup.md).
+new entry without `gone`), more gone control planes than etcd's quorum allows (config refuses;
+restore from a snapshot, docs/operations/etcd-backup.md).
 """
 
 from __future__ import annotations

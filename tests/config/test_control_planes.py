@@ -155,3 +155,36 @@ def test_a_rebuild_makes_membership_moot_and_the_endpoint_key_is_the_one_set():
     cfg = lab_config(hosts=[*cps(1), host("gpu-1", "192.0.2.11", gpus=2)], kubeVip=VIP)
     found = dict(cfg.change_problems(deployed(cps(1), controlPlaneEndpoint="192.0.2.10:6443")))
     assert "192.0.2.10:6443 -> 192.0.2.100:6443" in found["kubeVip"]
+
+
+# no special first server (issue 34)
+
+def test_the_first_control_plane_may_leave_while_a_deployed_one_stays():
+    """cp-1 (where kubeadm init ran) replaced by cp-4, or marked gone: the cluster lives on in the
+    etcd of cp-2 and cp-3, so it is a control-plane change, not a rebuild; the record carries the
+    init host on, which the init step's triggers keep (nothing is replaced)."""
+    replaced = [*cps(2, start=2), *cps(1, start=4)]
+    assert change(cps(3), replaced) == {}
+    cfg = lab_config(hosts=[*replaced, host("gpu-1", "192.0.2.11", gpus=2)], kubeVip=VIP)
+    assert cfg.entry_point.name == "cp-2"
+    assert cfg.init_identity(deployed(cps(3))) == ("cp-1", "192.0.2.10")
+    record = cfg.deployed_record(deployed(cps(3)))
+    assert record["controlPlane"] == "cp-1 192.0.2.10"
+    assert record["controlPlanes"] == "cp-2 192.0.2.20, cp-3 192.0.2.30, cp-4 192.0.2.40"
+    gone = [{**cps(1)[0], "gone": True}, *cps(2, start=2)]
+    assert change(cps(3), gone) == {}
+
+
+def test_no_deployed_control_plane_staying_is_a_rebuild():
+    found = change(cps(3), cps(3, start=4))
+    assert "needs a new cluster" in found["hosts[0].name"] and "no deployed control plane" in found["hosts[0].name"]
+    # with allowRebuild it is one: the new cluster's identity is its own first control plane
+    cfg = lab_config(hosts=[*cps(3, start=4), host("gpu-1", "192.0.2.11", gpus=2)], kubeVip=VIP, allowRebuild=True)
+    assert cfg.init_identity(deployed(cps(3))) == ("cp-4", "192.0.2.40")
+    # so is a new pod range: the init host recorded (cp-0, long gone) gives way to the entry point
+    was = deployed(cps(3), controlPlane="cp-0 192.0.2.5")
+    kept = lab_config(hosts=[*cps(3), host("gpu-1", "192.0.2.11", gpus=2)], kubeVip=VIP)
+    assert kept.init_identity(was) == ("cp-0", "192.0.2.5")
+    rebuilt = lab_config(hosts=[*cps(3), host("gpu-1", "192.0.2.11", gpus=2)], kubeVip=VIP, podCidr="10.245.0.0/16",
+                         allowRebuild=True)
+    assert rebuilt.init_identity(was) == ("cp-1", "192.0.2.10")

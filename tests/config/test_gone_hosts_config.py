@@ -1,6 +1,6 @@
 """hosts[].gone (config/lab_hosts.py gone_problems): a dead host the next `up` forgets. Refused,
-naming gpu-cluster:hosts[i].gone: the first control plane (the program's SSH entry point and
-kubeadm init identity) and more gone control planes than etcd's quorum leaves room for."""
+naming gpu-cluster:hosts[i].gone: more gone control planes than etcd's quorum leaves room for (the
+only one included). The first control plane may be gone: the next one is the entry point."""
 
 from __future__ import annotations
 
@@ -25,11 +25,13 @@ def test_a_gone_worker_and_a_gone_control_plane_of_three_are_accepted():
 
 
 def test_the_only_control_plane_cannot_be_gone():
-    reported(lab_raw(hosts=_hosts(1, ("cp-1",))), "hosts[0].gone", "first control plane", "etcd snapshot")
+    reported(lab_raw(hosts=_hosts(1, ("cp-1",))), "hosts[0].gone", "leaves 0", "etcd snapshot")
 
 
-def test_the_first_of_three_cannot_be_gone():
-    reported(lab_raw(hosts=_hosts(3, ("cp-1",)), kubeVip=VIP), "hosts[0].gone", "first control plane")
+def test_the_first_of_three_may_be_gone_and_the_next_takes_over():
+    """Issue 34: no special first server; the entry point is the first control plane not gone."""
+    cfg = accepted(lab_raw(hosts=_hosts(3, ("cp-1",)), kubeVip=VIP))
+    assert cfg.entry_point.name == "cp-2"
 
 
 def test_two_of_three_gone_leave_no_quorum():

@@ -101,3 +101,41 @@ def test_a_replaced_control_plane_leaves_the_nfs_export_in_place(tmp_path, capsy
         if line and not line.startswith(" "):
             section = line.split(" (")[0]
         assert not (section in ("replace", "delete") and "nfs-server" in line), line
+
+
+@pytest.mark.parametrize("change", ["removed", "replaced", "gone"])
+def test_the_first_control_plane_leaves_in_one_up_without_a_rebuild(tmp_path, capsys, change):
+    """Issue 34, no special first server: cp-1 (where kubeadm init ran) removed (with cp-2: 3 -> 1),
+    replaced by cp-4, or marked gone is a control-plane change (exit 4), not a rebuild (exit 2): the
+    init keeps its triggers (the recorded identity) and moves to the next control plane, which
+    keeps its own join; nothing of the cluster is replaced, and no host that stays is reset or drained."""
+    cp4 = _control_plane("cp-4", "192.0.2.40")
+    newer = {"removed": [h for h in _hosts() if h["name"] not in ("cp-1", "cp-2")],  # 3 -> 1: cp-3 alone
+             "replaced": [h for h in _hosts() if h["name"] != "cp-1"] + [cp4],
+             "gone": [{**h, "gone": True} if h["name"] == "cp-1" else h for h in _hosts()]}[change]
+    path = tmp_path / "new-Pulumi.lab-ha.yaml"
+    data = yaml.safe_load(STACK_FILE.read_text())
+    data["config"]["gpu-cluster:hosts"] = newer
+    path.write_text(yaml.safe_dump(data))
+    real = program.stack_config
+    new_config = real("lab-ha", stack_file=path)
+
+    def stack_config(stack, *a, **k):
+        return new_config if stack == "lab-ha" and not k.get("stack_file") else real(stack, *a, **k)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(program, "stack_config", stack_config)
+        rc, out, err = _against(tmp_path, capsys, STACK_FILE)
+    assert rc == 4, out + err
+    assert "REFUSED" not in out
+    rows = {line.split()[0]: line.split()[1] for line in out.splitlines()
+            if line.startswith("  ") and len(line.split()) > 2 and not line.split()[0].startswith(("runs", "changed"))}
+    assert rows.get("control-plane-init") == "update", out  # its connection moves to cp-2: no reset, no init
+    stay = ("cp-3",) if change == "removed" else ("cp-2", "cp-3")
+    assert not [h for h in stay if f"{h}-join" in rows], out  # untouched
+    assert not any(v.startswith("replace") for k, v in rows.items() if k.startswith(("control-plane", *stay)))
+    assert "!! UPDATE control-plane-init" not in out  # the update script finds the version in place
+    loud = [line for line in out.splitlines() if line.startswith("!! ")]
+    assert not [line for line in loud if any(h in line.split(":")[0] for h in stay)], loud
+    if change != "gone":
+        assert any(line.startswith("!! control planes removed (gpu-cluster:hosts): cp-1 192.0.2.10") for line in loud)
