@@ -251,13 +251,13 @@ class LabStack(Addons):
         first = self.entry_point
         staying = {f"{h.name} {h.address}" for h in self.control_planes if not h.gone}
         # An older record lists no control planes: only the host kubeadm init ran on is known.
-        was = members_of(deployed.control_planes) or [deployed.control_plane]
-        if not staying & set(was):
+        deployed_planes = members_of(deployed.control_planes) or [deployed.control_plane]
+        if not staying & set(deployed_planes):
             i = self.hosts.index(first)
             name_was = deployed.control_plane.split(" ")[0]
             key = f"hosts[{i}].name" if name_was != first.name else f"hosts[{i}].address"
             fixed.append((key, f"the first control plane (where kubeadm init ran) was {deployed.control_plane}, "
-                               f"now {first.name} {first.address}, and no deployed control plane ({', '.join(was)}) "
+                               f"now {first.name} {first.address}, and no deployed control plane ({', '.join(deployed_planes)}) "
                                f"stays: {rebuild}"))
         return fixed
 
