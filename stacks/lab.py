@@ -76,7 +76,7 @@ def etcd_backup_settings(cfg: LabStack, host: Host) -> EtcdBackupSettings | None
     shared = backup.copy_to_shared and cfg.storage.provision and host is first
     return EtcdBackupSettings(node=host.name, schedule=backup.schedule, retain=backup.retain,
                               host_path=backup.host_path, kubernetes_minor=cfg.kubernetes_minor,
-                              members=cfg.control_planes,
+                              members=tuple(h for h in cfg.control_planes if not h.gone),  # a restore leaves out the dead
                               shared_dir=shared_dir(cfg.storage.export_path) if shared else None)
 
 
