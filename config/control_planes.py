@@ -22,11 +22,17 @@ Membership changes (LabStack.change_problems, before anything is registered): et
 reconfiguration guide says to change membership one member at a time and that a member can be
 removed only while the cluster has quorum. The program removes members one after another (on the
 first control plane, before the removed hosts are reset: host_steps/cluster/drain_removed_nodes.sh)
-and joins new ones one after another (stacks/lab.py), so each step is a single-member change. What
-the config must refuse is an `up` whose removals could not commit: a removed host is usually gone
-already, and etcd still counts it until its removal commits, so the control planes that stay must
-on their own be a majority of those deployed (3 -> 2 stay of 3, 5 -> at least 3 of 5). The first
-control plane never leaves without allowRebuild (the rule in config/lab.py).
+and joins new ones one after another (stacks/lab.py), so each step is a single-member change.
+Whether a removal can commit is etcd's to judge, and it does: with --strict-reconfig-check (on by
+default, and kubeadm leaves it on) a member refuses a removal after which the members it sees
+started would not be a quorum of those left, so the drain step fails and the `up` stops with the
+cluster as it was (tests/components/lab/test_gone_hosts_real.py runs that against real etcd). A
+dead control plane is marked `hosts[].gone` first (components/lab/gone_hosts.py), which removes its
+member on its own; then removing live ones, even 3 -> 1 in one `up` (2 is no allowed count), always
+commits: each removal leaves only started members. Until issue 34 the config refused removing more
+than (n - 1) // 2 at once, assuming the removed hosts dead, which left 3 -> 1 no path at all. Any
+control plane may leave, the first too, as long as one deployed control plane stays (else a new
+cluster: allowRebuild, the rule in config/lab.py).
 """
 
 from __future__ import annotations
@@ -184,22 +190,3 @@ def endpoint_host_problems(endpoint: str | None, hosts: Sequence[Host]) -> Probl
 def members_of(record: str) -> list[str]:
     """The control planes of a `deployed` record ("name address, name address"), in order."""
     return [m.strip() for m in record.split(",") if m.strip()]
-
-
-def membership_problems(deployed: str, control_planes: Sequence[Host]) -> Problems:
-    """A change of the control planes that etcd may not survive: the members that stay must be a
-    majority of those deployed (see the module docstring). `deployed` is the record's
-    controlPlanes ("" from a version of this program that did not record them: not checked)."""
-    was = members_of(deployed)
-    if not was:
-        return []
-    now = {f"{h.name} {h.address}" for h in control_planes}
-    removed = [m for m in was if m not in now]
-    stay = len(was) - len(removed)
-    if not removed or stay > len(was) // 2:
-        return []
-    most = failures_survived(len(was))
-    return [("hosts", f"removes {len(removed)} of the {len(was)} deployed control planes ({', '.join(removed)}): "
-                      f"etcd must agree to each removal with a majority ({len(was) // 2 + 1}) of its {len(was)} "
-                      f"members, and only {stay} would stay to agree if the removed hosts are down; remove at most "
-                      f"{most} per `pulumi up` (docs/operations/high-availability.md)")]

@@ -34,7 +34,7 @@ from config.control_planes import (
     count_problems,
     endpoint_address,
     endpoint_host_problems,
-    membership_problems,
+    members_of,
     vip_address_plan,
     vip_problems,
 )
@@ -53,7 +53,7 @@ from config.hardening import Hardening
 from config.inert_keys import inert_lab_problems
 from config.inventory import Inventory
 from config.inventory_build import lab_inventory
-from config.lab_hosts import Host, Role, host_list_problems
+from config.lab_hosts import Host, Role, gone_problems, host_list_problems
 from config.lab_parts import _DEV_STORAGE_KEYS, LabStorage, NvidiaDriver
 from config.lab_parts import NFS_EXPORT_DESCRIPTION as NFS_EXPORT_DESCRIPTION  # re-exported
 from config.lab_parts import Bastion as Bastion  # re-exported: components import the lab model from here
@@ -183,23 +183,41 @@ class LabStack(Addons):
             return self.kube_vip.endpoint
         return f"{self.control_planes[0].address}:6443"
 
-    def deployed_record(self) -> dict[str, str]:
+    @property
+    def entry_point(self) -> Host:
+        """The control plane this program reaches the cluster through (SSH: the kubeconfig, the
+        membership steps, the NFS export): the first in config order that is not gone. No host is
+        special otherwise (issue 34): when it leaves, the next one takes over in the same `up`."""
+        return next(h for h in self.control_planes if not h.gone)
+
+    def init_identity(self, deployed: DeployedLab | None) -> tuple[str, str]:
+        """(name, address) of the host `kubeadm init` ran on, as the init step's triggers hold it:
+        what the last `up` recorded (even once that host left), or this config's entry point for a
+        new cluster (nothing recorded, or a change that rebuilds it)."""
+        entry = self.entry_point
+        if deployed is None or self._rebuild_problems(deployed):
+            return entry.name, str(entry.address)
+        name, _, address = deployed.control_plane.partition(" ")
+        return name, address
+
+    def deployed_record(self, deployed: DeployedLab | None = None) -> dict[str, str]:
         """What this config deploys that a later `up` cannot change in place: exported as the stack
-        output `deployed` (stacks/lab.py) and compared with the next config by change_problems."""
-        first = self.control_planes[0]
+        output `deployed` (stacks/lab.py) and compared with the next config by change_problems.
+        `deployed`: what the last `up` recorded, whose init host this one carries on."""
         return DeployedLab(
             kubernetes_version=self.kubernetes_version,
             pod_cidr=self.pod_cidr,
             service_cidr=self.service_cidr,
             control_plane_endpoint=self.api_endpoint,
-            control_plane=f"{first.name} {first.address}",
+            control_plane=" ".join(self.init_identity(deployed)),
             control_planes=", ".join(f"{h.name} {h.address}" for h in self.control_planes),
         ).as_output()
 
     def change_problems(self, deployed: DeployedLab | None) -> Problems:
         """This config against what the previous `up` deployed (None: nothing yet, or deployed by a
         version of this program that did not record it). kubeadm upgrades one minor at a time and
-        never down; CIDRs, the endpoint and the first control plane are fixed at `kubeadm init`."""
+        never down; CIDRs and the endpoint are fixed at `kubeadm init`, and so is the cluster
+        itself: at least one deployed control plane must stay (any one, the first included)."""
         if deployed is None:
             return []
         problems: Problems = []
@@ -213,10 +231,14 @@ class LabStack(Addons):
             problems.append(("kubernetesVersion",
                              f"{deployed.kubernetes_version} -> {self.kubernetes_version} skips minor {step}: "
                              f"kubeadm upgrades one minor at a time; deploy {step}.x first, then {self.kubernetes_version}"))
-        # etcd membership (config/control_planes.py); a new first control plane is a new cluster (below).
-        first = self.control_planes[0]
-        same_first = deployed.control_plane == f"{first.name} {first.address}"
-        members = membership_problems(deployed.control_planes, self.control_planes) if same_first else []
+        # etcd membership: etcd itself refuses a removal that cannot commit (config/control_planes.py).
+        if self.allow_rebuild:
+            return problems
+        return problems + self._rebuild_problems(deployed)
+
+    def _rebuild_problems(self, deployed: DeployedLab) -> Problems:
+        """The changes that need a new cluster: podCidr, serviceCidr, the endpoint, or no deployed
+        control plane staying (the cluster lives in their etcd; one staying keeps it, whichever)."""
         rebuild = ("needs a new cluster (kubeadm reset on every host and a fresh kubeadm init: every workload and "
                    "all of etcd are lost); to rebuild on purpose set gpu-cluster:allowRebuild: true (docs/operations/rebuilding.md)")
         fixed: Problems = []
@@ -227,15 +249,18 @@ class LabStack(Addons):
         ):
             if was != now:
                 fixed.append((key, f"{was} -> {now} {rebuild}"))
-        if not same_first:
+        first = self.entry_point
+        staying = {f"{h.name} {h.address}" for h in self.control_planes if not h.gone}
+        # An older record lists no control planes: only the host kubeadm init ran on is known.
+        deployed_planes = members_of(deployed.control_planes) or [deployed.control_plane]
+        if not staying & set(deployed_planes):
             i = self.hosts.index(first)
             name_was = deployed.control_plane.split(" ")[0]
             key = f"hosts[{i}].name" if name_was != first.name else f"hosts[{i}].address"
             fixed.append((key, f"the first control plane (where kubeadm init ran) was {deployed.control_plane}, "
-                               f"now {first.name} {first.address}: {rebuild}"))
-        if self.allow_rebuild:
-            return problems + (members if not fixed else [])
-        return problems + members + fixed
+                               f"now {first.name} {first.address}, and no deployed control plane ({', '.join(deployed_planes)}) "
+                               f"stays: {rebuild}"))
+        return fixed
 
     def pinned_downloads(self) -> tuple[PinnedDownload, ...]:
         """The shared add-ons' charts and manifests, the CNI's (calico: the operator and its CRDs) and, with shared
@@ -323,7 +348,18 @@ class LabStack(Addons):
         return problems
 
     def _host_problems(self) -> Problems:
-        return host_list_problems(self.hosts)
+        return host_list_problems(self.hosts) + gone_problems(self.hosts)
+
+    @property
+    def gone(self) -> tuple[Host, ...]:
+        """hosts[].gone: dead hosts the next `up` removes from etcd and the API (components/lab/gone_hosts.py)."""
+        return tuple(h for h in self.hosts if h.gone)
+
+
+# The engine's builtin function behind StackReference (pulumi/pulumi pkg/resource/deploy/builtins.go,
+# builtinProvider.Invoke: readStackOutputs -> readStackReference -> the backend's GetStackOutputs):
+# stacks/lab.py reads its own last `deployed` with it; render's mocks answer it for --against.
+READ_STACK_OUTPUTS = "pulumi:pulumi:readStackOutputs"
 
 
 class DeployedLab(BaseModel):

@@ -57,6 +57,9 @@ class Host(Model):
     gpu_model: str | None = Field(default=None, description="The host's GPU model as GPU Feature Discovery writes "
                                   "it in nvidia.com/gpu.product for an unshared GPU (e.g. NVIDIA-H100-80GB-HBM3); "
                                   "with queues, one ResourceFlavor per model. Every GPU host names one, or none.")
+    gone: bool = Field(default=False, description="The host is dead and will not come back: `pulumi up` removes its "
+                       "etcd member and Node from a healthy control plane and never connects to it; delete the "
+                       "entry at the next `up` (docs/runbook.md#a-control-plane-died).")
 
     @field_validator("name", "rack", "block")
     @classmethod
@@ -137,3 +140,18 @@ def host_list_problems(hosts: tuple[Host, ...] | list[Host]) -> Problems:
                 problems.append((f"hosts[{i}].block", f"rack {h.rack!r} is in block {block!r} (hosts[{first}]): "
                                                       "every rack is in exactly one block"))
     return problems
+
+
+def gone_problems(hosts: tuple[Host, ...] | list[Host]) -> Problems:
+    """hosts[].gone: the control planes not gone must hold etcd's quorum, n // 2 + 1 of the n
+    members, or no removal can commit (config/control_planes.py); the first of them becomes the
+    program's entry point (LabStack.entry_point), whichever it is."""
+    planes = [(i, h) for i, h in enumerate(hosts) if h.role is Role.CONTROL_PLANE]
+    gone = [(i, h) for i, h in planes if h.gone]
+    left = len(planes) - len(gone)
+    if not gone or left >= len(planes) // 2 + 1:
+        return []
+    return [(f"hosts[{i}].gone", f"{len(gone)} of {len(planes)} control planes gone leaves {left}, fewer than etcd's "
+                                 f"quorum of {len(planes) // 2 + 1}: no member removal can commit; restore from an "
+                                 "etcd snapshot (docs/operations/etcd-backup.md)")
+            for i, _ in gone]

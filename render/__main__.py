@@ -266,6 +266,14 @@ def main(argv: list[str] | None = None) -> int:
             return failed(2, "**No: bad older config**: nothing was planned", f"the older config {args.against}: {err}")
         except (OSError, ValueError) as err:
             return failed(2, "**No: bad --against**: nothing was planned", f"--against {args.against}: {err}")
+        if isinstance(older.outputs.get("deployed"), dict):
+            # As `pulumi up` runs it: reading the older side's outputs (stacks/lab.py deployed_before),
+            # which carry the cluster's identity forward (the host kubeadm init ran on). An update
+            # `up` would refuse keeps the plan above; its REFUSED lines say why (exit 2).
+            try:
+                plan = program.run(args.stack, previous_outputs={"deployed": older.outputs["deployed"]})
+            except ConfigError:
+                pass
         newer = update_risks.plan_side(plan)
         changes = update.compare(older.resources, newer.resources, args.stack, str(args.against))
         changes.refused = update_risks.refusals(older, plan.config)

@@ -27,6 +27,7 @@ from pulumi.runtime.proto import source_pb2
 from pulumi.runtime.settings import get_root_resource, set_root_resource
 
 from config import stack_file as stack_file_reader
+from config.lab import READ_STACK_OUTPUTS
 
 # The project is the directory holding this package as imported (symlinks not resolved), so a
 # project dir that links render/ in (python -m render from that dir) reads its own stack files.
@@ -193,7 +194,13 @@ _FAKE_STDOUT = {
 
 
 class ProgramMocks(pulumi.runtime.Mocks):
-    """Outputs = inputs plus what downstream resources read (ids, names, command stdout)."""
+    """Outputs = inputs plus what downstream resources read (ids, names, command stdout).
+    `previous_outputs`: what the engine answers the stack reading its own last outputs (render
+    --against: the older side's, as `pulumi up` would find them); None: a new stack."""
+
+    def __init__(self, previous_outputs: dict[str, Any] | None = None):
+        super().__init__()
+        self.previous_outputs = previous_outputs
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str | None, dict]:
         outputs = dict(args.inputs)
@@ -208,6 +215,8 @@ class ProgramMocks(pulumi.runtime.Mocks):
         return f"{args.name}-id", outputs
 
     def call(self, args: pulumi.runtime.MockCallArgs) -> Any:
+        if args.token == READ_STACK_OUTPUTS and self.previous_outputs is not None:
+            return {"name": args.args["name"], "outputs": self.previous_outputs, "secretOutputNames": []}
         return {}
 
 
@@ -300,6 +309,7 @@ def run(
     project_dir: Path = PROJECT_DIR,
     config: tuple[dict[str, str], list[str]] | None = None,
     secret_value: str = SECRET_MARKER,
+    previous_outputs: dict[str, Any] | None = None,
 ) -> Plan:
     """Run __main__.py of the project for `stack` under mocks; return everything it registered.
 
@@ -308,7 +318,7 @@ def run(
     """
     values, secret_keys = config if config is not None else stack_config(stack, project_dir, secret_value)
     plan = Plan(stack=stack)
-    mocks = ProgramMocks()
+    mocks = ProgramMocks(previous_outputs)
     set_all_config(values, secret_keys)
     # set_mocks keeps an existing root Stack: without this, a second run in the same process would
     # parent its resources to the first run's stack and export the first run's outputs too.

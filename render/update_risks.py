@@ -6,8 +6,9 @@ changes are dangerous, or refused, as a whole, and a step-by-step table hides th
   refused   what `pulumi up` itself refuses before registering anything (stacks/lab.py reads the
             previous `up`'s stack output `deployed` and calls LabStack.change_problems, config/lab.py):
             a downgrade, a skipped minor, and without allowRebuild a change of podCidr,
-            serviceCidr, controlPlaneEndpoint or the first control plane, and a removal of control
-            planes that etcd's quorum may not survive (config/control_planes.py). The same rule
+            serviceCidr, controlPlaneEndpoint, or no deployed control plane staying (the first may
+            go, issue 34; a removal of control planes is etcd's to refuse,
+            config/control_planes.py). The same rule
             runs here, on the older side's `deployed` output and the new config: `REFUSED` lines,
             exit 2.
   loud      a change of the pod network (CNI), of the GPU software stack (gpu.stack) or of the

@@ -23,6 +23,7 @@ from components.lab.control_plane import ControlPlane, ControlPlaneArgs
 from components.lab.etcd_backup import EtcdBackup, EtcdBackupArgs, EtcdBackupSettings, shared_dir
 from components.lab.etcd_backup_s3 import EtcdBackupS3, EtcdBackupS3Args
 from components.lab.etcd_defrag import EtcdDefrag, EtcdDefragArgs, EtcdDefragSettings
+from components.lab.gone_hosts import spare_gone_host
 from components.lab.hardening_files import ControlPlaneFiles, ControlPlaneFilesArgs
 from components.lab.kubeadm import KubeadmSettings
 from components.lab.nfs_storage import NfsServerArgs, NfsSharedStorage, NfsSharedStorageArgs
@@ -31,8 +32,9 @@ from components.lab.node_prep import HostSoftware, NodePrep, NodePrepArgs, RoceH
 from components.lab.upgrade import UpgradePolicy
 from components.training_namespace import training_namespace
 from config import ConfigError, LabStack, StackSecrets
+from config.control_planes import members_of
 from config.gpu import GpuStack
-from config.lab import DeployedLab, Host, Role
+from config.lab import READ_STACK_OUTPUTS, DeployedLab, Host, Role
 from stacks import addons
 from stacks.contract import Cluster
 
@@ -71,13 +73,19 @@ def etcd_backup_settings(cfg: LabStack, host: Host) -> EtcdBackupSettings | None
     backup = cfg.etcd_backup
     if not backup.enabled:
         return None
-    first = cfg.control_planes[0]
+    first = cfg.entry_point
     shared = backup.copy_to_shared and cfg.storage.provision and host is first
     return EtcdBackupSettings(node=host.name, schedule=backup.schedule, retain=backup.retain,
                               host_path=backup.host_path, kubernetes_minor=cfg.kubernetes_minor,
-                              members=cfg.control_planes,
+                              members=tuple(h for h in cfg.control_planes if not h.gone),  # a restore leaves out the dead
                               shared_dir=shared_dir(cfg.storage.export_path) if shared else None,
                               s3=backup.s3 is not None, member_index=cfg.control_planes.index(host))
+
+
+def spared(h: Host) -> pulumi.ResourceOptions | None:
+    """hosts[].gone: the options of that host's components, whose steps never connect to it again
+    and leave without their delete once its entry goes (components/lab/gone_hosts.py)."""
+    return pulumi.ResourceOptions(transformations=[spare_gone_host()]) if h.gone else None
 
 
 def nfs_backup_dir(cfg: LabStack) -> str:
@@ -96,12 +104,13 @@ def etcd_backups(cfg: LabStack, cp: ControlPlane, joins: dict[str, NodeJoin], ke
         if settings is None:
             return "off: etcdBackup.enabled is false"
         connection = cp.connection if h is cp.host else ssh.connection(h, key, cfg.bastion)
-        after = [cp.init if h is cp.host else joins[h.name].ready]
+        after = [joins[h.name].ready if h.name in joins else cp.init]
         if cfg.etcd_backup.s3 is not None:
             s3 = EtcdBackupS3(f"{h.name}-etcd-backup-s3", EtcdBackupS3Args(
-                cfg.etcd_backup.s3, h.name, str(h.address), s3_secrets, connection, after))
+                cfg.etcd_backup.s3, h.name, str(h.address), s3_secrets, connection, after), opts=spared(h))
             after = [*after, s3.install]
-        latest.append(EtcdBackup(f"{h.name}-etcd-backup", EtcdBackupArgs(settings, connection, after)).latest)
+        latest.append(EtcdBackup(f"{h.name}-etcd-backup", EtcdBackupArgs(settings, connection, after),
+                                 opts=spared(h)).latest)
     b = cfg.etcd_backup
     return {"schedule": b.schedule, "retain": b.retain, "hostPath": b.host_path,
             "restore": "hosts/<control plane>/etcd-restore.sh (python -m render); docs/operations/etcd-backup.md",
@@ -115,14 +124,18 @@ def etcd_defrags(cfg: LabStack, cp: ControlPlane, joins: dict[str, NodeJoin], ke
     whose name sorts first acts on a run: components/lab/etcd_defrag.py)."""
     for h in cfg.control_planes:
         connection = cp.connection if h is cp.host else ssh.connection(h, key, cfg.bastion)
-        after = [cp.init if h is cp.host else joins[h.name].ready]
+        after = [joins[h.name].ready if h.name in joins else cp.init]
         settings = EtcdDefragSettings(node=h.name, kubernetes_minor=cfg.kubernetes_minor)
-        EtcdDefrag(f"{h.name}-etcd-defrag", EtcdDefragArgs(settings, connection, after))
+        EtcdDefrag(f"{h.name}-etcd-defrag", EtcdDefragArgs(settings, connection, after), opts=spared(h))
 
 
-# The engine's builtin function behind StackReference (pulumi/pulumi pkg/resource/deploy/builtins.go,
-# builtinProvider.Invoke: readStackOutputs -> readStackReference -> the backend's GetStackOutputs).
-READ_STACK_OUTPUTS = "pulumi:pulumi:readStackOutputs"
+def former_control_planes(cfg: LabStack, deployed: DeployedLab | None) -> tuple[str, ...]:
+    """The control planes the last `up` deployed that this config no longer lists (node names)."""
+    now = {h.name for h in cfg.control_planes}
+    return tuple(m.split(" ", 1)[0] for m in members_of(deployed.control_planes if deployed else "")
+                 if m.split(" ", 1)[0] not in now)
+
+
 
 
 def deployed_before() -> DeployedLab | None:
@@ -148,35 +161,44 @@ def deployed_before() -> DeployedLab | None:
 
 def build(cfg: LabStack, secrets: StackSecrets) -> dict[str, object]:
     assert secrets.ssh_private_key is not None  # the config model requires it for lab
-    if problems := cfg.change_problems(deployed_before()):
+    deployed = deployed_before()
+    if problems := cfg.change_problems(deployed):
         raise ConfigError(problems)
     key = secrets.ssh_private_key
     software, cluster, upgrade = host_software(cfg), kubeadm_settings(cfg), upgrade_policy(cfg)
     # Every host is prepared independently, in parallel.
     prep = {
         h.name: NodePrep(h.name, NodePrepArgs(host=h, software=software, private_key=key, bastion=cfg.bastion,
-                                              upgrade=upgrade))
+                                              upgrade=upgrade), opts=spared(h))
         for h in cfg.hosts
     }
-    first = cfg.control_planes[0]
+    # The entry point: the first control plane not gone; no other host is special (issue 34).
+    first = cfg.entry_point
     # The audit policy and the encryption config on every control plane before kubeadm reads them.
     cp_files = ControlPlaneFiles("control-plane-files", ControlPlaneFilesArgs(
         control_planes=tuple(cfg.control_planes), settings=cfg.hardening, private_key=key,
-        prepared={h.name: prep[h.name].done for h in cfg.control_planes}, bastion=cfg.bastion))
+        prepared={h.name: prep[h.name].done for h in cfg.control_planes}, bastion=cfg.bastion),
+        opts=pulumi.ResourceOptions(transformations=[spare_gone_host(
+            frozenset(f"control-plane-files-{h.name}" for h in cfg.control_planes if h.gone))]) if cfg.gone else None)
     cp = ControlPlane(
         "control-plane",
         ControlPlaneArgs(host=first, cluster=cluster, private_key=key, prepared=cp_files.done[first.name],
                          bastion=cfg.bastion, certificate_check_period=check_period(datetime.date.today()),
-                         upgrade=upgrade, protect=not cfg.allow_rebuild, kube_vip=cfg.kube_vip),
+                         upgrade=upgrade, protect=not cfg.allow_rebuild, kube_vip=cfg.kube_vip,
+                         init_host=cfg.init_identity(deployed)),
     )
     k8s_opts = pulumi.ResourceOptions(provider=cp.provider)
     cni = Cni("cni", CniArgs(kind=cfg.cni, pod_cidr=cfg.pod_cidr, charts=cfg.chart_source), opts=k8s_opts)
     # The cluster's side of every join: one token (through the API), one CA hash, one drain step.
-    members = tuple(h for h in cfg.hosts if h is not first)
+    # Every host joins but the one kubeadm init ran on (recorded): the entry point keeps its own
+    # join when it takes over (dropping it would run its delete, `kubeadm reset`, on it).
+    init_name = cfg.init_identity(deployed)[0]
+    members = tuple(h for h in cfg.hosts if h.name != init_name)
     membership = Membership(
         "membership",
         MembershipArgs(control_plane=cp, members=members,
-                       token_id=join_token_id(pulumi.get_project(), pulumi.get_stack())),
+                       token_id=join_token_id(pulumi.get_project(), pulumi.get_stack()),
+                       gone=cfg.gone, kubernetes_minor=cfg.kubernetes_minor, former=former_control_planes(cfg, deployed)),
     )
     joins: list[NodeJoin] = []
     for h in members:
@@ -199,6 +221,7 @@ def build(cfg: LabStack, secrets: StackSecrets) -> dict[str, object]:
                 kube_vip=cfg.kube_vip,
                 after=before,
             ),
+            opts=spared(h),
         ))
 
     # hosts[].rack, .block and .gpuModel (as the inventory has them): the node labels Kueue's Topology and GPU flavors read; a
@@ -258,11 +281,11 @@ def build(cfg: LabStack, secrets: StackSecrets) -> dict[str, object]:
         "nodes": [h.name for h in cfg.hosts],
         "gpuNodes": {h.name: h.gpus for h in cfg.hosts if h.is_gpu},
         "joinedNodes": pulumi.Output.all(*[j.ready.id for j in joins]).apply(
-            lambda _: [h.name for h in cfg.hosts if h is not first]
+            lambda _: [h.name for h in members]
         ),
         # What the next `up` compares its config with (deployed_before); known once every node is.
         "deployed": pulumi.Output.all(cp.init.id, *[j.ready.id for j in joins]).apply(
-            lambda _: cfg.deployed_record()
+            lambda _: cfg.deployed_record(deployed)
         ),
         # On the first control plane: the etcd snapshot taken before the last kubeadm upgrade apply.
         "etcdSnapshot": cp.etcd_snapshot.apply(lambda path: {"host": first.name, "path": path} if path else None),

@@ -1,8 +1,9 @@
 """ControlPlane: `kubeadm init` on the first control-plane host, its admin kubeconfig read back as
 a secret, and the explicit Kubernetes provider every in-cluster component receives.
 
-The init step's triggers are the cluster's identity: the first control plane (name, address), the
-API endpoint and the pod and service ranges. Changing one REBUILDS THE CLUSTER: `kubeadm reset`, a
+The init step's triggers are the cluster's identity: the host `kubeadm init` ran on (name,
+address, as the stack output `deployed` recorded it, even once that host left), the API endpoint
+and the pod and service ranges. Changing one REBUILDS THE CLUSTER: `kubeadm reset`, a
 fresh `kubeadm init`, every node re-joined; workloads and everything in etcd are lost. The config
 refuses that unless allowRebuild is set (config/lab.py, change_problems), and the init is
 `protect`ed unless it is, so Pulumi refuses to replace or delete it too (docs/operations/upgrading.md). A
@@ -17,16 +18,21 @@ they are until a renewal gives admin.conf a new client certificate.
 Certificates: checked once per period and renewed within 30 days of expiry before the admin
 kubeconfig is read (components/lab/certificates.py).
 
-More than one control plane (docs/operations/high-availability.md): this is the first, where
+No special first server (issue 34): this component runs on the entry point, the first control
+plane in config order that is not gone (LabStack.entry_point). When that host is removed or marked
+gone, the next one takes over in the same `up`: these steps' connection moves to it (an update: the
+upgrade script, the certificate check and the kubeconfig read run there and find the cluster as it
+is), and the old one is drained and removed from etcd like any other control plane.
+
+More than one control plane (docs/operations/high-availability.md): on a new cluster this is where
 `kubeadm init --upload-certs` runs; the others join as control planes (node_join.py) through the
 one API endpoint, kube-vip's virtual IP (kubeVip: its static pod is written here before init,
 components/lab/kube_vip.py) or the user's load balancer (controlPlaneEndpoint).
 
 Does not manage: the external load balancer behind controlPlaneEndpoint (bring your own; with
 kubeVip the program serves the address itself), etcd backups (components/lab/etcd_backup.py keeps
-scheduled snapshots on every control plane besides the snapshot before each upgrade), the kubeconfig of a control plane other than the first (the provider talks to the API
-through the endpoint, whichever control plane answers), moving kubeadm init to another host (the
-first control plane is fixed: changing it rebuilds the cluster), or re-reading admin.conf after
+scheduled snapshots on every control plane besides the snapshot before each upgrade), the kubeconfig of a control plane other than the entry point (the provider talks to the API
+through the endpoint, whichever control plane answers), or re-reading admin.conf after
 `kubeadm upgrade apply` renews its certificate (the one read at init stays valid until its own
 expiry, a year after init).
 """
@@ -51,7 +57,7 @@ from config.lab import Bastion, Host
 
 @dataclass(frozen=True)
 class ControlPlaneArgs:
-    host: Host  # the first control-plane host: kubeadm init runs there
+    host: Host  # the entry point (LabStack.entry_point): kubeadm init runs there on a new cluster
     cluster: kubeadm.KubeadmSettings
     private_key: pulumi.Output[str]
     prepared: list[pulumi.Resource]  # NodePrep.done of that host
@@ -63,6 +69,8 @@ class ControlPlaneArgs:
     protect: bool = True
     # kubeVip: kube-vip's static pod, written before kubeadm init (kube_vip.py).
     kube_vip: KubeVip | None = None
+    # (name, address) of the host kubeadm init ran on (LabStack.init_identity); default: `host`.
+    init_host: tuple[str, str] | None = None
 
 
 class ControlPlane(pulumi.ComponentResource):
@@ -92,9 +100,13 @@ class ControlPlane(pulumi.ComponentResource):
             delete=scripts.as_root(scripts.kubeadm_reset()),
             # The kubeadm config, version included: a change is an update (upgrade.py).
             stdin=init_config,
-            # Fixed at kubeadm init: a change needs a new cluster.
-            triggers=[first.name, str(first.address), cluster.api_endpoint, str(cluster.pod_cidr),
-                      str(cluster.service_cidr)],
+            # The cluster's identity, fixed at kubeadm init: a change needs a new cluster. The init
+            # host stays in it as recorded when it leaves (issue 34: the same values as before for
+            # every deployed stack, so upgrading the program replaces nothing); the entry point
+            # moving to another control plane is an update of the connection, whose update script
+            # finds the version in place and changes nothing (kubeadm_upgrade_apply.sh).
+            triggers=[*(args.init_host or (first.name, str(first.address))), cluster.api_endpoint,
+                      str(cluster.pod_cidr), str(cluster.service_cidr)],
             # Reset the old cluster before initialising the new one: create-before-delete would
             # find admin.conf ("already initialised") and then the old delete would reset it.
             opts=pulumi.ResourceOptions(

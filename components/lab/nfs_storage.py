@@ -93,10 +93,15 @@ class NfsSharedStorage(pulumi.ComponentResource):
                 create=scripts.as_root(scripts.nfs_server(args.share, list(server.clients), server.backup_dir,
                                                           server.backup_clients)),
                 delete=scripts.as_root(scripts.nfs_server_delete(args.share)),
-                triggers=[args.share, *server.clients],
-                # Delete first: the old delete would otherwise remove the export (and maybe
-                # the server) the new create just set up on the same host.
-                opts=pulumi.ResourceOptions(parent=self, depends_on=list(server.after), delete_before_replace=True),
+                # No triggers, so nothing replaces the step while pods mount the share: a new
+                # client list, share or host is an update, and the update runs create again, which
+                # rewrites the one exports file and re-exports (host_steps/storage/nfs_server.sh).
+                # A replacement would run the delete (un-export, maybe purge the server) under
+                # running training pods. ignore_changes keeps the triggers an older version of
+                # this program recorded ([share, *clients]) from replacing it at the first `up`
+                # after an upgrade (docs/operations/nodes.md).
+                opts=pulumi.ResourceOptions(parent=self, depends_on=list(server.after),
+                                            ignore_changes=["triggers"]),
             ))
         driver = k8s.helm.v3.Release(
             f"{name}-csi-driver-nfs",

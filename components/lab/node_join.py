@@ -85,6 +85,7 @@ from pulumi_command import remote
 from components import versions
 from components.lab import kubeadm, scripts, ssh
 from components.lab.control_plane import ControlPlane
+from components.lab.gone_hosts import remove_gone_step
 from components.lab.kube_vip import kube_vip_step
 from components.lab.upgrade import UpgradePolicy
 from config.control_planes import KubeVip
@@ -145,9 +146,15 @@ def _now() -> datetime:
 @dataclass(frozen=True)
 class MembershipArgs:
     control_plane: ControlPlane
-    members: tuple[Host, ...]  # every host that joins: all but the first control plane
+    members: tuple[Host, ...]  # every host that joins: all but the one kubeadm init ran on
     token_id: str  # join_token_id(project, stack)
     issued_at: datetime = field(default_factory=_now)  # the token expires JOIN_TOKEN_TTL after this
+    # hosts[].gone: their etcd members and Nodes removed from the control plane (gone_hosts.py).
+    gone: tuple[Host, ...] = ()
+    # Control planes the last `up` deployed and this config drops (the stack output `deployed`):
+    # drained and removed from etcd by name even when the drain's host list is on a new entry point.
+    former: tuple[str, ...] = ()
+    kubernetes_minor: str = ""  # the etcd version of the removal's etcdctl (with gone hosts)
 
 
 class Membership(pulumi.ComponentResource):
@@ -165,7 +172,11 @@ class Membership(pulumi.ComponentResource):
             raise ValueError(f"join token id {token_id!r} is not [a-z0-9]{{6}}")
         # A new cluster has a new CA (and nodes to forget): read and record again.
         triggers = [cp.init.id]
-        drain = _drain_removed(name, self, cp, args.members, triggers)
+        drain = _drain_removed(name, self, cp, tuple({h.name: h for h in (cp.host, *args.members)}.values()),
+                               args.former, triggers)
+        if args.gone:
+            # Before any join: a dead member's replacement joins an etcd that no longer counts it.
+            drain = remove_gone_step(name, self, cp.connection, args.gone, args.kubernetes_minor, triggers, [drain])
         self.ready = [drain]
         self.certificate_key = None
         self.token = pulumi.Output.secret("")
@@ -193,14 +204,15 @@ class Membership(pulumi.ComponentResource):
         self.register_outputs({"tokenId": token_id, "caHash": self.ca_hash})
 
 
-def _drain_removed(name: str, parent: pulumi.Resource, cp: ControlPlane, members: tuple[Host, ...],
-                   triggers: Sequence[object]) -> remote.Command:
-    """On the control plane: drains and deletes the nodes that left the config or changed address."""
+def _drain_removed(name: str, parent: pulumi.Resource, cp: ControlPlane, hosts: tuple[Host, ...],
+                   former: tuple[str, ...], triggers: Sequence[object]) -> remote.Command:
+    """On the entry point: drains and deletes the nodes that left the config or changed address.
+    `hosts` names the entry point too (issue 34): when it is new, the old one is not kept in it."""
     return remote.Command(
         f"{name}-drain",
         connection=cp.connection,
         create=scripts.as_root(
-            scripts.drain_removed_nodes([(h.name, str(h.address)) for h in members], cp.host.name)
+            scripts.drain_removed_nodes([(h.name, str(h.address)) for h in hosts], cp.host.name, former)
         ),
         triggers=triggers,
         opts=pulumi.ResourceOptions(parent=parent, depends_on=[cp.init], delete_before_replace=True),

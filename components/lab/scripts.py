@@ -269,20 +269,24 @@ def control_plane_files_delete() -> str:
 MEMBERS_FILE = "$STATE_DIR/cluster-members"  # on the control plane: "name address" per joined host
 
 
-def drain_removed_nodes(members: list[tuple[str, str]], control_plane: str) -> str:
+def drain_removed_nodes(members: list[tuple[str, str]], control_plane: str, former: tuple[str, ...] = ()) -> str:
     """On the first control plane (`control_plane`, its node name), before any host joins or is
     reset: drain and delete from the cluster every node this program joined that is no longer in
     `members` (name, address), or whose address changed, remove the etcd member of each that had
     one (one at a time), then remember `members`. One SSH session whatever the number of hosts;
-    removed nodes are drained in parallel. Runs again whenever the list changes."""
+    removed nodes are drained in parallel. Runs again whenever the list changes. `former`: control
+    planes the last `up` deployed and this one does not, removed too (the list may be on a new host)."""
     if not re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", control_plane):
         raise ValueError(f"not a node name: {control_plane!r}")
     for name, address in members:
         if not re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", name) or not re.fullmatch(r"[0-9.]+", address):
             raise ValueError(f"not a node name and IPv4 address: {name!r} {address!r}")
+    for name in former:
+        if not re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", name):
+            raise ValueError(f"not a node name: {name!r}")
     wanted = Shell(" ".join(f"'{name} {address}'" for name, address in sorted(members)))
     return _script(fill("cluster/drain_removed_nodes.sh", MEMBERS=wanted, MEMBERS_FILE=Shell(MEMBERS_FILE),
-                        SELF=control_plane))
+                        SELF=control_plane, FORMER=Shell(" ".join(sorted(former)))))
 
 
 # --------------------------------------------------------------------------------------------

@@ -104,7 +104,7 @@ def lab_nodes(cfg: LabStack, init_stdin: str | None, node_patches: Sequence[dict
         for doc in yaml.load_all(init_stdin, Loader=_SAFE_LOADER):  # noqa: S506 (a safe loader)
             if isinstance(doc, dict) and doc.get("kind") == "InitConfiguration":
                 init_reg = _registration_of(doc)
-    first = cfg.control_planes[0]
+    first = cfg.entry_point  # where the init step runs (its InitConfiguration registers it)
     cluster = kubeadm.KubeadmSettings.of(cfg)  # the settings the program builds (stacks/lab.py), alike
     nodes = []
     for h in cfg.hosts:

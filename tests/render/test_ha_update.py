@@ -1,7 +1,6 @@
 """`render lab-ha --against OLD` on the HA example (Pulumi.lab-ha.yaml): a control plane added or
-removed is shown (`!!`, exit 4, etcd's membership and how many failures it survives), and a removal
-that could lose etcd's quorum is REFUSED naming gpu-cluster:hosts (exit 2), the rule `up` runs
-(LabStack.change_problems, config/control_planes.py)."""
+removed is shown (`!!`, exit 4, etcd's membership and how many failures it survives), 3 -> 1 too
+(issue 34: etcd itself refuses a removal that cannot commit, config/control_planes.py)."""
 
 from __future__ import annotations
 
@@ -67,17 +66,76 @@ def test_five_to_three_is_shown_and_allowed(tmp_path, capsys):
     assert "REFUSED" not in out
 
 
-def test_three_to_one_is_refused_naming_the_key(tmp_path, capsys, monkeypatch):
-    """The new side: the committed HA stack shrunk to its first control plane; the older side: the
-    committed file as deployed."""
+def test_three_to_one_is_a_control_plane_change(tmp_path, capsys, monkeypatch):
+    """Issue 34: 3 -> 1 in one `up` (2 is no allowed count) is a control-plane change, exit 4:
+    the drain step removes cp-2's and cp-3's members one at a time from cp-1 (etcd refuses one that
+    cannot commit: test_gone_hosts_real.py), then each host is reset. The new side: the committed
+    HA stack shrunk to its first control plane; the older side: the committed file as deployed."""
     shrunk = stack_config_with("lab-ha", hosts=[h for h in _hosts() if h["name"] not in ("cp-2", "cp-3")])
     real = program.stack_config
     monkeypatch.setattr(program, "stack_config",
                         lambda stack, *a, **k: shrunk if stack == "lab-ha" and not k.get("stack_file")
                         else real(stack, *a, **k))
     rc, out, err = _against(tmp_path, capsys, STACK_FILE)
-    assert rc == 2, err
-    (refused,) = [line for line in out.splitlines() if line.startswith("REFUSED")]
-    assert refused.startswith("REFUSED gpu-cluster:hosts: removes 2 of the 3 deployed control planes "
-                              "(cp-2 192.0.2.20, cp-3 192.0.2.30)"), out
-    assert "only 1 would stay" in refused and "gpu-cluster:hosts" in err
+    assert rc == 4, err
+    assert "REFUSED" not in out
+    (line,) = [line for line in out.splitlines() if line.startswith("!! control planes")]
+    assert line.startswith("!! control planes removed (gpu-cluster:hosts): cp-2 192.0.2.20, cp-3 192.0.2.30: "
+                           "drained, their etcd members removed one at a time"), line
+    assert line.endswith("3 control planes (etcd survives 1 down) -> 1 control plane (etcd survives 0 down)"), line
+    assert "!! UPDATE membership-drain" in out
+    for h in ("cp-2", "cp-3"):
+        assert f"!! DELETE {h}-join: its delete resets a node (kubeadm reset) on" in out, out
+
+
+def test_a_replaced_control_plane_leaves_the_nfs_export_in_place(tmp_path, capsys):
+    """Issue 34: the export's client list changes (cp-4 out, cp-3 in); the export is updated in
+    place (its create run again, one exports file rewritten), never deleted or replaced."""
+    hosts = [h if h["name"] != "cp-3" else _control_plane("cp-4", "192.0.2.40") for h in _hosts()]
+    rc, out, err = _against(tmp_path, capsys, _older(tmp_path, hosts))
+    assert rc == 4, err
+    (row,) = [line.split() for line in out.splitlines() if line.split()[:1] == ["shared-storage-nfs-server"]]
+    assert row[1] == "update", out
+    section = ""
+    for line in out.splitlines():
+        if line and not line.startswith(" "):
+            section = line.split(" (")[0]
+        assert not (section in ("replace", "delete") and "nfs-server" in line), line
+
+
+@pytest.mark.parametrize("change", ["removed", "replaced", "gone"])
+def test_the_first_control_plane_leaves_in_one_up_without_a_rebuild(tmp_path, capsys, change):
+    """Issue 34, no special first server: cp-1 (where kubeadm init ran) removed (with cp-2: 3 -> 1),
+    replaced by cp-4, or marked gone is a control-plane change (exit 4), not a rebuild (exit 2): the
+    init keeps its triggers (the recorded identity) and moves to the next control plane, which
+    keeps its own join; nothing of the cluster is replaced, and no host that stays is reset or drained."""
+    cp4 = _control_plane("cp-4", "192.0.2.40")
+    newer = {"removed": [h for h in _hosts() if h["name"] not in ("cp-1", "cp-2")],  # 3 -> 1: cp-3 alone
+             "replaced": [h for h in _hosts() if h["name"] != "cp-1"] + [cp4],
+             "gone": [{**h, "gone": True} if h["name"] == "cp-1" else h for h in _hosts()]}[change]
+    path = tmp_path / "new-Pulumi.lab-ha.yaml"
+    data = yaml.safe_load(STACK_FILE.read_text())
+    data["config"]["gpu-cluster:hosts"] = newer
+    path.write_text(yaml.safe_dump(data))
+    real = program.stack_config
+    new_config = real("lab-ha", stack_file=path)
+
+    def stack_config(stack, *a, **k):
+        return new_config if stack == "lab-ha" and not k.get("stack_file") else real(stack, *a, **k)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(program, "stack_config", stack_config)
+        rc, out, err = _against(tmp_path, capsys, STACK_FILE)
+    assert rc == 4, out + err
+    assert "REFUSED" not in out
+    rows = {line.split()[0]: line.split()[1] for line in out.splitlines()
+            if line.startswith("  ") and len(line.split()) > 2 and not line.split()[0].startswith(("runs", "changed"))}
+    assert rows.get("control-plane-init") == "update", out  # its connection moves to cp-2: no reset, no init
+    stay = ("cp-3",) if change == "removed" else ("cp-2", "cp-3")
+    assert not [h for h in stay if f"{h}-join" in rows], out  # untouched
+    assert not any(v.startswith("replace") for k, v in rows.items() if k.startswith(("control-plane", *stay)))
+    assert "!! UPDATE control-plane-init" not in out  # the update script finds the version in place
+    loud = [line for line in out.splitlines() if line.startswith("!! ")]
+    assert not [line for line in loud if any(h in line.split(":")[0] for h in stay)], loud
+    if change != "gone":
+        assert any(line.startswith("!! control planes removed (gpu-cluster:hosts): cp-1 192.0.2.10") for line in loud)

@@ -9,7 +9,9 @@ plan entries by hand, one per provider and engine rule.
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,6 +33,7 @@ GPU3_STEPS = ("kernel", "nvidia-driver", "driver-ready", "nvidia-toolkit", "cont
               "join", "ready")
 DRAIN = "membership-drain"  # one control-plane step drains the nodes that left the host list
 DBR = "replace (delete first)"
+NFS_SERVER = "shared-storage-nfs-server"  # storage.provision's export on the first control plane
 
 
 # ------------------------------------------------------------------------------------------------
@@ -103,13 +106,15 @@ SCENARIOS: dict[str, Scenario] = {
         loud=_REBUILD_LOUD,
         in_cluster=DBR,
     ),
-    # A new worker: its own steps, plus the NFS export (its triggers list every client) and the
-    # GPU-ready gate Job (completions and parallelism count GPU nodes, both immutable).
+    # A new worker: its own steps, plus the NFS export updated in place (the exports file lists
+    # every client; issue 34: no longer replaced delete-first, which un-exported the share under
+    # running pods) and the GPU-ready gate Job (completions and parallelism count GPU nodes, both
+    # immutable).
     "add-worker": Scenario(
         old={},
         new={"hosts": [*_hosts(), GPU3]},
         steps={"gpu-3": "create", **{f"gpu-3-{s}": "create" for s in GPU3_STEPS},
-               "shared-storage-nfs-server": DBR, "gpu-ready": DBR, DRAIN: "update", **_gpu3_diagnostic("create")},
+               NFS_SERVER: "update", "gpu-ready": DBR, DRAIN: "update", **_gpu3_diagnostic("create")},
         # the drain step runs again with the new host list: it drains only hosts that left the
         # older list (render/drain_guards.py), none here, so it is quiet
         loud=(),
@@ -118,9 +123,17 @@ SCENARIOS: dict[str, Scenario] = {
         old={"hosts": [*_hosts(), GPU3]},
         new={},
         steps={"gpu-3": "delete", **{f"gpu-3-{s}": "delete" for s in GPU3_STEPS},
-               "shared-storage-nfs-server": DBR, "gpu-ready": DBR, DRAIN: "update", **_gpu3_diagnostic("delete")},
+               NFS_SERVER: "update", "gpu-ready": DBR, DRAIN: "update", **_gpu3_diagnostic("delete")},
         # gpu-3 is drained and deleted by the drain step's update, then reset by its join's delete
         loud=(DRAIN, "gpu-3-join", "gpu-3-kube-packages", "gpu-3-containerd"),
+    ),
+    # Issue 34: a worker's new address re-joins that worker (its steps' triggers hold the address)
+    # and the drain step drains its old Node; the NFS export is updated in place, never deleted.
+    "worker-address": Scenario(
+        old={},
+        new={"hosts": [h if h["name"] != "gpu-2" else {**h, "address": "192.0.2.22"} for h in _hosts()]},
+        steps={**{f"gpu-2-{s}": DBR for s in GPU3_STEPS}, NFS_SERVER: "update", DRAIN: "update"},
+        loud=(DRAIN, "gpu-2-join", "gpu-2-kube-packages", "gpu-2-containerd"),
     ),
     "helm-value": Scenario(
         old={"monitoring": _MONITORING},
@@ -171,6 +184,41 @@ def test_patch_release_upgrades_the_control_plane_in_place() -> None:
     assert not any("kubeadm reset" in line for s in plan.steps for line in s.loud)
     (cni,) = [s for s in plan.steps if s.resource.name == "cni-calico"]
     assert cni.label == "same"
+
+
+def _as_older_program_deployed_it(resources: list[Resource]) -> list[Resource]:
+    """The NFS export as the program before issue 34 recorded it: triggers [share, *clients],
+    delete-before-replace."""
+    out = []
+    for r in resources:
+        if r.name == NFS_SERVER:
+            clients = re.findall(r"([0-9.]+)\(rw,", r.inputs["create"])
+            options = {k: v for k, v in r.options.items() if k != "ignoreChanges"} | {"deleteBeforeReplace": True}
+            r = dataclasses.replace(r, inputs={**r.inputs, "triggers": ["/srv/gpu-cluster/shared", *clients]},
+                                    options=options)
+        out.append(r)
+    return out
+
+
+@pytest.mark.parametrize("new_hosts", [
+    pytest.param(None, id="same-hosts"),
+    pytest.param([*_hosts(), GPU3], id="a-worker-added"),
+    pytest.param([h if h["name"] != "gpu-1" else {**h, "address": "192.0.2.21"} for h in _hosts()],
+                 id="a-worker-readdressed"),
+])
+def test_the_nfs_export_is_never_deleted_under_its_pods(new_hosts: list[dict[str, Any]] | None) -> None:
+    """Issue 34: a stack deployed by the older program (its triggers held every client) upgrades
+    to this one without its NFS export being replaced, and a host added or readdressed later only
+    updates it: no step of the update runs the export's delete (un-export, purge the server)."""
+    old = _as_older_program_deployed_it(_resources())
+    assert next(r for r in old if r.name == NFS_SERVER).inputs["triggers"][1:] == ["192.0.2.10", "192.0.2.11",
+                                                                                  "192.0.2.12"]
+    plan = update.compare(old, _resources(**({"hosts": new_hosts} if new_hosts else {})), "lab", "older program")
+    (nfs,) = [s for s in plan.steps if s.resource.name == NFS_SERVER]
+    assert nfs.action is (Action.SAME if new_hosts is None else Action.UPDATE), plan.text()
+    assert not nfs.loud and nfs.runs in ("", "runs its create command again (no update command)")
+    assert not [s for s in plan.steps if s.action in (Action.REPLACE, Action.DELETE)
+                and s.resource.type == COMMAND and "exportfs" in str(s.resource.inputs.get("delete"))]
 
 
 def test_same_config_changes_nothing() -> None:

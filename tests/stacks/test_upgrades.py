@@ -106,7 +106,7 @@ def test_a_bump_updates_in_place_and_replaces_nothing(deployed, case):
     # Every step keeps its triggers: the init, the kubeconfig read, the joins, the host steps.
     was = {r.name: r for r in before.resources}
     for reg in after.of_type(COMMAND):
-        assert reg.inputs["triggers"] == was[reg.name].inputs["triggers"], reg.name
+        assert reg.inputs.get("triggers") == was[reg.name].inputs.get("triggers"), reg.name
     assert after.outputs["deployed"]["kubernetesVersion"] == overrides.get("kubernetesVersion", "1.34.2")
     assert deployed["asked"] == ["organization/gpu-cluster/lab"] * 2
 
@@ -215,3 +215,14 @@ def test_adding_a_worker_changes_no_other_hosts_steps(deployed):
     assert {r.name for urn, r in new.items() if urn not in old} == {
         f"gpu-3-{s}" for s in ("kernel", "nvidia-driver", "driver-ready", "nvidia-toolkit", "containerd",
                                "kube-packages", "join", "ready")}
+
+
+def test_upgrading_the_program_keeps_the_init_triggers(deployed):
+    """Issue 34: the init step's triggers no longer name "the first host" but the host kubeadm init
+    ran on, as recorded; for a stack deployed by the older program (which recorded its first
+    control plane) they are the very values that program set, so the first `up` after upgrading
+    replaces nothing (a change of triggers would reset and re-init the cluster)."""
+    plan = lab_plan()
+    (init,) = [r for r in plan.of_type(COMMAND) if r.name == "control-plane-init"]
+    assert init.inputs["triggers"] == ["cp-1", "192.0.2.10", "192.0.2.10:6443", "10.244.0.0/16", "10.96.0.0/12"]
+    assert plan.outputs["deployed"]["controlPlane"] == "cp-1 192.0.2.10"

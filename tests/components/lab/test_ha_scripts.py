@@ -147,3 +147,21 @@ def test_a_joined_control_plane_upgrades_itself_holding_the_one_slot(tmp_path):
     sim.k8s_node("cp-2", kubeletVersion="v1.35.0")
     _, calls1, _, _ = run_twice(sim, script, stdin=JOIN_STDIN)
     assert not _calls(calls1, "kubeadm", "upgrade")
+
+
+def test_a_new_entry_point_drains_and_removes_the_former_first_control_plane(tmp_path):
+    """Issue 34: cp-1 (where kubeadm init ran) left the config; cp-2 is the entry point now and
+    holds no member list of its own, so the drain learns cp-1 from `former` (the deployed record):
+    drained, its Node deleted, its etcd member removed through cp-2's etcd pod; a rerun is quiet."""
+    sim = HostSim(tmp_path)
+    sim.etcd_members(("8e9e05c52164694d", "cp-1", "192.0.2.10"), ("91bc3c398fb3c146", "cp-2", "192.0.2.20"),
+                     ("fd422379fda50e48", "cp-3", "192.0.2.30"))
+    stay = [("cp-2", "192.0.2.20"), ("cp-3", "192.0.2.30"), ("gpu-1", "192.0.2.11")]
+    result, calls, _, calls2 = run_twice(sim, scripts.drain_removed_nodes(stay, "cp-2", former=("cp-1",)))
+    assert [m["name"] for m in sim.k8s()["etcdMembers"]] == ["cp-2", "cp-3"]
+    assert index(calls, "kubectl", "drain", "cp-1") < index(calls, "kubectl", "exec", "etcd-cp-2", "--", "etcdctl")
+    assert all(c[:3] == ["exec", "etcd-cp-2", "--"] for c in kubectl(calls, "exec"))
+    assert "removing cp-1's etcd member 8e9e05c52164694d" in result.stdout
+    assert not [c for c in kubectl(calls, "drain") if c[1] != "cp-1"]  # nothing that stays
+    # the rerun: cp-1's Node is gone and so is its member
+    assert not [c for c in kubectl(calls2, "exec") if "remove" in c]

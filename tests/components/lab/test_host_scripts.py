@@ -31,9 +31,9 @@ import pytest
 import yaml
 
 from components import versions
-from components.lab import kubeadm, scripts
+from components.lab import gone_hosts, kubeadm, scripts
 from config import LabStack
-from config.lab import Host
+from config.lab import Host, Role
 from render import program
 from stacks.lab import kubeadm_settings
 from tests.components.lab.etcd_backup_cases import etcd_backup_cases
@@ -127,6 +127,10 @@ def _script_cases() -> dict[str, str]:
         **etcd_backup_cases(cfg),
         # etcd defragmentation (components/lab/etcd_defrag.py; test_etcd_defrag_real.py runs it against etcd)
         **etcd_defrag_cases(cfg),
+        # hosts[].gone (components/lab/gone_hosts.py; test_gone_hosts_real.py runs it against etcd)
+        "remove_gone_hosts": gone_hosts.remove_gone_hosts_script(
+            [Host.model_construct(name="cp-3", role=Role.CONTROL_PLANE, gone=True),
+             Host.model_construct(name="gpu-9", role=Role.WORKER, gone=True)], cfg.kubernetes_minor),
     }
 
 

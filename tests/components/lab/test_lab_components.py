@@ -578,7 +578,8 @@ def test_membership_reads_the_ca_hash_once_and_drains_on_the_control_plane(join_
         assert step.delete_before_replace
         assert not step.inputs.get("delete"), "nothing to undo (destroy resets the hosts)"
     assert "openssl x509" in ca_hash.inputs["create"] and "/etc/kubernetes/pki/ca.crt" in ca_hash.inputs["create"]
-    assert "want=('cpu-1 192.0.2.12' 'gpu-1 192.0.2.11')" in drain.inputs["create"]
+    # the entry point too (issue 34): should another control plane take over, it is not drained
+    assert "want=('cp-1 192.0.2.10' 'cpu-1 192.0.2.12' 'gpu-1 192.0.2.11')" in drain.inputs["create"]
     assert "drain" in drain.inputs["create"]
 
 
@@ -589,7 +590,7 @@ def test_membership_of_a_single_host_cluster_leaves_no_join_token(join_mocks):
     component = one(plan, "membership", "gpucluster:lab:Membership")
     # Only the drain step: it still drains what an earlier `up` joined.
     assert [r.name for r in children(plan, component)] == ["membership-drain"]
-    assert "want=()" in one(plan, "membership-drain").inputs["create"]
+    assert "want=('cp-1 192.0.2.10')" in one(plan, "membership-drain").inputs["create"]
     assert not plan.of_type(SECRET_TYPE) and not plan.of_type("random:index/randomPassword:RandomPassword")
 
 

@@ -7,8 +7,11 @@
 # own `kubeadm reset` (which finds it gone) or for a host that is gone: etcd otherwise keeps counting
 # it towards the quorum. etcd itself refuses a removal that would leave too few started members
 # (--strict-reconfig-check, on by default).
+# The list is on the entry point (the first control plane not gone), which may be new: the control
+# planes the last `up` deployed that this one does not (stacks/lab.py, from the stack output
+# `deployed`) are named too, in `former`, and removed the same way.
 # Filled in: __MEMBERS__ ('name address' words, sorted), __MEMBERS_FILE__ (scripts.MEMBERS_FILE),
-# __SELF__ (this control plane's node name: its etcd pod is etcd-<name>).
+# __SELF__ (this control plane's node name: its etcd pod is etcd-<name>), __FORMER__ (node names).
 # render/drain_guards.py reads the `want=(...)` and `members=` lines of the rendered script.
 
 want=(__MEMBERS__)
@@ -32,7 +35,16 @@ remove_etcd_member() {
   id=$(awk -F', ' -v n="$node" '$3 == n {print $1}' <<<"$list")
   if [ -n "$id" ]; then
     echo "removing $node's etcd member $id"
-    etcd_local member remove "$id" >/dev/null
+    # etcd refuses ("unhealthy cluster") while a member it would keep has been connected for less
+    # than its 5 s health interval, as just after the previous removal: try again, bounded.
+    for _ in 1 2 3 4 5 6 7 8 9 10 11 12; do
+      if etcd_local member remove "$id" >/dev/null; then
+        return 0
+      fi
+      sleep 5
+    done
+    echo "etcd refused to remove $node's member $id for a minute: a member it would keep is down (etcdMembersDown); mark a dead host hosts[].gone (docs/runbook.md#a-control-plane-died)" >&2
+    exit 1
   fi
 }
 self=__SELF__
@@ -52,6 +64,13 @@ if [ -f "$members" ]; then
     fi
   done <"$members"
 fi
+former=(__FORMER__)
+for node in "${former[@]}"; do
+  case " ${removed[*]} " in
+    *" $node "*) ;;
+    *) removed+=("$node") ;;
+  esac
+done
 for node in "${removed[@]}"; do
   echo "draining $node: it left the config or changed address"
   drain_node "$node" &
