@@ -23,6 +23,13 @@ ROCE = {"linkGbps": 25, "rdma": True, "roce": SEED_002_ROCE}
 NFS = {"server": "192.0.2.50", "path": "/srv/nfs/shared"}
 QUEUES = {"enabled": True, "teams": [{"name": "vision", "namespace": "team-vision", "group": "gpu-vision", "gpus": 0,
                                       "borrowingLimitGpus": 1, "cpu": "4", "memory": "16Gi", "priority": "training"}]}
+S3 = {"s3": {"endpoint": "https://s3.example.com", "bucket": "lab-backups", "prefix": "lab/etcd/", "retainDays": 30}}
+S3_SECRETS = ("etcdBackupS3AccessKeyId", "etcdBackupS3SecretAccessKey", "etcdBackupEncryptionKey")
+FLEX_RETRY = {"enabled": True, "flexStartRetry": {"backoffLimitCount": 3, "backoffBaseSeconds": 60,
+                                                  "backoffMaxSeconds": 1800}}
+FLEX_POOL = {"name": "h100-flex", "machineType": "a3-megagpu-8g", "accelerator": {"type": "nvidia-h100-mega-80gb", "count": 8},
+             "zones": ["us-central1-a"], "autoscaling": {"minNodes": 0, "maxNodes": 2}, "driver": "gke-latest",
+             "provisioning": "flexStart"}
 
 
 def _bases() -> dict[str, list[bounds.Base]]:
@@ -35,10 +42,14 @@ def _bases() -> dict[str, list[bounds.Base]]:
             bounds.base("lab", "NFS server, sockets, queues", storage={"nfs": NFS, "provision": False, "size": "100Gi"},
                         training={"nccl": {"debug": "WARN", "socketIfname": "eth0"}},
                         controlPlaneEndpoint="192.0.2.10:6443", queues=QUEUES),
+            bounds.base("lab", "etcd snapshots to S3", S3_SECRETS, etcdBackup=S3),
+            bounds.base("lab", "flex-start retries (refused on lab: the keys under it still name themselves)",
+                        queues=FLEX_RETRY),
         ],
         "dev": [
             bounds.base("dev", "RoCE, W&B", ("wandbApiKey",), network=ROCE, wandb=WANDB),
             bounds.base("dev", "NFS, queues", storage={"hostPath": "", "nfs": NFS, "size": "50Gi"}, queues=QUEUES),
+            bounds.base("dev", "flex-start retries (refused on dev)", queues=FLEX_RETRY),
         ],
         "gke": [
             bounds.base("gke", "W&B, private nodes, queues", ("wandbApiKey",), wandb=WANDB, queues=QUEUES,
@@ -47,6 +58,7 @@ def _bases() -> dict[str, list[bounds.Base]]:
                              "maintenance": {"exclusions": [{"name": "run", "start": "2026-03-01T00:00:00Z",
                                                              "end": "2026-03-20T00:00:00Z"}]}}),
             bounds.base("gke", "RoCE (refused on gke: the keys under it still name themselves)", network=ROCE),
+            bounds.base("gke", "a flex-start pool and its retries", queues=FLEX_RETRY, gke={"gpuPools": [FLEX_POOL]}),
         ],
     }
 

@@ -77,17 +77,29 @@ def _reserved(pool: dict[str, Any], value: str) -> None:
     assert pool["autoscaling"]["locationPolicy"] == "ANY"
 
 
+def _gpudirect(r: Rendered, pool: dict[str, Any], nics: int) -> None:
+    """The blueprint's GPU networks: the pool's additional node networks (one per GPU NIC, plus the
+    RDMA machines' second gVNIC), gVNIC, the cluster's multi-networking, a Network object each."""
+    extra = pool["networkConfig"]["additionalNodeNetworkConfigs"]
+    assert len(extra) == nics, extra
+    assert pool["nodeConfig"]["gvnic"] == {"enabled": True} and r.cluster["enableMultiNetworking"] is True
+    assert len(r.of_type("kubernetes:networking.gke.io/v1:Network")) >= nics
+
+
 def check_a3_high_reservation(r: Rendered) -> None:
     pool = r.pool("h100")
     assert pool["nodeConfig"]["machineType"] == "a3-highgpu-8g" and _accelerator(pool) == ("nvidia-h100-80gb", 8)
     _reserved(pool, "a3-high-reservation")
     assert "consumes reservation a3-high-reservation" in r.stderr  # its size is not known offline
+    # TCPX is not built (gpuDirect off): no GPU networks, and the job stays on one node
+    assert "networkConfig" not in pool or not pool["networkConfig"]
 
 
 def check_a3_mega(r: Rendered) -> None:
     pool = r.pool("h100-mega")
     assert pool["nodeConfig"]["machineType"] == "a3-megagpu-8g" and _accelerator(pool) == ("nvidia-h100-mega-80gb", 8)
     _reserved(pool, "projects/capacity-host-proj/reservations/a3-mega-reservation")
+    _gpudirect(r, pool, 8)  # TCPXO: eight GPU VPCs (Cluster Toolkit's gke-a3-megagpu)
 
 
 def check_a3_ultra(r: Rendered) -> None:
@@ -96,6 +108,7 @@ def check_a3_ultra(r: Rendered) -> None:
     assert nc["machineType"] == "a3-ultragpu-8g" and _accelerator(pool) == ("nvidia-h200-141gb", 8)
     assert (nc["diskType"], nc["diskSizeGb"]) == ("hyperdisk-balanced", 100)
     _reserved(pool, "a3-ultra-reservation")
+    _gpudirect(r, pool, 9)  # RDMA over gIB: a second gVNIC and eight RoCE subnets (gke-a3-ultragpu)
     # the blueprint's enable_dcgm_monitoring: GKE's exporter, not the program's
     assert r.cluster["monitoringConfig"] == {"enableComponents": ["SYSTEM_COMPONENTS", "DCGM"],
                                              "managedPrometheus": {"enabled": True}}
@@ -108,6 +121,7 @@ def check_a4(r: Rendered) -> None:
     assert nc["machineType"] == "a4-highgpu-8g" and _accelerator(pool) == ("nvidia-b200", 8)
     assert (nc["diskType"], nc["diskSizeGb"]) == ("hyperdisk-balanced", 100)
     _reserved(pool, "a4-reservation")
+    _gpudirect(r, pool, 9)
     assert r.cluster["monitoringConfig"] == {"enableComponents": ["SYSTEM_COMPONENTS"]}  # the program's exporter
 
 
@@ -129,6 +143,7 @@ def check_flex_start_only(r: Rendered) -> None:
     assert nc["reservationAffinity"] == {"consumeReservationType": "NO_RESERVATION"}
     assert pool["autoscaling"]["minNodeCount"] == 0 and pool["autoscaling"]["locationPolicy"] == "ANY"
     assert pool["management"]["autoRepair"] is False
+    _gpudirect(r, pool, 8)  # an A3 Mega pool: TCPXO
     # GKE taints, the pool labels (Cluster Toolkit's gke-node-pool), the flavor selects the label
     assert nc["labels"]["cloud.google.com/gke-queued"] == "true"
     (flavor,) = r.of_type(FLAVOR)
