@@ -51,3 +51,6 @@ class Cluster:
     # etcd's metrics are scraped (lab: kubeadm binds them on the node addresses): monitoring links
     # the chart's etcd alerts to this program's runbook (components/monitoring/etcd.py).
     etcd_metrics: bool = False
+    # lab's control planes write their certificates' expiry as textfile metrics
+    # (components/lab/certificates.py): monitoring alerts on them (components/monitoring/certificates.py).
+    certificate_expiry_metrics: bool = False

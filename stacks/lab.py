@@ -17,7 +17,7 @@ from pydantic import ValidationError
 
 from components.cni import Cni, CniArgs
 from components.gpu_stack import DriverSource
-from components.lab import ssh
+from components.lab import certificates, ssh
 from components.lab.certificates import check_period
 from components.lab.control_plane import ControlPlane, ControlPlaneArgs
 from components.lab.etcd_backup import EtcdBackup, EtcdBackupArgs, EtcdBackupSettings, shared_dir
@@ -105,6 +105,15 @@ def etcd_defrags(cfg: LabStack, cp: ControlPlane, joins: dict[str, NodeJoin], ke
         EtcdDefrag(f"{h.name}-etcd-defrag", EtcdDefragArgs(settings, connection, after))
 
 
+def control_plane_certificates(cfg: LabStack, cp: ControlPlane, joins: dict[str, NodeJoin],
+                               key: pulumi.Output[str]) -> None:
+    """The certificate expiry metric on every control plane, and the renewal check on each joined
+    one, one host after another (components/lab/certificates.py)."""
+    hosts = [(h, cp.connection if h is cp.host else ssh.connection(h, key, cfg.bastion),
+              cp.init if h is cp.host else joins[h.name].ready) for h in cfg.control_planes]
+    certificates.on_every_control_plane(cp.certificates_check, hosts, check_period(datetime.date.today()))
+
+
 # The engine's builtin function behind StackReference (pulumi/pulumi pkg/resource/deploy/builtins.go,
 # builtinProvider.Invoke: readStackOutputs -> readStackReference -> the backend's GetStackOutputs).
 READ_STACK_OUTPUTS = "pulumi:pulumi:readStackOutputs"
@@ -152,7 +161,8 @@ def build(cfg: LabStack, secrets: StackSecrets) -> dict[str, object]:
         "control-plane",
         ControlPlaneArgs(host=first, cluster=cluster, private_key=key, prepared=cp_files.done[first.name],
                          bastion=cfg.bastion, certificate_check_period=check_period(datetime.date.today()),
-                         upgrade=upgrade, protect=not cfg.allow_rebuild, kube_vip=cfg.kube_vip),
+                         upgrade=upgrade, protect=not cfg.allow_rebuild, kube_vip=cfg.kube_vip,
+                         control_planes=tuple(cfg.control_planes)),
     )
     k8s_opts = pulumi.ResourceOptions(provider=cp.provider)
     cni = Cni("cni", CniArgs(kind=cfg.cni, pod_cidr=cfg.pod_cidr, charts=cfg.chart_source), opts=k8s_opts)
@@ -216,6 +226,7 @@ def build(cfg: LabStack, secrets: StackSecrets) -> dict[str, object]:
         claim = storage.claim
 
     etcd_defrags(cfg, cp, {h.name: j for h, j in zip(members, joins, strict=True)}, key)
+    control_plane_certificates(cfg, cp, {h.name: j for h, j in zip(members, joins, strict=True)}, key)
     operator_driver = cfg.gpu.stack is GpuStack.OPERATOR and not cfg.nvidia_driver.preinstalled
     contract = Cluster(
         provider=cp.provider,
@@ -232,6 +243,7 @@ def build(cfg: LabStack, secrets: StackSecrets) -> dict[str, object]:
         internal_cidrs=(str(cfg.pod_cidr), str(cfg.service_cidr)),
         etcd_backup_interval_seconds=cfg.etcd_backup.interval_seconds if cfg.etcd_backup.enabled else None,
         etcd_metrics=True,  # kubeadm.ETCD_METRICS_URL
+        certificate_expiry_metrics=True,  # components/lab/certificates.py, on every control plane
     )
     return {
         **addons.deploy(cfg, contract, secrets),
