@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from components import versions
 from components.lab import hardening
 from components.lab.host_steps import Shell, fill, read
-from components.lab.kubeadm import ETCD_METRICS_PORT
+from components.lab.kubeadm import ETCD_METRICS_PORT, KUBELET_KERNEL_TUNABLES
 from config.control_planes import API_SERVER_PORT
 from config.fields import HEREDOC_END  # the marker config refuses in every string
 
@@ -64,7 +64,8 @@ def _key_pins(repository: str, verify: bool) -> Shell:
 
 
 def kernel_prep() -> str:
-    return _script(fill("node_prep/kernel_prep.sh"))
+    return _script(fill("node_prep/kernel_prep.sh", KUBELET_SYSCTLS=Shell("\n".join(
+        f"{name} = {value}" for name, value in KUBELET_KERNEL_TUNABLES))))
 
 
 def kernel_prep_delete() -> str:
