@@ -24,6 +24,7 @@ from components.lab.etcd_backup import EtcdBackup, EtcdBackupArgs, EtcdBackupSet
 from components.lab.etcd_defrag import EtcdDefrag, EtcdDefragArgs, EtcdDefragSettings
 from components.lab.hardening_files import ControlPlaneFiles, ControlPlaneFilesArgs
 from components.lab.kubeadm import KubeadmSettings
+from components.lab.kubelet_serving import KubeletServingApprover, KubeletServingApproverArgs
 from components.lab.nfs_storage import NfsServerArgs, NfsSharedStorage, NfsSharedStorageArgs
 from components.lab.node_join import Membership, MembershipArgs, NodeJoin, NodeJoinArgs, join_token_id
 from components.lab.node_prep import HostSoftware, NodePrep, NodePrepArgs, RoceHost
@@ -166,6 +167,9 @@ def build(cfg: LabStack, secrets: StackSecrets) -> dict[str, object]:
     )
     k8s_opts = pulumi.ResourceOptions(provider=cp.provider)
     cni = Cni("cni", CniArgs(kind=cfg.cni, pod_cidr=cfg.pod_cidr, charts=cfg.chart_source), opts=k8s_opts)
+    # Approves the kubelets' serving-certificate requests (serverTLSBootstrap, components/lab/kubeadm.py).
+    KubeletServingApprover("kubelet-serving", KubeletServingApproverArgs(hosts=tuple(cfg.hosts)),
+                           opts=pulumi.ResourceOptions(provider=cp.provider, depends_on=[cni]))
     # The cluster's side of every join: one token (through the API), one CA hash, one drain step.
     members = tuple(h for h in cfg.hosts if h is not first)
     membership = Membership(

@@ -143,6 +143,9 @@ def init_config(cluster: KubeadmSettings, first: Host) -> str:
         "cgroupDriver": "systemd",
         # The kernel settings are node prep's to set (KUBELET_KERNEL_TUNABLES), not the kubelet's to change.
         "protectKernelDefaults": True,
+        # A serving certificate from the cluster CA, requested and rotated by the kubelet, approved by
+        # kubelet-csr-approver (components/lab/kubelet_serving.py), instead of a self-signed one.
+        "serverTLSBootstrap": True,
         **hardening.kubelet_access(cluster.hardening.kubelet),
     }
     return _dump([init, cluster_doc, kubelet])
