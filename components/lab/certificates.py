@@ -115,7 +115,7 @@ def expiry_remove_script() -> str:
 class ControlPlaneCertificatesArgs:
     host: Host
     connection: remote.ConnectionArgs
-    joined: pulumi.Resource  # the host's init or join: its certificates exist from then on
+    joined: pulumi.CustomResource  # the host's init or join: its certificates exist from then on
     # The renewal check, on a joined control plane: the period, every control plane, and the check
     # that runs before this one (the chain: one host at a time). None on the first control plane,
     # whose check ControlPlane holds.
@@ -151,7 +151,7 @@ class ControlPlaneCertificates(pulumi.ComponentResource):
 
 
 def on_every_control_plane(first_check: remote.Command, hosts: Sequence[tuple[Host, remote.ConnectionArgs,
-                                                                                pulumi.Resource]],
+                                                                                pulumi.CustomResource]],
                            period: str) -> list[ControlPlaneCertificates]:
     """`hosts`: every control plane in config order with its connection and its init or join, the
     first first. The expiry metric on each; the renewal check on each joined one, chained after the

@@ -100,6 +100,16 @@ def deployment_spec(hosts: Sequence[Host]) -> dict[str, Any]:
     }
 
 
+def bodies(hosts: Sequence[Host]) -> dict[str, dict]:
+    """The ClusterRole's, the ClusterRoleBinding's and the Deployment's fields, in the API's spelling."""
+    return {
+        "role": {"rules": [dict(r) for r in RULES]},
+        "binding": {"roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": NAME},
+                    "subjects": [{"kind": "ServiceAccount", "name": NAME, "namespace": NAMESPACE}]},
+        "deployment": {"spec": deployment_spec(hosts)},
+    }
+
+
 @dataclass(frozen=True)
 class KubeletServingApproverArgs:
     hosts: tuple[Host, ...]  # every host of the cluster: whose kubelets' requests are approved
@@ -110,15 +120,15 @@ class KubeletServingApprover(pulumi.ComponentResource):
         super().__init__("gpucluster:lab:KubeletServingApprover", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         meta = k8s.meta.v1.ObjectMetaArgs(name=NAME, namespace=NAMESPACE)
+        body = bodies(args.hosts)
         account = k8s.core.v1.ServiceAccount(f"{name}-account", metadata=meta, opts=child)
         role = k8s.rbac.v1.ClusterRole(f"{name}-role", metadata=k8s.meta.v1.ObjectMetaArgs(name=NAME),
-                                       rules=[dict(r) for r in RULES], opts=child)
+                                       rules=body["role"]["rules"], opts=child)
         binding = k8s.rbac.v1.ClusterRoleBinding(
             f"{name}-binding", metadata=k8s.meta.v1.ObjectMetaArgs(name=NAME),
-            role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": NAME},
-            subjects=[{"kind": "ServiceAccount", "name": NAME, "namespace": NAMESPACE}],
+            role_ref=body["binding"]["roleRef"], subjects=body["binding"]["subjects"],
             opts=pulumi.ResourceOptions(parent=self, depends_on=[account, role]))
         self.deployment = k8s.apps.v1.Deployment(
-            f"{name}-deployment", metadata=meta, spec=deployment_spec(args.hosts),
+            f"{name}-deployment", metadata=meta, spec=body["deployment"]["spec"],
             opts=pulumi.ResourceOptions(parent=self, depends_on=[binding]))
         self.register_outputs({"image": versions.KUBELET_CSR_APPROVER_IMAGE})
