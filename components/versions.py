@@ -70,6 +70,9 @@ NVIDIA_CONTAINER_TOOLKIT = "1.17.8-1"
 
 # kube-vip: the API's virtual IP on HA lab control planes (gpu-cluster:kubeVip), a static pod.
 KUBE_VIP_IMAGE = "ghcr.io/kube-vip/kube-vip:v1.0.3"
+# kubelet-csr-approver (postfinance): approves the lab kubelets' serving-certificate requests
+# (components/lab/kubelet_serving.py). Tag v1.2.14 (commit 14dd0aca331f), the image its release publishes.
+KUBELET_CSR_APPROVER_IMAGE = "ghcr.io/postfinance/kubelet-csr-approver:v1.2.14"
 
 # In-cluster software.
 NVIDIA_DEVICE_PLUGIN_IMAGE = "nvcr.io/nvidia/k8s-device-plugin:v0.20.0"

@@ -251,6 +251,7 @@ def monitoring_stack(cfg: Addons, cluster: Cluster, health_token: pulumi.Output[
                        gpu_health_reconcile_seconds=cfg.gpu_health.reconcile_seconds,
                        etcd_backup_interval_seconds=cluster.etcd_backup_interval_seconds,
                        etcd_metrics=cluster.etcd_metrics,
+                       certificate_expiry_metrics=cluster.certificate_expiry_metrics,
                        kueue_pending_minutes=cfg.queues.pending_alert_minutes if cfg.queues.enabled else None,
                        kueue_gpu_resource=gpu_resource(cfg)),
         opts=pulumi.ResourceOptions(provider=cluster.provider, depends_on=cluster.ready),

@@ -59,3 +59,6 @@ class Cluster:
     etcd_metrics: bool = False
     # gke: the GPUDirect network multi-node jobs attach to (components/training/gpudirect_pod.py); None: none.
     gpudirect: PodGpuDirect | None = None
+    # lab's control planes write their certificates' expiry as textfile metrics
+    # (components/lab/certificates.py): monitoring alerts on them (components/monitoring/certificates.py).
+    certificate_expiry_metrics: bool = False

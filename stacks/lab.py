@@ -17,7 +17,7 @@ from pydantic import ValidationError
 
 from components.cni import Cni, CniArgs
 from components.gpu_stack import DriverSource
-from components.lab import ssh
+from components.lab import certificates, ssh
 from components.lab.certificates import check_period
 from components.lab.control_plane import ControlPlane, ControlPlaneArgs
 from components.lab.etcd_backup import EtcdBackup, EtcdBackupArgs, EtcdBackupSettings, shared_dir
@@ -26,6 +26,7 @@ from components.lab.etcd_defrag import EtcdDefrag, EtcdDefragArgs, EtcdDefragSet
 from components.lab.gone_hosts import spare_gone_host
 from components.lab.hardening_files import ControlPlaneFiles, ControlPlaneFilesArgs
 from components.lab.kubeadm import KubeadmSettings
+from components.lab.kubelet_serving import KubeletServingApprover, KubeletServingApproverArgs
 from components.lab.nfs_storage import NfsServerArgs, NfsSharedStorage, NfsSharedStorageArgs
 from components.lab.node_join import Membership, MembershipArgs, NodeJoin, NodeJoinArgs, join_token_id
 from components.lab.node_prep import HostSoftware, NodePrep, NodePrepArgs, RoceHost
@@ -136,6 +137,16 @@ def former_control_planes(cfg: LabStack, deployed: DeployedLab | None) -> tuple[
                  if m.split(" ", 1)[0] not in now)
 
 
+def control_plane_certificates(cfg: LabStack, cp: ControlPlane, joins: dict[str, NodeJoin],
+                               key: pulumi.Output[str]) -> None:
+    """The certificate expiry metric on every control plane, and the renewal check on each joined
+    one, one host after another, the entry point first (components/lab/certificates.py)."""
+    ordered = [cp.host, *(h for h in cfg.control_planes if h is not cp.host)]
+    hosts = [(h, cp.connection if h is cp.host else ssh.connection(h, key, cfg.bastion),
+              joins[h.name].ready if h.name in joins else cp.init) for h in ordered]
+    certificates.on_every_control_plane(cp.certificates_check, hosts, check_period(datetime.date.today()), spared)
+
+
 
 
 def deployed_before() -> DeployedLab | None:
@@ -185,10 +196,14 @@ def build(cfg: LabStack, secrets: StackSecrets) -> dict[str, object]:
         ControlPlaneArgs(host=first, cluster=cluster, private_key=key, prepared=cp_files.done[first.name],
                          bastion=cfg.bastion, certificate_check_period=check_period(datetime.date.today()),
                          upgrade=upgrade, protect=not cfg.allow_rebuild, kube_vip=cfg.kube_vip,
-                         init_host=cfg.init_identity(deployed)),
+                         init_host=cfg.init_identity(deployed),
+                         control_planes=tuple(h for h in cfg.control_planes if not h.gone)),
     )
     k8s_opts = pulumi.ResourceOptions(provider=cp.provider)
     cni = Cni("cni", CniArgs(kind=cfg.cni, pod_cidr=cfg.pod_cidr, charts=cfg.chart_source), opts=k8s_opts)
+    # Approves the kubelets' serving-certificate requests (serverTLSBootstrap, components/lab/kubeadm.py).
+    KubeletServingApprover("kubelet-serving", KubeletServingApproverArgs(hosts=tuple(cfg.hosts)),
+                           opts=pulumi.ResourceOptions(provider=cp.provider, depends_on=[cni]))
     # The cluster's side of every join: one token (through the API), one CA hash, one drain step.
     # Every host joins but the one kubeadm init ran on (recorded): the entry point keeps its own
     # join when it takes over (dropping it would run its delete, `kubeadm reset`, on it).
@@ -256,6 +271,7 @@ def build(cfg: LabStack, secrets: StackSecrets) -> dict[str, object]:
         claim = storage.claim
 
     etcd_defrags(cfg, cp, {h.name: j for h, j in zip(members, joins, strict=True)}, key)
+    control_plane_certificates(cfg, cp, {h.name: j for h, j in zip(members, joins, strict=True)}, key)
     operator_driver = cfg.gpu.stack is GpuStack.OPERATOR and not cfg.nvidia_driver.preinstalled
     contract = Cluster(
         provider=cp.provider,
@@ -272,6 +288,7 @@ def build(cfg: LabStack, secrets: StackSecrets) -> dict[str, object]:
         internal_cidrs=(str(cfg.pod_cidr), str(cfg.service_cidr)),
         etcd_backup_interval_seconds=cfg.etcd_backup.interval_seconds if cfg.etcd_backup.enabled else None,
         etcd_metrics=True,  # kubeadm.ETCD_METRICS_URL
+        certificate_expiry_metrics=True,  # components/lab/certificates.py, on every control plane
     )
     return {
         **addons.deploy(cfg, contract, secrets),

@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 import components.monitoring as monitoring
-from components.monitoring import alerts, etcd, etcd_backup, gpu_health, kueue, prometheus_rule, rdma
+from components.monitoring import alerts, certificates, etcd, etcd_backup, gpu_health, kueue, prometheus_rule, rdma
 from config.monitoring import MonitoringConfig
 from tests.conftest import PROJECT_DIR
 
@@ -32,7 +32,7 @@ PARTS = ("**What it means.**", "**What the service does.**", "**What a human doe
 # Every group the component can add beside alerts.rule_groups (components/monitoring/__init__.py).
 EXTRA_GROUPS = {rdma: lambda: rdma.rule_group(25.0), gpu_health: lambda: gpu_health.rule_group(60.0),
                 etcd_backup: lambda: etcd_backup.rule_group(21600), kueue: lambda: kueue.rule_group(60),
-                etcd: etcd.rule_group}
+                etcd: etcd.rule_group, certificates: certificates.rule_group}
 
 
 def _rules() -> dict[str, dict[str, Any]]:

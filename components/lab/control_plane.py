@@ -48,7 +48,7 @@ from pulumi_command import remote
 
 from components import versions
 from components.lab import kubeadm, scripts, ssh
-from components.lab.certificates import certificate_check
+from components.lab.certificates import certificate_check, renewal_script
 from components.lab.kube_vip import kube_vip_step
 from components.lab.upgrade import UpgradePolicy
 from config.control_planes import KubeVip
@@ -71,6 +71,8 @@ class ControlPlaneArgs:
     kube_vip: KubeVip | None = None
     # (name, address) of the host kubeadm init ran on (LabStack.init_identity); default: `host`.
     init_host: tuple[str, str] | None = None
+    # Every control plane, this one among them: the certificate renewal checks their etcd members first.
+    control_planes: tuple[Host, ...] = ()
 
 
 class ControlPlane(pulumi.ComponentResource):
@@ -115,7 +117,8 @@ class ControlPlane(pulumi.ComponentResource):
         )
         # Certificates: checked once per period and renewed within 30 days of their expiry.
         self.certificates_check = certificate_check(
-            f"{name}-certificates", self.connection, self.init, args.certificate_check_period, self
+            f"{name}-certificates", self.connection, [self.init],
+            renewal_script(args.certificate_check_period, first, args.control_planes or (first,)), [self.init.id], self
         )
         self.certificates: pulumi.Output[dict[str, object]] = self.certificates_check.stdout.apply(json.loads)
         self.etcd_snapshot = self.init.stdout.apply(_snapshot_path)

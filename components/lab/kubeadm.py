@@ -32,6 +32,19 @@ CRI_SOCKET = "unix:///run/containerd/containerd.sock"
 # member could not bind it and would not start. The wildcard binds each member's own addresses.
 ETCD_METRICS_PORT = 2381
 ETCD_METRICS_URL = f"http://0.0.0.0:{ETCD_METRICS_PORT}"
+# The kernel settings the kubelet checks at start (sysctl name, value): with protectKernelDefaults it
+# refuses to run when one differs, where without it the kubelet would quietly change the host's
+# kernel itself. Kubernetes v1.34.2 pkg/kubelet/cm/container_manager_linux.go setupKernelTunables,
+# the values from k8s.io/component-helpers v0.34.2 node/util/sysctl/sysctl.go (a test reads both).
+# Node prep sets them (host_steps/node_prep/kernel_prep.sh) before the kubelet is installed.
+KUBELET_KERNEL_TUNABLES = (
+    ("vm.overcommit_memory", 1),  # VMOvercommitMemoryAlways
+    ("vm.panic_on_oom", 0),  # VMPanicOnOOMInvokeOOMKiller: the OOM killer, not a panic
+    ("kernel.panic", 10),  # KernelPanicRebootTimeout: reboot 10 s after a panic
+    ("kernel.panic_on_oops", 1),  # KernelPanicOnOopsAlways
+    ("kernel.keys.root_maxkeys", 1000000),  # RootMaxKeysSetting
+    ("kernel.keys.root_maxbytes", 25000000),  # RootMaxBytesSetting: 25 bytes per key
+)
 
 
 @dataclass(frozen=True)
@@ -128,6 +141,11 @@ def init_config(cluster: KubeadmSettings, first: Host) -> str:
         "apiVersion": "kubelet.config.k8s.io/v1beta1",
         "kind": "KubeletConfiguration",
         "cgroupDriver": "systemd",
+        # The kernel settings are node prep's to set (KUBELET_KERNEL_TUNABLES), not the kubelet's to change.
+        "protectKernelDefaults": True,
+        # A serving certificate from the cluster CA, requested and rotated by the kubelet, approved by
+        # kubelet-csr-approver (components/lab/kubelet_serving.py), instead of a self-signed one.
+        "serverTLSBootstrap": True,
         **hardening.kubelet_access(cluster.hardening.kubelet),
     }
     return _dump([init, cluster_doc, kubelet])

@@ -42,7 +42,7 @@ import pulumi_random as random
 
 from components import versions
 from components.gpu_health_access import WEBHOOK_TOKEN_SECRET, token_secret
-from components.monitoring import alerts, dashboards, etcd, etcd_backup, gpu_health, kueue, rdma
+from components.monitoring import alerts, certificates, dashboards, etcd, etcd_backup, gpu_health, kueue, rdma
 from components.monitoring.dashboards import PanelGroup
 from components.namespaces import pod_security_namespace
 from config.chart_source import ChartSource
@@ -95,6 +95,9 @@ class MonitoringArgs:
     # lab's etcd serves its metrics on the node addresses: the chart's etcd alerts get this
     # program's runbook (components/monitoring/etcd.py).
     etcd_metrics: bool = False
+    # lab's control planes write their certificates' expiry (components/lab/certificates.py):
+    # node-exporter reads it and the certificate rule group alerts on it.
+    certificate_expiry_metrics: bool = False
     # queues.enabled: the Kueue row and rule group (components/monitoring/kueue.py), alerting past
     # queues.pendingAlertMinutes; None: no queues.
     kueue_pending_minutes: int | None = None
@@ -229,7 +232,8 @@ class Monitoring(pulumi.ComponentResource):
             namespace=NAMESPACE,
             # node-exporter reads the textfile metrics of the snapshots and of the defragmentation.
             values=prometheus_stack_values(cfg, args.gpu_health_webhook,
-                                           args.etcd_backup_interval_seconds is not None or args.etcd_metrics,
+                                           args.etcd_backup_interval_seconds is not None or args.etcd_metrics
+                                           or args.certificate_expiry_metrics,
                                            args.etcd_metrics),
             timeout=900,  # the first install pulls several images and waits for the operator's webhooks
             opts=pulumi.ResourceOptions(parent=self, depends_on=[ns, admin, *token_secrets]),
@@ -241,6 +245,7 @@ class Monitoring(pulumi.ComponentResource):
                        + ((etcd_backup.rule_group(args.etcd_backup_interval_seconds),)
                           if args.etcd_backup_interval_seconds is not None else ())
                        + ((etcd.rule_group(),) if args.etcd_metrics else ())
+                       + ((certificates.rule_group(),) if args.certificate_expiry_metrics else ())
                        + ((kueue.rule_group(args.kueue_pending_minutes),) if args.kueue_pending_minutes else ()))
         self.rule = _custom_resource(f"{name}-gpu-alerts", prometheus_rule(cfg, rule_groups), after_release)
         for target in args.scrape_targets:

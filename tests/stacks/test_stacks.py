@@ -333,7 +333,8 @@ def test_the_control_plane_opens_as_many_ssh_sessions_for_32_workers_as_for_2():
     two, many = program.run("lab", config=gpu_lab(2)), program.run("lab", config=gpu_lab(32))
     assert on_control_plane(two) == on_control_plane(many) == sorted([
         "control-plane-init", "control-plane-certificates", "control-plane-kubeconfig", "membership-ca-hash", "membership-drain",
-        "control-plane-files-cp-1", *(f"cp-1-{s}" for s in ("kernel", "containerd", "kube-packages", "etcd-backup-install", "etcd-defrag-install")),
+        "control-plane-files-cp-1", *(f"cp-1-{s}" for s in ("kernel", "containerd", "kube-packages", "etcd-backup-install", "etcd-defrag-install",
+                                              "certificates-expiry")),
     ])
     addresses = {h["name"]: h["address"] for h in json.loads(gpu_lab(32)[0]["gpu-cluster:hosts"])}
     joins = many.of_type(NODE_JOIN)

@@ -36,6 +36,7 @@ from config import LabStack
 from config.lab import Host, Role
 from render import program
 from stacks.lab import kubeadm_settings
+from tests.components.lab.certificate_cases import certificate_cases
 from tests.components.lab.etcd_backup_cases import etcd_backup_cases
 from tests.components.lab.etcd_defrag_cases import etcd_defrag_cases
 from tests.conftest import SEED_002_ROCE, host, lab_config
@@ -85,7 +86,6 @@ def _script_cases() -> dict[str, str]:
         "kubeadm_init": scripts.kubeadm_init(),
         "kubeadm_reset": scripts.kubeadm_reset(),
         "read_admin_kubeconfig": scripts.read_admin_kubeconfig(),
-        "certificates_check_renew": scripts.certificates_check_renew("2026-W48", 30),
         "ca_cert_hash": scripts.ca_cert_hash(),
         "upload_control_plane_certs": scripts.upload_control_plane_certs(),
         "kube_vip_manifest": scripts.kube_vip_manifest(),
@@ -131,6 +131,8 @@ def _script_cases() -> dict[str, str]:
         "remove_gone_hosts": gone_hosts.remove_gone_hosts_script(
             [Host.model_construct(name="cp-3", role=Role.CONTROL_PLANE, gone=True),
              Host.model_construct(name="gpu-9", role=Role.WORKER, gone=True)], cfg.kubernetes_minor),
+        # certificates on every control plane (components/lab/certificates.py; test_certificates.py runs them)
+        **certificate_cases(cfg),
     }
 
 

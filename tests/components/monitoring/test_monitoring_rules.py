@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
-from components.monitoring import alerts, etcd, etcd_backup
+from components.monitoring import alerts, certificates, etcd, etcd_backup
 from components.monitoring import gpu_health as gpu_health_rules
 from config.etcd_backup import EtcdBackupConfig
 from config.health import GpuHealthConfig
@@ -297,7 +297,8 @@ def _etcd_backup_group() -> dict[str, Any]:
 
 def test_render_writes_every_rule(rules_file: Path) -> None:
     assert yaml.safe_load(rules_file.read_text()) == {
-        "groups": [*alerts.rule_groups(THRESHOLDS), _health_group(), _etcd_backup_group(), etcd.rule_group()]}
+        "groups": [*alerts.rule_groups(THRESHOLDS), _health_group(), _etcd_backup_group(), etcd.rule_group(),
+                       certificates.rule_group()]}
 
 
 def test_certificate_alert_window_is_the_renewal_window() -> None:
@@ -323,7 +324,8 @@ def test_every_alert_has_severity_and_runbook() -> None:
 def test_promtool_check_rules(rules_file: Path) -> None:
     result = _promtool("check", "rules", str(rules_file))
     assert result.returncode == 0, result.stdout + result.stderr
-    extra = len(_health_group()["rules"]) + len(_etcd_backup_group()["rules"]) + len(etcd.rule_group()["rules"])
+    extra = (len(_health_group()["rules"]) + len(_etcd_backup_group()["rules"]) + len(etcd.rule_group()["rules"])
+             + len(certificates.rule_group()["rules"]))
     assert f"SUCCESS: {len(_rules()) + extra} rules found" in result.stdout
 
 
