@@ -25,11 +25,11 @@ from config.errors import Problems
 from config.fields import Model, check_display_name, empty_to_none
 from config.gcp import accelerators, locations, machine_types
 from config.gcp.managed_namespaces import team_namespace_problems
-from config.gke_pool_hardware import hardware_problems
-from config.gke_gpudirect import acceptance_link_gbps, gpudirect_problems
 from config.gke_egress import EGRESS_DESCRIPTION, GkeEgress, egress_problems, egress_warning
 from config.gke_gcs_data import GkeGcsData, gcs_data_problems
+from config.gke_gpudirect import acceptance_link_gbps, gpudirect_problems
 from config.gke_metrics import GPU_METRICS_DESCRIPTION, GkeGpuMetrics, gpu_metrics_problems
+from config.gke_pool_hardware import hardware_problems
 from config.gke_pools import (  # the pool model, re-exported: components and tests import it from here
     GkeAccelerator,
     GkeAutoscaling,
