@@ -57,6 +57,9 @@ COSTS: tuple[Cost, ...] = (
     Cost("certificates", COMMAND, ("control-plane-certificates",), 2,
          "openssl reads kubeadm's certificates' expiry (a renewal, once a year, adds ~1 min of static-pod restarts)",
          source="estimate: one SSH round trip; the renewal path is not on a first `up` (certificates are new)"),
+    Cost("certificates-expiry", COMMAND, ("-certificates-expiry",), 2,
+         "the certificate-expiry metric's script and hourly cron entry written on a control plane, run once",
+         source="estimate: one SSH round trip; openssl reads a dozen certificates in well under a second"),
     Cost("kubeconfig", COMMAND, ("-kubeconfig",), 2, "one SSH session reading /etc/kubernetes/admin.conf",
          source="estimate: one SSH round trip on a LAN"),
     Cost("token", COMMAND, ("-token",), 2,
@@ -150,6 +153,10 @@ COSTS: tuple[Cost, ...] = (
          source="estimate: the image pull as in the acceptance cost; pulumi-kubernetes awaits a Deployment until "
                 "its replicas are available (Pulumi docs, Kubernetes resource readiness); periodSeconds 10 in "
                 "components/gpu_health.py"),
+    Cost("kubelet-serving-approver", "kubernetes:apps/v1:Deployment", ("kubelet-serving-deployment",), 20,
+         "kubelet-csr-approver (one replica, a small Go image) awaited until available",
+         source="estimate: ghcr.io/postfinance/kubelet-csr-approver is one static Go binary (tens of MB); pulumi-kubernetes "
+                "awaits a Deployment until its replicas are available (Pulumi docs, Kubernetes resource readiness)"),
     Cost("health-endpoints", "kubernetes:core/v1:Service", ("-gpu-health",), 1,
          "GPU health Service (ClusterIP, a selector): Pulumi awaits a Service with a selector until it targets a "
          "ready pod, so it ends when the service's Deployment is available (IMPLICIT_WAITS), then one API call",

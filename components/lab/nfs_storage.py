@@ -11,6 +11,7 @@ volume snapshots (the CSI driver's snapshotter is switched off: no snapshot CRDs
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,12 +21,43 @@ from pulumi_command import remote
 
 from components import versions
 from components.lab import scripts
+from components.lab.host_steps import Shell, fill
 from components.storage_contract import CLAIM_NAME, TRAINING_NAMESPACE, SharedClaim, TeamVolumes, claim_manifest
 from config.chart_source import ChartSource
 
 CSI_DRIVER = "nfs.csi.k8s.io"
 STORAGE_CLASS = "gpu-cluster-nfs"
 CSI_NAMESPACE = "kube-system"  # the chart's pods use system-cluster-critical, admitted only here
+
+
+# The NFS server's host scripts (host_steps/storage/).
+
+
+def nfs_server(export_path: str, clients: list[str], backup_dir: str = "", backup_clients: Iterable[str] = ()) -> str:
+    """Install nfs-kernel-server (once), export `export_path` read-write to the cluster's nodes.
+
+    no_root_squash: the NFS CSI driver creates one directory per volume as root, and training
+    images run as root. Only the listed node addresses may mount (the CSI node plugin mounts from
+    the node's network, not the pod's). `backup_dir` (the etcd snapshots' shared copy, a sibling of
+    the export, never inside it: a parent export opens every folder below it) is exported to
+    `backup_clients` only, the control planes: a snapshot holds every Secret of the cluster.
+    """
+    if not clients:
+        raise ValueError("nfs_server needs at least one client address")
+    line = export_path + " " + " ".join(f"{c}(rw,sync,no_subtree_check,no_root_squash)" for c in clients)
+    if backup_dir:
+        line += "\n" + backup_dir + " " + " ".join(f"{c}(rw,sync,no_subtree_check,no_root_squash)"
+                                                   for c in backup_clients)
+    return scripts._script(  # noqa: SLF001 - the host scripts' common prelude
+        fill("storage/nfs_server.sh", EXPORT_DIR=export_path, EXPORT_PATH=Shell(export_path),
+             EXPORTS_LINE=Shell(line), BACKUP_DIR=backup_dir))
+
+
+def nfs_server_delete(export_path: str) -> str:
+    """Stop exporting; remove nfs-kernel-server only if this program installed it and nothing
+    else is exported. The directory and its data (checkpoints, datasets) are kept."""
+    return scripts._script(  # noqa: SLF001 - the host scripts' common prelude
+        fill("storage/nfs_server_delete.sh", EXPORT_PATH=Shell(export_path)))
 
 
 @dataclass(frozen=True)
@@ -90,9 +122,9 @@ class NfsSharedStorage(pulumi.ComponentResource):
             ready.append(remote.Command(
                 f"{name}-nfs-server",
                 connection=server.connection,
-                create=scripts.as_root(scripts.nfs_server(args.share, list(server.clients), server.backup_dir,
+                create=scripts.as_root(nfs_server(args.share, list(server.clients), server.backup_dir,
                                                           server.backup_clients)),
-                delete=scripts.as_root(scripts.nfs_server_delete(args.share)),
+                delete=scripts.as_root(nfs_server_delete(args.share)),
                 # No triggers, so nothing replaces the step while pods mount the share: a new
                 # client list, share or host is an update, and the update runs create again, which
                 # rewrites the one exports file and re-exports (host_steps/storage/nfs_server.sh).

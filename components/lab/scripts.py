@@ -301,35 +301,6 @@ def drain_removed_nodes(members: list[tuple[str, str]], control_plane: str, form
 
 
 # --------------------------------------------------------------------------------------------
-# shared storage (storage.provision): an NFS export on the control plane (host_steps/storage/)
-
-
-def nfs_server(export_path: str, clients: list[str], backup_dir: str = "", backup_clients: Iterable[str] = ()) -> str:
-    """Install nfs-kernel-server (once), export `export_path` read-write to the cluster's nodes.
-
-    no_root_squash: the NFS CSI driver creates one directory per volume as root, and training
-    images run as root. Only the listed node addresses may mount (the CSI node plugin mounts from
-    the node's network, not the pod's). `backup_dir` (the etcd snapshots' shared copy, a sibling of
-    the export, never inside it: a parent export opens every folder below it) is exported to
-    `backup_clients` only, the control planes: a snapshot holds every Secret of the cluster.
-    """
-    if not clients:
-        raise ValueError("nfs_server needs at least one client address")
-    line = export_path + " " + " ".join(f"{c}(rw,sync,no_subtree_check,no_root_squash)" for c in clients)
-    if backup_dir:
-        line += "\n" + backup_dir + " " + " ".join(f"{c}(rw,sync,no_subtree_check,no_root_squash)"
-                                                   for c in backup_clients)
-    return _script(fill("storage/nfs_server.sh", EXPORT_DIR=export_path, EXPORT_PATH=Shell(export_path),
-                        EXPORTS_LINE=Shell(line), BACKUP_DIR=backup_dir))
-
-
-def nfs_server_delete(export_path: str) -> str:
-    """Stop exporting; remove nfs-kernel-server only if this program installed it and nothing
-    else is exported. The directory and its data (checkpoints, datasets) are kept."""
-    return _script(fill("storage/nfs_server_delete.sh", EXPORT_PATH=Shell(export_path)))
-
-
-# --------------------------------------------------------------------------------------------
 # upgrades in place (docs/operations/upgrading.md; what runs when: components/lab/upgrade.py; host_steps/upgrade/)
 #
 # These are the `update` commands of the steps above: pulumi-command runs a step's `update`

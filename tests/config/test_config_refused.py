@@ -388,8 +388,8 @@ ROWS: list[Row] = [
      "is a lab key; this stack's platform is gke"),
     ("dev: allowRebuild set", lambda: dev(allowRebuild=True), "allowRebuild", "is a lab key; this stack's platform is dev"),
     # 14. network.rdma / network.roce (issue 14)
-    ("gke: network.rdma", lambda: gke(top={"network": {"rdma": True}}), "network.rdma", "GPUDirect-TCPX/RDMA need A3"),
-    ("gke: network.roce", lambda: gke(top={"network": {"roce": SEED_002_ROCE}}), "network.roce", "A3 machine families"),
+    ("gke: network.rdma", lambda: gke(top={"network": {"rdma": True}}), "network.rdma", "GPUDirect comes with the machine family"),
+    ("gke: network.roce", lambda: gke(top={"network": {"roce": SEED_002_ROCE}}), "network.roce", "GPUDirect comes with the machine family"),
     ("lab: rdma without roce", lambda: lab(network={"rdma": True}), "network.roce", "interface, pciAddress, hca"),
     ("dev: rdma without roce", lambda: dev(network={"rdma": True}), "network.roce", "interface, pciAddress, hca"),
     ("roce without rdma", lambda: lab(network={"roce": SEED_002_ROCE}), "network.roce", "set network.rdma true"),

@@ -71,5 +71,5 @@ def test_the_getting_started_example_is_accepted_and_a_mapping_on_it_too() -> No
     raw = gke_raw(*example["gke"]["gpuPools"])
     raw["queues"] = example["queues"]
     accepted(raw)
-    raw["queues"] = queues(team(gpus={"nvidia-h100-80gb": 8, "nvidia-tesla-a100": 16}))
+    raw["queues"] = queues(team(gpus={"nvidia-h100-mega-80gb": 8, "nvidia-tesla-a100": 16}))
     assert quotas(accepted(raw)) == {"nvidia-tesla-a100": "16", "h100-flex-flex-start": "8"}

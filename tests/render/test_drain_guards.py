@@ -137,7 +137,8 @@ def test_the_join_update_drains_only_a_node_behind(tmp_path: Path, kubelet: str,
 def test_the_membership_drain_drains_only_a_member_that_left(tmp_path: Path) -> None:
     script = _plan_script("membership-drain", "create")
     listed = drain_guards.members(script)
-    assert listed == ["gpu-1 192.0.2.11", "gpu-2 192.0.2.12"]
+    # the entry point is a member too (a later entry point drains it once it leaves: no special first server)
+    assert listed == ["cp-1 192.0.2.10", "gpu-1 192.0.2.11", "gpu-2 192.0.2.12"]
     sim = HostSim(tmp_path)
     for name in ("gpu-1", "gpu-2", "gpu-3"):
         sim.k8s_node(name, kubeletVersion="v1.34.2")

@@ -34,6 +34,7 @@ GPU3_STEPS = ("kernel", "nvidia-driver", "driver-ready", "nvidia-toolkit", "cont
 DRAIN = "membership-drain"  # one control-plane step drains the nodes that left the host list
 DBR = "replace (delete first)"
 NFS_SERVER = "shared-storage-nfs-server"  # storage.provision's export on the first control plane
+APPROVER = "kubelet-serving-deployment"  # kubelet-csr-approver: its allowed names and addresses follow the hosts
 
 
 # ------------------------------------------------------------------------------------------------
@@ -114,7 +115,8 @@ SCENARIOS: dict[str, Scenario] = {
         old={},
         new={"hosts": [*_hosts(), GPU3]},
         steps={"gpu-3": "create", **{f"gpu-3-{s}": "create" for s in GPU3_STEPS},
-               NFS_SERVER: "update", "gpu-ready": DBR, DRAIN: "update", **_gpu3_diagnostic("create")},
+               NFS_SERVER: "update", "gpu-ready": DBR, DRAIN: "update", **_gpu3_diagnostic("create"),
+               APPROVER: "update"},
         # the drain step runs again with the new host list: it drains only hosts that left the
         # older list (render/drain_guards.py), none here, so it is quiet
         loud=(),
@@ -123,7 +125,8 @@ SCENARIOS: dict[str, Scenario] = {
         old={"hosts": [*_hosts(), GPU3]},
         new={},
         steps={"gpu-3": "delete", **{f"gpu-3-{s}": "delete" for s in GPU3_STEPS},
-               NFS_SERVER: "update", "gpu-ready": DBR, DRAIN: "update", **_gpu3_diagnostic("delete")},
+               NFS_SERVER: "update", "gpu-ready": DBR, DRAIN: "update", **_gpu3_diagnostic("delete"),
+               APPROVER: "update"},
         # gpu-3 is drained and deleted by the drain step's update, then reset by its join's delete
         loud=(DRAIN, "gpu-3-join", "gpu-3-kube-packages", "gpu-3-containerd"),
     ),
@@ -132,7 +135,7 @@ SCENARIOS: dict[str, Scenario] = {
     "worker-address": Scenario(
         old={},
         new={"hosts": [h if h["name"] != "gpu-2" else {**h, "address": "192.0.2.22"} for h in _hosts()]},
-        steps={**{f"gpu-2-{s}": DBR for s in GPU3_STEPS}, NFS_SERVER: "update", DRAIN: "update"},
+        steps={**{f"gpu-2-{s}": DBR for s in GPU3_STEPS}, NFS_SERVER: "update", DRAIN: "update", APPROVER: "update"},
         loud=(DRAIN, "gpu-2-join", "gpu-2-kube-packages", "gpu-2-containerd"),
     ),
     "helm-value": Scenario(
@@ -192,7 +195,8 @@ def _as_older_program_deployed_it(resources: list[Resource]) -> list[Resource]:
     out = []
     for r in resources:
         if r.name == NFS_SERVER:
-            clients = re.findall(r"([0-9.]+)\(rw,", r.inputs["create"])
+            # the share's clients (the etcd snapshots' export beside it lists the control planes again)
+            clients = list(dict.fromkeys(re.findall(r"([0-9.]+)\(rw,", r.inputs["create"])))
             options = {k: v for k, v in r.options.items() if k != "ignoreChanges"} | {"deleteBeforeReplace": True}
             r = dataclasses.replace(r, inputs={**r.inputs, "triggers": ["/srv/gpu-cluster/shared", *clients]},
                                     options=options)

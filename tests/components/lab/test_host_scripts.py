@@ -31,7 +31,7 @@ import pytest
 import yaml
 
 from components import versions
-from components.lab import gone_hosts, kubeadm, scripts
+from components.lab import gone_hosts, kubeadm, nfs_storage, scripts
 from config import LabStack
 from config.lab import Host, Role
 from render import program
@@ -96,8 +96,8 @@ def _script_cases() -> dict[str, str]:
         "node_ready": scripts.node_ready("gpu-1"),
         "drain_removed_nodes-members": scripts.drain_removed_nodes([("gpu-1", "192.0.2.11"), ("cpu-1", "192.0.2.12")], "cp-1"),
         "drain_removed_nodes-none": scripts.drain_removed_nodes([], "cp-1"),
-        "nfs_server": scripts.nfs_server("/srv/gpu-cluster/shared", ["192.0.2.10", "192.0.2.11"]),
-        "nfs_server_delete": scripts.nfs_server_delete("/srv/gpu-cluster/shared"),
+        "nfs_server": nfs_storage.nfs_server("/srv/gpu-cluster/shared", ["192.0.2.10", "192.0.2.11"]),
+        "nfs_server_delete": nfs_storage.nfs_server_delete("/srv/gpu-cluster/shared"),
         # upgrades in place (tests/components/lab/test_upgrade_scripts.py runs them)
         "kube_packages_stage": scripts.kube_packages_stage("1.35.0", "1.35", versions.KUBE_PACKAGE_REVISION),
         "kubeadm_upgrade_apply": scripts.kubeadm_upgrade_apply("cp-1", "1.35.0", versions.KUBE_PACKAGE_REVISION, 180),

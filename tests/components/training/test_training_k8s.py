@@ -30,7 +30,7 @@ import pytest
 import yaml
 
 from components import versions
-from components.lab import scripts
+from components.lab import nfs_storage, scripts
 from components.storage_contract import CLAIM_NAME, MOUNTS, TRAINING_NAMESPACE, SharedClaim
 from components.training import launch, network_policy
 from components.training.job import (
@@ -656,9 +656,11 @@ def test_lab_provisioned_nfs_storage() -> None:
     values, _ = program.stack_config("lab")
     hosts = json.loads(values["gpu-cluster:hosts"])
     assert server.inputs["connection"]["host"] == hosts[0]["address"]  # the control plane
-    assert server.inputs["create"] == scripts.as_root(
-        scripts.nfs_server("/srv/gpu-cluster/shared", [h["address"] for h in hosts]))
-    assert server.inputs["delete"] == scripts.as_root(scripts.nfs_server_delete("/srv/gpu-cluster/shared"))
+    # the etcd snapshots' shared copy beside the export, exported to the control planes only
+    control_planes = [h["address"] for h in hosts if h["role"] == "control-plane"]
+    assert server.inputs["create"] == scripts.as_root(nfs_storage.nfs_server(
+        "/srv/gpu-cluster/shared", [h["address"] for h in hosts], "/srv/gpu-cluster/shared-etcd-backups", control_planes))
+    assert server.inputs["delete"] == scripts.as_root(nfs_storage.nfs_server_delete("/srv/gpu-cluster/shared"))
     sc = find("lab", "StorageClass", "gpu-cluster-nfs")
     assert sc["provisioner"] == "nfs.csi.k8s.io"
     assert sc["parameters"] == {"server": hosts[0]["address"], "share": "/srv/gpu-cluster/shared"}
