@@ -31,15 +31,8 @@ LIFETIMES = {"ca.crt": 3650, "apiserver.crt": 20, "etcd/peer.crt": 5, "etcd/ca.c
 
 
 @pytest.fixture
-def sim(tmp_path):
-    from tests.hostsim import HostSim, isolation_unavailable
-
-    if shutil.which("openssl") is None:
-        pytest.skip("openssl not installed")
-    why = isolation_unavailable()
-    if why is not None:
-        pytest.skip(f"isolated host runs: {why}")
-    return HostSim(tmp_path, real_tools=("openssl",))
+def sim(openssl_sim):
+    return openssl_sim
 
 
 def _cert(path: Path, days: int) -> None:

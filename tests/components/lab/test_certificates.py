@@ -95,16 +95,8 @@ def test_script_counts_every_kubeadm_leaf_and_kubeconfig_but_no_ca() -> None:
 
 
 @pytest.fixture
-def sim(tmp_path):
-    """A simulated control plane whose openssl is the real one (it only reads certificates)."""
-    from tests.hostsim import HostSim, isolation_unavailable
-
-    if shutil.which("openssl") is None:
-        pytest.skip("openssl not installed")
-    why = isolation_unavailable()
-    if why is not None:
-        pytest.skip(f"isolated host runs: {why}")
-    return HostSim(tmp_path, real_tools=("openssl",))
+def sim(openssl_sim):
+    return openssl_sim
 
 
 def _cert(path, days: int, cn: str) -> None:
