@@ -1,6 +1,9 @@
 """The whole-cluster check's GPUDirect part (gke): a multi-node job's pods on a machine with GPU NICs
 (the machine table, through the Inventory: gpu_nics) but without its GPUDirect network would run
 NCCL over the host NIC at a fraction of the machine's network: exit 3, naming the pool and the key.
+A job counts when its pods talk to each other across nodes: a PyTorchJob, or pods under a headless
+Service's subdomain (the Indexed training and NCCL acceptance Jobs' rendezvous); a Job whose pods each
+work alone on their node (the GPU-ready gate) does not.
 
 What counts as the network is what the plan holds, not the config's intent: the node pool's
 additional node networks (networkConfig.additionalNodeNetworkConfigs) at least the machine's GPU
@@ -47,6 +50,10 @@ def _attached(plan_inputs: dict[str, list[dict[str, Any]]]) -> dict[str, int]:
     return out
 
 
+def _talks_across_nodes(kind: str, pod_spec: dict[str, Any]) -> bool:
+    return kind == "PyTorchJob" or bool(pod_spec.get("subdomain"))
+
+
 def problems(cfg: StackConfig, plan_inputs: dict[str, list[dict[str, Any]]],
              placements: list[Placement], node_groups: dict[str, str]) -> list[str]:
     """`node_groups`: modelled node name -> its group (the gke pool)."""
@@ -57,7 +64,7 @@ def problems(cfg: StackConfig, plan_inputs: dict[str, list[dict[str, Any]]],
     out: list[str] = []
     for p in placements:
         w = p.workload
-        if w.daemon or w.pods < 2 or not p.nodes:
+        if w.daemon or w.pods < 2 or not p.nodes or not _talks_across_nodes(w.kind, w.spec):
             continue
         annotated = INTERFACES_ANNOTATION in ((w.metadata or {}).get("annotations") or {})
         for pool in sorted({node_groups.get(n, "") for n in p.nodes}):

@@ -177,3 +177,19 @@ def test_pods_that_take_part_of_an_a3_mega_across_nodes_exit_3_with_the_whole_ma
     problems = cluster.check(p, p.config, upstream_dir).problems
     assert any(x.startswith("Job training/train") and "the pods no networking.gke.io/interfaces" in x
                and "training.gpusPerNode 8" in x for x in problems), problems
+
+
+
+def test_a_job_whose_pods_work_alone_on_each_node_needs_no_gpudirect(upstream_dir: Path):
+    """The GPU-ready gate runs one pod on each of the pool's two nodes, none talking to another: on a
+    GPU-NIC pool without GPUDirect it is no NCCL job (training on one node, no acceptance: nothing
+    here talks across nodes). Failed before: the gate's two pods were taken for a multi-node job."""
+    gke = json.loads(program.stack_config("gke")[0]["gpu-cluster:gke"])
+    gke["gpuPools"] = [{**MEGA, "gpuDirect": "off", "autoscaling": {"minNodes": 2, "maxNodes": 2}}]
+    p = program.run("gke", config=stack_config_with(
+        "gke", gke=gke, training={"nodes": 1, "gpusPerNode": 8, "cpuRequest": "8", "cpuLimit": "16",
+                                  "memoryRequest": "64Gi", "memoryLimit": "96Gi"}))
+    gate = [j for j in _of(p, "kubernetes:batch/v1:Job") if j["metadata"]["name"] == "gpu-ready"]
+    assert gate and gate[0]["spec"]["parallelism"] == 2  # two pods, one per node
+    report = cluster.check(p, p.config, upstream_dir)
+    assert report.ok, report.problems
