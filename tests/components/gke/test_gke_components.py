@@ -134,6 +134,20 @@ def _gpu_pool_inputs(mocks, name):
     return np
 
 
+def register_first_pool(raw: dict) -> GpuNodePool:
+    """The cluster and the first GPU pool of a whole gke stack config `raw`, as stacks/gke.py registers them."""
+    cfg = config.parse(raw)
+    assert isinstance(cfg, GkeStack)
+    cluster = GkeCluster("gke", GkeClusterArgs(gke=cfg.gke, project=PROJECT, region=REGION,
+                                               kubernetes_version=cfg.kubernetes_version))
+    return GpuNodePool(f"gpu-{cfg.gke.gpu_pools[0].name}", GpuNodePoolArgs(pool=cfg.gke.gpu_pools[0], cluster=cluster))
+
+
+def pool_inputs(mocks, name: str) -> dict:
+    """What GKE's node pool API receives for the pool `name`."""
+    return _gpu_pool_inputs(mocks, name).inputs
+
+
 @pulumi.runtime.test
 def test_gpu_node_pool(mocks, ignore_changes):
     gpu_pool = _pool(mocks, pool(L4, labels={"team": "ml"}, driver="gke-latest"))

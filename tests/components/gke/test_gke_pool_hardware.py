@@ -8,11 +8,9 @@ from __future__ import annotations
 import pulumi
 
 import config
-from components.gke.cluster import GkeCluster, GkeClusterArgs
-from components.gke.gpu_node_pool import GpuNodePool, GpuNodePoolArgs
-from config.gke import GkeStack
+from components.gke.gpu_node_pool import GpuNodePool
 from tests.components.gke import test_gke_components
-from tests.components.gke.test_gke_components import PROJECT, REGION, of_type
+from tests.components.gke.test_gke_components import of_type, pool_inputs, register_first_pool
 from tests.config.test_gke_config import L4, gke_raw, pool
 from tests.config.test_gke_pool_hardware import A3_ULTRA
 
@@ -21,17 +19,7 @@ ignore_changes = test_gke_components.ignore_changes
 
 
 def _register(p: dict, **gke) -> GpuNodePool:
-    cfg = config.parse(gke_raw(p, **gke))
-    assert isinstance(cfg, GkeStack)
-    cluster = GkeCluster("gke", GkeClusterArgs(gke=cfg.gke, project=PROJECT, region=REGION,
-                                               kubernetes_version=cfg.kubernetes_version))
-    gpu_pool = cfg.gke.gpu_pools[0]
-    return GpuNodePool(f"gpu-{gpu_pool.name}", GpuNodePoolArgs(pool=gpu_pool, cluster=cluster))
-
-
-def _inputs(mocks, name: str) -> dict:
-    (np,) = [r for r in of_type(mocks, "gcp:container/nodePool:NodePool") if r.inputs["name"] == name]
-    return np.inputs
+    return register_first_pool(gke_raw(p, **gke))
 
 
 @pulumi.runtime.test
@@ -40,7 +28,7 @@ def test_an_a3_ultra_pool_boots_from_hyperdisk_on_its_local_ssds_in_one_reservat
                               reservationBlock="h200-res-block-0001"))
 
     def check(_):
-        i = _inputs(mocks, "h200")
+        i = pool_inputs(mocks, "h200")
         node = i["nodeConfig"]
         assert node["diskType"] == "hyperdisk-balanced"
         assert node["ephemeralStorageLocalSsdConfig"] == {"localSsdCount": 32}
@@ -60,7 +48,7 @@ def test_an_l4_pool_keeps_pd_balanced_without_local_ssd_or_placement_and_may_upg
     gpu_pool = _register(pool(L4, upgrade={"strategy": "blueGreen", "soak": "600s"}))
 
     def check(_):
-        i = _inputs(mocks, "l4")
+        i = pool_inputs(mocks, "l4")
         assert i["nodeConfig"]["diskType"] == "pd-balanced"
         assert "ephemeralStorageLocalSsdConfig" not in i["nodeConfig"] and "placementPolicy" not in i
         assert i["upgradeSettings"] == {"strategy": "BLUE_GREEN", "blueGreenSettings": {

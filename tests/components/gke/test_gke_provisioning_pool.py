@@ -8,11 +8,8 @@ from __future__ import annotations
 
 import pulumi
 
-import config
-from components.gke.cluster import GkeCluster, GkeClusterArgs
-from components.gke.gpu_node_pool import GpuNodePool, GpuNodePoolArgs
-from config.gke import GkeStack
-from tests.components.gke.test_gke_components import PROJECT, REGION, of_type
+from components.gke.gpu_node_pool import GpuNodePool
+from tests.components.gke.test_gke_components import pool_inputs, register_first_pool
 from tests.config.test_gke_config import A100, gke_raw, pool
 
 FLEX = pool(A100, name="a100-flex", zones=["us-central1-a"], autoscaling={"minNodes": 0, "maxNodes": 3},
@@ -22,16 +19,7 @@ FLEX = pool(A100, name="a100-flex", zones=["us-central1-a"], autoscaling={"minNo
 def _register(p: dict) -> GpuNodePool:
     raw = gke_raw(p)
     raw["queues"] = {"enabled": True}
-    cfg = config.parse(raw)
-    assert isinstance(cfg, GkeStack)
-    cluster = GkeCluster("gke", GkeClusterArgs(gke=cfg.gke, project=PROJECT, region=REGION))
-    gpu_pool = cfg.gke.gpu_pools[0]
-    return GpuNodePool(f"gpu-{gpu_pool.name}", GpuNodePoolArgs(pool=gpu_pool, cluster=cluster))
-
-
-def _inputs(mocks, name: str) -> dict:
-    (np,) = [r for r in of_type(mocks, "gcp:container/nodePool:NodePool") if r.inputs["name"] == name]
-    return np.inputs
+    return register_first_pool(raw)
 
 
 @pulumi.runtime.test
@@ -39,7 +27,7 @@ def test_a_flex_start_pool_is_queued_provisioning_from_zero(mocks):
     gpu_pool = _register(FLEX)
 
     def check(_):
-        i = _inputs(mocks, "a100-flex")
+        i = pool_inputs(mocks, "a100-flex")
         assert i["queuedProvisioning"] == {"enabled": True}
         assert i["nodeConfig"]["flexStart"] is True
         assert i["nodeConfig"]["reservationAffinity"] == {"consumeReservationType": "NO_RESERVATION"}
@@ -60,7 +48,7 @@ def test_a_reservation_pool_consumes_only_its_specific_reservation(mocks):
                               reservationProject="capacity-host-proj"))
 
     def check(_):
-        i = _inputs(mocks, "a100")
+        i = pool_inputs(mocks, "a100")
         assert i["nodeConfig"]["reservationAffinity"] == {
             "consumeReservationType": "SPECIFIC_RESERVATION", "key": "compute.googleapis.com/reservation-name",
             "values": ["projects/capacity-host-proj/reservations/a100-reserved"]}
@@ -76,7 +64,7 @@ def test_an_on_demand_pool_registers_no_provisioning_fields(mocks):
     gpu_pool = _register(A100)
 
     def check(_):
-        i = _inputs(mocks, "a100")
+        i = pool_inputs(mocks, "a100")
         assert "queuedProvisioning" not in i and "cloud.google.com/gke-queued" not in i["nodeConfig"]["labels"]
         assert "reservationAffinity" not in i["nodeConfig"] and "flexStart" not in i["nodeConfig"]
         assert i["autoscaling"]["locationPolicy"] == "BALANCED"
