@@ -34,6 +34,8 @@ _BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
 # S3's "safe characters" for object key names, a folder per segment, ending in "/".
 _PREFIX = re.compile(r"(?:[A-Za-z0-9!_.*'()-]+/)+")
 _REGION = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
+# The endpoint's host: a DNS name or an address (urlsplit keeps spaces or ';' in it, and drops newlines).
+_HOST = re.compile(r"[A-Za-z0-9.-]+|[0-9A-Fa-f:.]+")
 
 
 def _loopback(host: str) -> bool:
@@ -62,6 +64,8 @@ class EtcdBackupS3Config(Model):
     @field_validator("endpoint")
     @classmethod
     def _endpoint(cls, v: str) -> str:
+        if any(c.isspace() or not c.isprintable() for c in v):
+            raise ValueError(f"must be a URL https://host[:port] with no space or control character, got {v!r}")
         parts = urlsplit(v)
         try:
             port = parts.port
@@ -70,6 +74,8 @@ class EtcdBackupS3Config(Model):
         del port
         if parts.scheme not in ("https", "http") or not parts.hostname:
             raise ValueError(f"must be a URL https://host[:port], got {v!r}")
+        if not _HOST.fullmatch(parts.hostname):
+            raise ValueError(f"must name its host as a DNS name or an address, got {parts.hostname!r}")
         if parts.username or parts.password:
             raise ValueError("must not hold credentials; they are the secrets "
                              f"gpu-cluster:{ACCESS_KEY_ID} and gpu-cluster:{SECRET_ACCESS_KEY}")

@@ -34,6 +34,8 @@ def test_a_complete_section_is_accepted_with_defaults() -> None:
     ({"endpoint": "https://s3.example.com/lab-backups"}, "etcdBackup.s3.endpoint", ("no path",)),
     ({"endpoint": "https://id:key@s3.example.com"}, "etcdBackup.s3.endpoint", ("etcdBackupS3SecretAccessKey",)),
     ({"endpoint": "https://s3.example.com:99999"}, "etcdBackup.s3.endpoint", ("port",)),
+    ({"endpoint": "https://s3.example.com\n; rm -rf /"}, "etcdBackup.s3.endpoint", ("control character",)),
+    ({"endpoint": "https://s3.example.com;reboot"}, "etcdBackup.s3.endpoint", ("DNS name or an address",)),
     ({"bucket": "Lab_Backups"}, "etcdBackup.s3.bucket", ("bucket name",)),
     ({"bucket": "ab"}, "etcdBackup.s3.bucket", ("3 to 63",)),
     ({"prefix": "lab-a/etcd"}, "etcdBackup.s3.prefix", ("ending in '/'",)),
