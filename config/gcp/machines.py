@@ -93,7 +93,8 @@ TOPOLOGY_LABELLED = tuple(m.name for m in GPU_MACHINES.values() if m.topology_la
 # page, and a row without memory has no size: still refused.
 REFUSED_FAMILIES: dict[str, str] = {
     "g4": ("G4 (g4-standard-*, NVIDIA RTX PRO 6000) has no row in this program's machine table: its accelerator "
-           "type, per-type GPUs, vCPUs, memory and disks, and the GKE versions and driver that run it, were not "
-           "confirmed against Google's pages (add its rows to config/gcp/machines.py and "
-           "config/gcp/machine_storage.py citing them); use g2-standard-* (L4) or an a2/a3/a4 type"),
+           "(nvidia-rtx-pro-6000) and GPUs per type are in Google's Cluster Toolkit, but its memory and boot disks "
+           "were not confirmed against Google's pages, and a row without memory has no size (add its rows to "
+           "config/gcp/machines.py and config/gcp/machine_storage.py citing them); use g2-standard-* (L4) or an "
+           "a2/a3/a4 type"),
 }
