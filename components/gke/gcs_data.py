@@ -56,7 +56,11 @@ class GcsDataAccess(pulumi.ComponentResource):
             f"{name}-ksa",
             metadata=k8s.meta.v1.ObjectMetaArgs(name=DATA_SERVICE_ACCOUNT, namespace=TRAINING_NAMESPACE,
                                                 annotations={WI_ANNOTATION: gsa.email}),
-            # The pods reach the bucket through the CSI driver's token, never the API: none mounted.
+            # No API token in the pods: the GCS FUSE CSI driver does not read it. Its CSIDriver asks kubelet for
+            # a token of this account (tokenRequests, audience <project>.svc.id.goog, requiresRepublish) and
+            # gets it in NodePublishVolume's volume context (GoogleCloudPlatform/gcs-fuse-csi-driver@5fcdc04a:
+            # deploy/base/setup/csi_driver.yaml, pkg/csi_driver/node.go), and its e2e suite runs a pod with
+            # automountServiceAccountToken false (test/e2e/testsuites/workloads.go).
             automount_service_account_token=False,
             opts=pulumi.ResourceOptions(parent=self, depends_on=[args.namespace]),
         )

@@ -38,11 +38,16 @@ ACCELERATORS: dict[str, Accelerator] = {
         Accelerator("nvidia-h100-mega-80gb", "H100 Mega 80GB", memory_gb=80),
         # A3 Ultra and A4 (Google, "GPU machine types", cloud.google.com/compute/docs/gpus: "A4: NVIDIA
         # B200 Blackwell GPUs (nvidia-b200)", "A3 Ultra: NVIDIA H200 SXM GPUs (nvidia-h200-141gb)").
-        # MIG: GKE's "Running multi-instance GPUs" (cloud.google.com/kubernetes-engine/docs/how-to/gpus-multi)
-        # lists A100, H100, H200 and B200, each of 7 compute and 8 memory units, sizes written
-        # [compute]g.[memory]gb as in NVIDIA's MIG user guide. GKE's per-GPU size rows for H200 and B200
-        # could not be read here: the sizes below are NVIDIA's profiles of those GPUs ("Supported MIG
-        # Profiles", H200 141GB and B200 180GB tables, config/mig_profiles.py), as GKE's H100 row is.
+        # MIG: GKE's "Running multi-instance GPUs" (cloud.google.com/kubernetes-engine/docs/how-to/gpus-multi;
+        # read from a mirror, retrosearch.org, 2026-11-28) partitions "an NVIDIA A100, H100, H200, or B200"
+        # GPU, each of 7 compute and 8 memory units, sizes written [compute]g.[memory]gb. GKE's API defines
+        # the field's values as NVIDIA's: AcceleratorConfig.gpuPartitionSize "Valid values are described
+        # in the NVIDIA mig user guide" (container v1 API reference; pulumi_gcp 10.2.0's
+        # NodePoolNodeConfigGuestAcceleratorArgs.gpu_partition_size says the same), and older versions of
+        # the how-to page sent readers to NVIDIA's partitioning table. So the sizes below are NVIDIA's
+        # profiles of those GPUs ("Supported MIG Profiles", H200 141GB and B200 180GB tables,
+        # config/mig_profiles.py). The how-to page's own per-GPU table could not be read from any copy
+        # here; a third-party summary of it lists no 4g size (not confirmed either way).
         Accelerator("nvidia-h200-141gb", "H200 141GB",
                     ("1g.18gb", "1g.35gb", "2g.35gb", "3g.71gb", "4g.71gb", "7g.141gb"), 141),
         Accelerator("nvidia-b200", "B200",

@@ -8,23 +8,35 @@ Boot disks. GKE's node boot disk types are pd-balanced (its default since 1.24),
 and hyperdisk-balanced (Google, "Configuring a custom boot disk",
 cloud.google.com/kubernetes-engine/docs/how-to/custom-boot-disks); Hyperdisk Balanced is the only
 Hyperdisk a boot disk can be (Google, "About Hyperdisk Balanced", cloud.google.com/compute/docs/
-disks/hd-types/hyperdisk-balanced). Which of them each family takes is Compute Engine's per-series
-disk support ("About Google Cloud Hyperdisk", cloud.google.com/compute/docs/disks/hyperdisks:
-"If a machine series doesn't support Hyperdisk, use Persistent Disk"; the series' "Supported disk
-types" in cloud.google.com/compute/docs/accelerator-optimized-machines): A3 Ultra (H200) and A4 take
-Hyperdisk only, no Persistent Disk, so a pd-balanced boot disk (GKE's default) fails there when
-the pool is created; A3 High/Mega/Edge (H100) take pd-balanced, pd-ssd and Hyperdisk Balanced but not
-pd-standard; A2 and N1 take Persistent Disk only; G2 takes pd-balanced and pd-ssd. Hence the
-default per family: GKE's own pd-balanced where the family takes it, else hyperdisk-balanced.
+disks/hd-types/hyperdisk-balanced). Which families take which:
+- Hyperdisk Balanced: Google's machine-series table in "About Google Cloud Hyperdisk"
+  (cloud.google.com/compute/docs/disks/hyperdisks, "If a machine series doesn't support Hyperdisk,
+  use Persistent Disk"; read from a mirror of the page, wiki.agc.wuaze.com, 2026-11-28) lists A4,
+  A3 (H200) and A3 (H100) with Hyperdisk Balanced, and N1, N1+GPU and A2 with no Hyperdisk
+  Balanced. Hence hyperdisk-balanced is allowed on A3 and A4 and refused on A2 and N1.
+- Persistent Disk on A3 Ultra and A4: no Google page read here says in so many words that they
+  refuse it (the series' "Supported disk types" in cloud.google.com/compute/docs/
+  accelerator-optimized-machines could not be read). What is confirmed: Vertex AI defaults A3 Ultra's
+  boot disk to hyperdisk-balanced (cloud.google.com/vertex-ai/docs/reference/rest/v1/DiskSpec), and
+  Google's Cluster Toolkit (GoogleCloudPlatform/cluster-toolkit@1047080375afbb44da4b596be314634e7486af4a)
+  boots its A3 Ultra and A4 nodes from hyperdisk-balanced (examples/machine-learning/a3-ultragpu-8g/
+  a3ultra-slurm-blueprint.yaml, a4-highgpu-8g/a4high-slurm-blueprint.yaml: disk_type
+  hyperdisk-balanced over the nodeset's pd-standard default) while its A3 High and Mega nodes boot
+  from pd-ssd/pd-balanced (a3high-, a3mega-slurm-blueprint.yaml). So Hyperdisk only on A3 Ultra and
+  A4 stays this program's reading: the default there works either way, and a pd-* type is refused.
+- pd-standard on A3 High/Mega/Edge and G2's pd-balanced/pd-ssd: not confirmed against a Google
+  table in this change (kept from the earlier reading of accelerator-optimized-machines).
+Hence the default per family: GKE's own pd-balanced where the family takes it, else hyperdisk-balanced.
 
-Local SSD. The a3-*-8g and a4 machine types come with local SSDs (a3-highgpu-8g and a3-megagpu-8g
-16 x 375 GiB, a3-ultragpu-8g and a4-highgpu-8g 32 x 375 GiB: accelerator-optimized-machines' tables;
-Google's Cluster Toolkit modules/compute/gke-node-pool/disk_definitions.tf gives GKE these same
-counts as ephemeral_storage_local_ssd_config.local_ssd_count). Unused they are paid for and idle;
-as ephemeral storage they hold the node's emptyDir, container images and logs instead of the boot
-disk. Not set for the smaller a3-highgpu-1g/2g/4g, a2-ultragpu or g2 types: their local SSD counts
-could not be confirmed against Google's tables in this change, and GKE takes the node's local SSD
-as it comes when the count is left out.
+Local SSD. Given to GKE as ephemeral storage only where Google's Cluster Toolkit gives the count
+(modules/compute/gke-node-pool/disk_definitions.tf at the commit above,
+ephemeral_storage_local_ssd_config.local_ssd_count): a3-highgpu-8g and a3-megagpu-8g 16 x 375 GiB,
+a3-ultragpu-8g and a4-highgpu-8g 32. Unused they are paid for and idle; as ephemeral storage they
+hold the node's emptyDir, container images and logs instead of the boot disk. Not set for
+a3-edgegpu-8g (the Toolkit gives no count for it and its row in Google's table could not be read
+here: a wrong count makes GKE refuse the pool), the smaller a3-highgpu-1g/2g/4g, a2-ultragpu or g2
+types; left out, GKE attaches the machine's local SSD as it comes and keeps ephemeral storage on
+the boot disk.
 
 Imports nothing of the project: the floor of config/.
 """
@@ -73,11 +85,11 @@ FAMILIES: dict[str, FamilyStorage] = {f.family: f for f in (
     FamilyStorage("n1-highcpu", _PD),
 )}
 
-# Machine type -> the 375 GiB local SSDs it comes with, given to GKE as ephemeral storage.
+# Machine type -> the 375 GiB local SSDs it comes with, given to GKE as ephemeral storage (the
+# Toolkit's disk_definitions.tf local_ssd_machines, see above).
 BUNDLED_LOCAL_SSDS: dict[str, int] = {
     "a3-highgpu-8g": 16,
     "a3-megagpu-8g": 16,
-    "a3-edgegpu-8g": 16,
     "a3-ultragpu-8g": 32,
     "a4-highgpu-8g": 32,
 }

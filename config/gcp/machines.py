@@ -64,7 +64,12 @@ GPU_MACHINES: dict[str, GpuMachine] = {m.name: m for m in (
     GpuMachine("a3-megagpu-8g", "nvidia-h100-mega-80gb", 8, 208, 1872.0, ACCELERATOR_OPTIMIZED, gpu_nics=8,
                gpudirect="tcpxo"),
     # A3 Edge: the a3-highgpu-8g shape (8 H100 80GB, 208 vCPUs, 1,872 GB) for serving in the regions that
-    # offer it; its GPU NICs (GPUDirect) are not stated here: None.
+    # offer it. Its GPU network is GPUDirect-TCPX (Compute Engine, "Networking and GPU machines",
+    # cloud.google.com/compute/docs/gpus/gpu-network-bandwidth, read from two mirrors on 2026-11-28,
+    # movatter.jp and dudasite.com), but its bandwidth differs between the two versions (600 and
+    # 800 Gbps), its NIC count was not read and GKE's TCPX page was not read for it: gpu_nics and
+    # gpudirect stay None (no GPUDirect planned on it), and its local SSDs are not given to GKE
+    # (config/gcp/machine_storage.py).
     GpuMachine("a3-edgegpu-8g", "nvidia-h100-80gb", 8, 208, 1872.0, ACCELERATOR_OPTIMIZED),
     # A3 Ultra and A4: one machine type each, 8 GPUs with one ConnectX-7 RoCE NIC per GPU; Google labels
     # their GKE nodes with their place in a reservation. Not A4X (a4x-highgpu-4g, GB200): Arm (Grace)
@@ -81,9 +86,15 @@ TOPOLOGY_LABELLED = tuple(m.name for m in GPU_MACHINES.values() if m.topology_la
 
 # GPU machine families refused with the reason (config/gcp/accelerators.py), not planned silently. A4X
 # needs none here: without a row it is refused with the machine types this program knows (see above).
+# G4: Google's Cluster Toolkit (GoogleCloudPlatform/cluster-toolkit@1047080375afbb44da4b596be314634e7486af4a,
+# pkg/config/machine_mappings.json and hardware.go) gives its accelerator (nvidia-rtx-pro-6000) and GPUs
+# per type (g4-standard-48/96/192/384: 1/2/4/8; -6/-12/-24 are vGPU fractions), and examples/gke-g4/
+# README.md needs GKE 1.32.11-gke.1174000 or later; its memory and disks were not read from a Google
+# page, and a row without memory has no size: still refused.
 REFUSED_FAMILIES: dict[str, str] = {
     "g4": ("G4 (g4-standard-*, NVIDIA RTX PRO 6000) has no row in this program's machine table: its accelerator "
-           "type, per-type GPUs, vCPUs, memory and disks, and the GKE versions and driver that run it, were not "
-           "confirmed against Google's pages (add its rows to config/gcp/machines.py and "
-           "config/gcp/machine_storage.py citing them); use g2-standard-* (L4) or an a2/a3/a4 type"),
+           "(nvidia-rtx-pro-6000) and GPUs per type are in Google's Cluster Toolkit, but its memory and boot disks "
+           "were not confirmed against Google's pages, and a row without memory has no size (add its rows to "
+           "config/gcp/machines.py and config/gcp/machine_storage.py citing them); use g2-standard-* (L4) or an "
+           "a2/a3/a4 type"),
 }

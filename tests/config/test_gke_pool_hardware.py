@@ -99,10 +99,42 @@ def test_a_reservation_block_needs_provisioning_reservation_and_a_name():
                    "gke.gpuPools[0].reservationBlock", "not a reservation block name")
 
 
-def test_a3_edge_is_an_h100_machine_with_its_local_ssds():
+def test_a3_edge_is_an_h100_machine_whose_local_ssds_are_left_as_they_come():
+    """Its local SSD count is in neither the Cluster Toolkit's table nor a Google page read here; a wrong
+    count makes GKE refuse the pool, none leaves ephemeral storage on the boot disk."""
     p = _pool(pool(A3_MEGA, name="edge", machineType="a3-edgegpu-8g",
                    accelerator={"type": "nvidia-h100-80gb", "count": 8}))
-    assert (p.machine_type, boot_disk_type(p), BUNDLED_LOCAL_SSDS[p.machine_type]) == ("a3-edgegpu-8g", "pd-balanced", 16)
+    assert (p.machine_type, boot_disk_type(p)) == ("a3-edgegpu-8g", "pd-balanced")
+    assert p.machine_type not in BUNDLED_LOCAL_SSDS
+    assert GPU_MACHINES["a3-edgegpu-8g"].gpudirect is None
+
+
+def test_bundled_local_ssds_are_the_cluster_toolkits_counts():
+    """Google's Cluster Toolkit, modules/compute/gke-node-pool/disk_definitions.tf at 1047080: the
+    machines GKE is given a local SSD count for, and the counts (config/gcp/machine_storage.py)."""
+    assert BUNDLED_LOCAL_SSDS == {"a3-highgpu-8g": 16, "a3-megagpu-8g": 16, "a3-ultragpu-8g": 32,
+                                  "a4-highgpu-8g": 32}
+
+
+A3_HIGH_4G = pool(A3_MEGA, name="h100", machineType="a3-highgpu-4g", accelerator={"type": "nvidia-h100-80gb", "count": 4})
+
+
+@pytest.mark.parametrize("p", [A3_ULTRA, A4, A3_MEGA, A3_HIGH_4G])
+def test_every_a3_and_a4_machine_boots_from_hyperdisk_balanced(p):
+    """Google's Hyperdisk table (cloud.google.com/compute/docs/disks/hyperdisks): A4, A3 (H200) and
+    A3 (H100) take Hyperdisk Balanced."""
+    assert boot_disk_type(_pool(pool(p, diskType="hyperdisk-balanced"))) == "hyperdisk-balanced"
+
+
+@pytest.mark.parametrize("machine, accelerator", [
+    ("a2-highgpu-1g", "nvidia-tesla-a100"), ("a2-ultragpu-1g", "nvidia-a100-80gb"),
+    ("n1-standard-8", "nvidia-tesla-t4"),
+])
+def test_a2_and_n1_refuse_hyperdisk_balanced(machine, accelerator):
+    """The same table: A2, N1 and N1+GPU take no Hyperdisk Balanced."""
+    assert_problem(gke_raw(pool(A100, machineType=machine, accelerator={"type": accelerator, "count": 1},
+                                diskType="hyperdisk-balanced")),
+                   "gke.gpuPools[0].diskType", "cannot boot from hyperdisk-balanced", "pd-balanced")
 
 
 def test_g4_is_refused_on_the_machine_type_saying_why():
