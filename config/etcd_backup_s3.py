@@ -62,8 +62,8 @@ def _loopback(host: str) -> bool:
 class EtcdBackupS3Config(Model):
     """An S3-compatible bucket for off-host copies of the etcd snapshots (encrypted on the host)."""
 
-    endpoint: str = Field(description="The S3 endpoint URL, https://host[:port] with no path (path-style requests: "
-                                      "<endpoint>/<bucket>/<key>); http only for a loopback host.")
+    endpoint: str = Field(description="The S3 endpoint URL, https://host[:port] with no path (the bucket goes in the "
+                                      "path or the host name: addressing); http only for a loopback host.")
     bucket: str = Field(description="The bucket (it must exist; the program creates none).")
     prefix: str = Field(description="Key prefix of this cluster's snapshots, ending in '/', e.g. lab-a/etcd/: one "
                                     "prefix per cluster (retention deletes its members' old snapshots under it).")
@@ -75,8 +75,9 @@ class EtcdBackupS3Config(Model):
     ca_bundle: str | None = Field(default=None, description="PEM certificates that alone are trusted for the "
                                   "endpoint's TLS (a private CA); unset: the control planes' system CA store.")
     addressing: Literal["path", "virtual"] = Field(
-        default="path", description="path: <endpoint>/<bucket>/<key> (MinIO, Ceph RGW, Garage; AWS still takes it); "
-                                    "virtual: <bucket>.<endpoint host>/<key>, the form AWS recommends.")
+        default="path", description="path: https://HOST/BUCKET/KEY (MinIO, Ceph RGW, Garage; AWS still takes it); "
+                                    "virtual: https://BUCKET.HOST/KEY, AWS's own form (it announced path-style's "
+                                    "retirement in 2019, then postponed it).")
 
     @field_validator("endpoint")
     @classmethod
