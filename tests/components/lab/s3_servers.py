@@ -1,6 +1,8 @@
 """The S3 server the etcdBackup.s3 tests talk to: gofakes3 v1.2.0 from the toolchain on loopback, and a
 loopback front before it (plain or TLS) that forwards every request unchanged, except the one part
-a test fails or holds, to interrupt a multipart upload at a known point."""
+a test fails or holds, to interrupt a multipart upload at a known point. The plain front is also an
+HTTP proxy (absolute request URIs, as urllib sends through http_proxy), so a virtual-hosted name
+such as <bucket>.s3.test reaches gofakes3 with its Host header and no DNS."""
 
 from __future__ import annotations
 
@@ -25,13 +27,13 @@ HOLD_SECONDS = 30  # the longest a held part waits for the test
 
 
 @contextmanager
-def gofakes3(log: Path, bucket: str) -> Iterator[str]:
+def gofakes3(log: Path, bucket: str, *flags: str) -> Iterator[str]:
     """gofakes3 on 127.0.0.1 (a free port), `bucket` in memory; its endpoint URL."""
     binary = toolchain_binary(tv.GOFAKES3, "gofakes3")
     port = free_port()
     with log.open("wb") as out:
         server = subprocess.Popen([str(binary), "-backend", "mem", "-host", f"127.0.0.1:{port}",
-                                   "-initialbucket", bucket], stdout=out, stderr=out)
+                                   "-initialbucket", bucket, *flags], stdout=out, stderr=out)
     try:
         for _ in range(100):  # 10 s
             try:
@@ -104,7 +106,9 @@ class _Forward(BaseHTTPRequestHandler):
     def _any(self) -> None:
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         self.server.seen.append(f"{self.command} {self.path}")
-        query = parse_qs(urlsplit(self.path).query, keep_blank_values=True)
+        target = urlsplit(self.path)  # as a proxy: http://host/path?query
+        path = target.path + (f"?{target.query}" if target.query else "")
+        query = parse_qs(target.query, keep_blank_values=True)
         part = int(query["partNumber"][0]) if "partNumber" in query else None
         if part is not None and part in (self.server.fail_part, self.server.hold_part):
             if part == self.server.hold_part:
@@ -118,7 +122,7 @@ class _Forward(BaseHTTPRequestHandler):
             return
         conn = http.client.HTTPConnection(self.server.upstream, timeout=60)
         try:
-            conn.request(self.command, self.path, body=body, headers=dict(self.headers.items()))
+            conn.request(self.command, path, body=body, headers=dict(self.headers.items()))
             answer = conn.getresponse()
             data = answer.read()
         finally:
