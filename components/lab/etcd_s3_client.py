@@ -145,7 +145,7 @@ class Bucket:
         return url, headers
 
     def send(self, method: str, key: str = "", query: Mapping[str, str] | None = None,
-             body: IO[bytes] | None = None, length: int = 0, payload_hash: str = EMPTY_SHA256,
+             body: IO[bytes] | io.RawIOBase | None = None, length: int = 0, payload_hash: str = EMPTY_SHA256,
              out: IO[bytes] | None = None) -> tuple[bytes, Mapping[str, str]]:
         """One signed request; the response body (or written to `out`) and headers."""
         now = datetime.datetime.now(datetime.timezone.utc)  # noqa: UP017 - Ubuntu 22.04's Python 3.10
@@ -166,7 +166,7 @@ class Bucket:
             raise S3Error(f"{where}: {exc}") from None
 
     def request(self, method: str, key: str = "", query: Mapping[str, str] | None = None,
-                body: IO[bytes] | None = None, length: int = 0, payload_hash: str = EMPTY_SHA256,
+                body: IO[bytes] | io.RawIOBase | None = None, length: int = 0, payload_hash: str = EMPTY_SHA256,
                 out: IO[bytes] | None = None) -> bytes:
         return self.send(method, key, query, body, length, payload_hash, out)[0]
 
@@ -251,10 +251,16 @@ def _sha256(f: IO[bytes], offset: int, length: int) -> str:
     return digest.hexdigest()
 
 
-def _text(xml: bytes, tag: str) -> str:
+def _root(xml: bytes, what: str) -> ET.Element:
+    try:
+        return ET.fromstring(xml)
+    except ET.ParseError:
+        raise S3Error(f"{what}: the answer is not XML: {xml[:200]!r}") from None
+
+
+def _text(xml: bytes, tag: str, what: str) -> str:
     """A tag's text with or without S3's namespace (AWS sends it, some servers do not)."""
-    root = ET.fromstring(xml)
-    for item in root.iter():
+    for item in _root(xml, what).iter():
         if item.tag.rsplit("}", 1)[-1] == tag:
             return item.text or ""
     return ""
@@ -264,7 +270,7 @@ def put_multipart(s3: Bucket, key: str, f: IO[bytes], size: int, part_bytes: int
     """CreateMultipartUpload, UploadPart each part (payload signed), CompleteMultipartUpload; on any
     failure or signal AbortMultipartUpload, so no parts are left. The number of parts."""
     part_bytes = max(part_bytes, -(-size // MAX_PARTS))
-    upload_id = _text(s3.request("POST", key, query={"uploads": ""}), "UploadId")
+    upload_id = _text(s3.request("POST", key, query={"uploads": ""}), "UploadId", f"POST {key}?uploads")
     if not upload_id:
         raise S3Error(f"POST {key}?uploads: the answer has no UploadId")
     try:
@@ -283,7 +289,7 @@ def put_multipart(s3: Bucket, key: str, f: IO[bytes], size: int, part_bytes: int
         answer = s3.request("POST", key, query={"uploadId": upload_id}, body=io.BytesIO(done), length=len(done),
                             payload_hash=hashlib.sha256(done).hexdigest())
         # S3 may answer 200 and an <Error> body when it fails while assembling (CompleteMultipartUpload docs).
-        if ET.fromstring(answer).tag.rsplit("}", 1)[-1] != "CompleteMultipartUploadResult":
+        if _root(answer, f"POST {key}?uploadId").tag.rsplit("}", 1)[-1] != "CompleteMultipartUploadResult":
             raise S3Error(f"POST {key}?uploadId: {_s3_error(answer)}")
         return len(parts)
     except BaseException:

@@ -65,15 +65,17 @@ def open_uploads(endpoint: str, bucket: str) -> list[str]:
 
 class S3Front(ThreadingHTTPServer):
     """Forwards to `upstream` (http://host:port); `fail_part` answers that UploadPart 500, `hold_part`
-    sets `arrived` and waits for `release` (at most HOLD_SECONDS) before answering it 500."""
+    sets `arrived` and waits for `release` (at most HOLD_SECONDS) before answering it 500;
+    `fail_complete` answers CompleteMultipartUpload 200 with an <Error> body, as S3 may when it fails
+    while assembling the parts (its CompleteMultipartUpload docs)."""
 
     daemon_threads = True
 
     def __init__(self, upstream: str, tls: ssl.SSLContext | None = None, fail_part: int | None = None,
-                 hold_part: int | None = None):
+                 hold_part: int | None = None, fail_complete: bool = False):
         super().__init__(("127.0.0.1", 0), _Forward)
         self.upstream = urlsplit(upstream).netloc
-        self.fail_part, self.hold_part = fail_part, hold_part
+        self.fail_part, self.hold_part, self.fail_complete = fail_part, hold_part, fail_complete
         self.arrived, self.release = threading.Event(), threading.Event()
         self.seen: list[str] = []
         if tls is not None:
@@ -110,12 +112,14 @@ class _Forward(BaseHTTPRequestHandler):
         path = target.path + (f"?{target.query}" if target.query else "")
         query = parse_qs(target.query, keep_blank_values=True)
         part = int(query["partNumber"][0]) if "partNumber" in query else None
-        if part is not None and part in (self.server.fail_part, self.server.hold_part):
-            if part == self.server.hold_part:
+        completing = self.command == "POST" and "uploadId" in query
+        if completing and self.server.fail_complete or part is not None and part in (self.server.fail_part,
+                                                                                     self.server.hold_part):
+            if part is not None and part == self.server.hold_part:
                 self.server.arrived.set()
                 self.server.release.wait(HOLD_SECONDS)
             error = b"<Error><Code>InternalError</Code><Message>the front failed this part</Message></Error>"
-            self.send_response(500)
+            self.send_response(200 if completing else 500)
             self.send_header("Content-Length", str(len(error)))
             self.end_headers()
             self.wfile.write(error)

@@ -15,6 +15,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Literal
 
 import pytest
 
@@ -50,7 +51,7 @@ def snapshot(tmp_path: Path) -> Path:
 
 
 def _config(tmp: Path, endpoint: str, ca_bundle: str | None = None, name: str = "s3.json",
-            addressing: str = "path", written_endpoint: str | None = None) -> Path:
+            addressing: Literal["path", "virtual"] = "path", written_endpoint: str | None = None) -> Path:
     s3 = EtcdBackupS3Config(endpoint=endpoint, bucket=BUCKET, prefix=PREFIX, ca_bundle=ca_bundle,
                             addressing=addressing)
     written = json.loads(etcd_backup_s3.client_config(s3, NODE, {
@@ -89,6 +90,18 @@ def test_a_failed_part_aborts_the_upload(upstream: str, snapshot: Path, tmp_path
     _began_and_aborted(front)
     assert open_uploads(upstream, BUCKET) == []
     assert not list(tmp_path.glob(".*.part")), "the encrypted copy was left on the host"
+
+
+def test_a_completion_answered_200_with_an_error_fails_and_aborts(upstream: str, snapshot: Path,
+                                                                  tmp_path: Path) -> None:
+    with S3Front(upstream, fail_complete=True).running() as front:
+        result = _run(_config(tmp_path, front.endpoint), "upload", str(snapshot))
+    assert result.returncode == 1, result.stderr + result.stdout
+    assert "?uploadId: InternalError: the front failed this part" in result.stderr
+    _began_and_aborted(front)
+    assert open_uploads(upstream, BUCKET) == []
+    listed = _run(_config(tmp_path, upstream, name="direct.json"), "list")
+    assert f"{snapshot.name}.enc" not in listed.stdout, listed.stdout
 
 
 def test_a_signal_mid_upload_aborts_it(upstream: str, snapshot: Path, tmp_path: Path) -> None:
