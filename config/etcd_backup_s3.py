@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import ipaddress
 import re
+import ssl
+from typing import Literal
 from urllib.parse import urlsplit
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationInfo, field_validator
 
 from config.errors import Problems
 from config.fields import Model
@@ -36,6 +38,16 @@ _PREFIX = re.compile(r"(?:[A-Za-z0-9!_.*'()-]+/)+")
 _REGION = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
 # The endpoint's host: a DNS name or an address (urlsplit keeps spaces or ';' in it, and drops newlines).
 _HOST = re.compile(r"[A-Za-z0-9.-]+|[0-9A-Fa-f:.]+")
+# PEM blocks (RFC 7468): text outside them is ignored, as OpenSSL does (bundles carry "# Issuer" lines).
+_PEM = re.compile(r"-----BEGIN ([A-Z0-9 ]+)-----[A-Za-z0-9+/=\s]*?-----END \1-----")
+
+
+def _is_address(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
 
 
 def _loopback(host: str) -> bool:
@@ -50,8 +62,8 @@ def _loopback(host: str) -> bool:
 class EtcdBackupS3Config(Model):
     """An S3-compatible bucket for off-host copies of the etcd snapshots (encrypted on the host)."""
 
-    endpoint: str = Field(description="The S3 endpoint URL, https://host[:port] with no path (path-style requests: "
-                                      "<endpoint>/<bucket>/<key>); http only for a loopback host.")
+    endpoint: str = Field(description="The S3 endpoint URL, https://host[:port] with no path (the bucket goes in the "
+                                      "path or the host name: addressing); http only for a loopback host.")
     bucket: str = Field(description="The bucket (it must exist; the program creates none).")
     prefix: str = Field(description="Key prefix of this cluster's snapshots, ending in '/', e.g. lab-a/etcd/: one "
                                     "prefix per cluster (retention deletes its members' old snapshots under it).")
@@ -60,6 +72,12 @@ class EtcdBackupS3Config(Model):
     retain_days: int | None = Field(default=None, ge=1, le=3650,
                                     description="Also delete a control plane's snapshots older than this many days "
                                                 "(its newest is always kept).")
+    ca_bundle: str | None = Field(default=None, description="PEM certificates that alone are trusted for the "
+                                  "endpoint's TLS (a private CA); unset: the control planes' system CA store.")
+    addressing: Literal["path", "virtual"] = Field(
+        default="path", description="path: https://HOST/BUCKET/KEY (MinIO, Ceph RGW, Garage; AWS still takes it); "
+                                    "virtual: https://BUCKET.HOST/KEY, AWS's own form (it announced path-style's "
+                                    "retirement in 2019, then postponed it).")
 
     @field_validator("endpoint")
     @classmethod
@@ -100,6 +118,41 @@ class EtcdBackupS3Config(Model):
         if not _PREFIX.fullmatch(v) or any(s in (".", "..") for s in v.split("/")):
             raise ValueError("must be folders of letters, digits and !_.*'()- each ending in '/', such as "
                              f"lab-a/etcd/ (no leading '/', no '.' or '..' folder), got {v!r}")
+        return v
+
+    @field_validator("ca_bundle")
+    @classmethod
+    def _ca_bundle(cls, v: str | None, info: ValidationInfo) -> str | None:
+        if v is None:
+            return None
+        blocks = list(_PEM.finditer(v))
+        kinds = {m.group(1) for m in blocks}
+        if any("PRIVATE KEY" in kind for kind in kinds):
+            raise ValueError("holds a private key: only the CA's certificates belong here (remove the key from the "
+                             "stack's config and its history)")
+        if not blocks or kinds != {"CERTIFICATE"}:
+            found = ", ".join(sorted(kinds)) or "no PEM block"
+            raise ValueError(f"must be PEM certificates (-----BEGIN CERTIFICATE----- ...), found {found}")
+        for number, block in enumerate(blocks, start=1):
+            try:
+                ssl.create_default_context(cadata=block.group(0))
+            except (ssl.SSLError, ValueError) as exc:
+                raise ValueError(f"certificate {number} of {len(blocks)} does not parse: {exc}") from None
+        if urlsplit(info.data.get("endpoint", "https:")).scheme == "http":
+            raise ValueError("is set but the endpoint is http: no TLS, nothing to verify")
+        return "".join(block.group(0) + "\n" for block in blocks)
+
+    @field_validator("addressing")
+    @classmethod
+    def _addressing(cls, v: str, info: ValidationInfo) -> str:
+        host = urlsplit(info.data.get("endpoint", "")).hostname or ""
+        bucket = info.data.get("bucket", "")
+        if v == "virtual" and (host == "localhost" or _HOST.fullmatch(host) and _is_address(host)):
+            raise ValueError(f"virtual puts the bucket in the host name ({bucket}.{host}): the endpoint needs a DNS "
+                             "name, not an address or localhost; use path")
+        if v == "virtual" and "." in bucket and urlsplit(info.data.get("endpoint", "")).scheme == "https":
+            raise ValueError(f"virtual with a bucket name holding '.' ({bucket}) fails TLS: the server's wildcard "
+                             "certificate covers one label (AWS's virtual hosting docs); use path or a name without '.'")
         return v
 
     @field_validator("region")

@@ -10,9 +10,12 @@ failed upload fails the run (etcd_backup_last_run_success 0, the alert).
 Why every control plane uploads its own snapshots: a cluster that lost its first control plane still
 has the others' copies, and each member's names carry its node name, so their retentions never meet.
 
+Large snapshots go up as multipart uploads, aborted on failure; a private CA (caBundle) travels in the
+config file and is the client's only trust anchor; addressing is path-style or virtual-hosted.
+
 Does not manage: the bucket (created by you, ideally with versioning or object lock, so that these
-credentials cannot erase the history), multipart uploads (one PUT: 5 GiB, over etcd's 2 GiB default
-quota), virtual-hosted-style addressing (path-style only: MinIO, Ceph RGW, Garage and AWS S3 take it).
+credentials cannot erase the history, and a lifecycle rule AbortIncompleteMultipartUpload for an upload
+whose abort failed too).
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ def client_config(s3: EtcdBackupS3Config, node: str, secrets: Mapping[str, str])
     the credentials and the encryption key."""
     return json.dumps({
         "endpoint": s3.endpoint, "bucket": s3.bucket, "prefix": s3.prefix, "region": s3.region, "node": node,
-        "retain": s3.retain, "retainDays": s3.retain_days,
+        "retain": s3.retain, "retainDays": s3.retain_days, "caBundle": s3.ca_bundle, "addressing": s3.addressing,
         "accessKeyId": secrets[ACCESS_KEY_ID].strip(), "secretAccessKey": secrets[SECRET_ACCESS_KEY].strip(),
         # Without the newline `pulumi config set ... < file` may keep: the same passphrase a person types.
         "encryptionKey": secrets[ENCRYPTION_KEY].strip(),

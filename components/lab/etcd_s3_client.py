@@ -24,8 +24,21 @@ Retention touches only this member's own names, <prefix>etcd-<node>-<UTC time>.d
 `retain` are kept, and with `retainDays` older ones go too, never the newest. Nothing else under
 the prefix (other members', other files) is deleted.
 
+Large snapshots: an encrypted snapshot over one part (PART_BYTES) goes up as a multipart upload
+(docs.aws.amazon.com/AmazonS3/latest/userguide/qfacts.html: one PUT at most 5 GiB, parts 5 MiB to 5 GiB,
+at most 10,000 parts), read from disk part by part (never the whole file in memory), each part's
+payload hashed and signed like a single PUT (a pass over the part before it is sent: no
+UNSIGNED-PAYLOAD, so a part changed on the way is refused by S3). Any failure, or SIGTERM/SIGINT/SIGHUP,
+aborts the upload (AbortMultipartUpload) so that no parts stay billed; a failed abort is said, with
+the lifecycle rule that cleans them up.
+
+TLS: with caBundle (PEM) its certificates are the only trust anchors (a private CA); without it the
+system store. Addressing: path-style <endpoint>/<bucket>/<key> (MinIO, Ceph RGW, Garage) or
+virtual-hosted <bucket>.<endpoint host>/<key> (AWS's preferred form).
+
 Config: a JSON file, root only (GPU_CLUSTER_ETCD_S3_CONFIG, default /etc/gpu-cluster/etcd-backup-s3.json):
-endpoint, bucket, prefix, region, node, retain, retainDays, accessKeyId, secretAccessKey, encryptionKey.
+endpoint, bucket, prefix, region, node, retain, retainDays, accessKeyId, secretAccessKey, encryptionKey,
+caBundle, addressing; partBytes only in tests (the program never writes it: real S3 refuses parts under 5 MiB).
 """
 
 from __future__ import annotations
@@ -33,9 +46,12 @@ from __future__ import annotations
 import datetime
 import hashlib
 import hmac
+import io
 import json
 import os
 import re
+import signal
+import ssl
 import subprocess
 import sys
 import urllib.error
@@ -44,10 +60,16 @@ import urllib.request
 import xml.etree.ElementTree as ET
 from collections.abc import Mapping
 from typing import IO, Any
+from xml.sax.saxutils import escape
 
 CONFIG = "/etc/gpu-cluster/etcd-backup-s3.json"
 EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
-MAX_PUT_BYTES = 5 * 1024**3  # S3's limit for one PUT; etcd's default quota is 2 GiB
+# A part, and the size above which an upload is multipart. Fixed, not a setting: 64 MiB is within every
+# S3-compatible server's part limits (5 MiB..5 GiB; R2 and Ceph the same), a failed part costs little to
+# send again, and etcd's largest quota (8 GiB) is 128 parts. Grown for a file over 10,000 parts.
+PART_BYTES = 64 * 1024**2
+MAX_PARTS = 10_000
+MAX_OBJECT_BYTES = 5 * 1024**4  # S3's largest object
 TIMEOUT = 300  # seconds per request without progress
 MAX_PAGES = 1000  # listing pages of 1000 keys each
 OPENSSL_ENC = ["-aes-256-cbc", "-pbkdf2", "-iter", "600000", "-md", "sha256"]
@@ -88,39 +110,65 @@ def authorization(method: str, path: str, query: Mapping[str, str], headers: Map
     return f"AWS4-HMAC-SHA256 Credential={key_id}/{scope}, SignedHeaders={';'.join(names)}, Signature={signature}"
 
 
+def tls_context(ca_bundle: str | None) -> ssl.SSLContext:
+    """With a bundle its certificates are the only trust anchors (create_default_context loads the
+    system store only when given no cadata); hostname checking stays on."""
+    return ssl.create_default_context(cadata=ca_bundle) if ca_bundle else ssl.create_default_context()
+
+
 class Bucket:
     def __init__(self, cfg: Mapping[str, Any]):
         self.cfg = cfg
         self.endpoint = urllib.parse.urlsplit(cfg["endpoint"])
         self.bucket, self.prefix = cfg["bucket"], cfg["prefix"]
+        self.virtual = cfg.get("addressing", "path") == "virtual"
+        self.tls = tls_context(cfg.get("caBundle")) if self.endpoint.scheme == "https" else None
 
-    def request(self, method: str, key: str = "", query: Mapping[str, str] | None = None,
-                body: IO[bytes] | None = None, length: int = 0, payload_hash: str = EMPTY_SHA256,
-                out: IO[bytes] | None = None) -> bytes:
-        """One signed request (path-style: /<bucket>/<key>); the response body, or written to `out`."""
-        query = dict(query or {})
-        path = f"/{self.bucket}/{key}" if key else f"/{self.bucket}"
-        now = datetime.datetime.now(datetime.timezone.utc)  # noqa: UP017 - Ubuntu 22.04's Python 3.10
-        headers = {"host": self.endpoint.netloc, "x-amz-date": now.strftime("%Y%m%dT%H%M%SZ"),
-                   "x-amz-content-sha256": payload_hash}
-        if body is not None:
+    def address(self, key: str) -> tuple[str, str]:
+        """(host, path not yet URI-encoded): path-style <endpoint>/<bucket>/<key>, or virtual-hosted
+        <bucket>.<endpoint host>/<key>."""
+        if self.virtual:
+            return f"{self.bucket}.{self.endpoint.netloc}", f"/{key}"
+        return self.endpoint.netloc, f"/{self.bucket}/{key}" if key else f"/{self.bucket}"
+
+    def signed(self, method: str, key: str, query: Mapping[str, str], payload_hash: str, length: int | None,
+               now: datetime.datetime) -> tuple[str, dict[str, str]]:
+        """The URL and the signed headers of one request."""
+        host, path = self.address(key)
+        headers = {"host": host, "x-amz-date": now.strftime("%Y%m%dT%H%M%SZ"), "x-amz-content-sha256": payload_hash}
+        if length is not None:
             headers["content-length"] = str(length)
         headers["authorization"] = authorization(method, path, query, headers, payload_hash, now, self.cfg["region"],
                                                  self.cfg["accessKeyId"], self.cfg["secretAccessKey"])
-        url = urllib.parse.urlunsplit((self.endpoint.scheme, self.endpoint.netloc, _quote(path, "/"),
+        url = urllib.parse.urlunsplit((self.endpoint.scheme, host, _quote(path, "/"),
                                        "&".join(f"{_quote(k)}={_quote(v)}" for k, v in sorted(query.items())), ""))
+        return url, headers
+
+    def send(self, method: str, key: str = "", query: Mapping[str, str] | None = None,
+             body: IO[bytes] | io.RawIOBase | None = None, length: int = 0, payload_hash: str = EMPTY_SHA256,
+             out: IO[bytes] | None = None) -> tuple[bytes, Mapping[str, str]]:
+        """One signed request; the response body (or written to `out`) and headers."""
+        now = datetime.datetime.now(datetime.timezone.utc)  # noqa: UP017 - Ubuntu 22.04's Python 3.10
+        url, headers = self.signed(method, key, dict(query or {}), payload_hash,
+                                   length if body is not None else None, now)
         req = urllib.request.Request(url, data=body, method=method, headers=headers)
+        where = f"{method} {self.address(key)[1]}" + ("?" + "&".join(sorted(query)) if query else "")
         try:
-            with urllib.request.urlopen(req, timeout=TIMEOUT) as resp:  # noqa: S310 - http(s) only (config)
+            with urllib.request.urlopen(req, timeout=TIMEOUT, context=self.tls) as resp:  # noqa: S310 - http(s) only
                 if out is None:
-                    return bytes(resp.read())
+                    return bytes(resp.read()), resp.headers
                 while chunk := resp.read(1 << 20):
                     out.write(chunk)
-                return b""
+                return b"", resp.headers
         except urllib.error.HTTPError as exc:
-            raise S3Error(f"{method} {path}: HTTP {exc.code} {_s3_error(exc.read())}") from None
+            raise S3Error(f"{where}: HTTP {exc.code} {_s3_error(exc.read())}") from None
         except (urllib.error.URLError, OSError) as exc:
-            raise S3Error(f"{method} {path}: {exc}") from None
+            raise S3Error(f"{where}: {exc}") from None
+
+    def request(self, method: str, key: str = "", query: Mapping[str, str] | None = None,
+                body: IO[bytes] | io.RawIOBase | None = None, length: int = 0, payload_hash: str = EMPTY_SHA256,
+                out: IO[bytes] | None = None) -> bytes:
+        return self.send(method, key, query, body, length, payload_hash, out)[0]
 
     def keys(self, limit: int | None = None) -> list[tuple[str, int, str]]:
         """(key, size, last modified) of every object under the prefix, ListObjectsV2 page by page."""
@@ -176,6 +224,98 @@ def expired(names: list[str], node: str, retain: int, retain_days: int | None, n
     return sorted(doomed)
 
 
+class _Part(io.RawIOBase):
+    """Bytes [offset, offset + length) of an open file, read from disk block by block as http.client sends them."""
+
+    def __init__(self, f: IO[bytes], offset: int, length: int):
+        super().__init__()
+        self.f, self.left = f, length
+        f.seek(offset)
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int = -1) -> bytes:
+        size = self.left if size < 0 else min(size, self.left)
+        data = self.f.read(size)
+        self.left -= len(data)
+        return data
+
+
+def _sha256(f: IO[bytes], offset: int, length: int) -> str:
+    digest, part = hashlib.sha256(), _Part(f, offset, length)
+    while chunk := part.read(1 << 20):
+        digest.update(chunk)
+    if part.left:
+        raise S3Error(f"{f.name} ended {part.left} bytes early")
+    return digest.hexdigest()
+
+
+def _root(xml: bytes, what: str) -> ET.Element:
+    try:
+        return ET.fromstring(xml)
+    except ET.ParseError:
+        raise S3Error(f"{what}: the answer is not XML: {xml[:200]!r}") from None
+
+
+def _text(xml: bytes, tag: str, what: str) -> str:
+    """A tag's text with or without S3's namespace (AWS sends it, some servers do not)."""
+    for item in _root(xml, what).iter():
+        if item.tag.rsplit("}", 1)[-1] == tag:
+            return item.text or ""
+    return ""
+
+
+def put_multipart(s3: Bucket, key: str, f: IO[bytes], size: int, part_bytes: int) -> int:
+    """CreateMultipartUpload, UploadPart each part (payload signed), CompleteMultipartUpload; on any
+    failure or signal AbortMultipartUpload, so no parts are left. The number of parts."""
+    part_bytes = max(part_bytes, -(-size // MAX_PARTS))
+    upload_id = _text(s3.request("POST", key, query={"uploads": ""}), "UploadId", f"POST {key}?uploads")
+    if not upload_id:
+        raise S3Error(f"POST {key}?uploads: the answer has no UploadId")
+    try:
+        parts: list[tuple[int, str]] = []
+        for number, offset in enumerate(range(0, size, part_bytes), start=1):
+            length = min(part_bytes, size - offset)
+            digest = _sha256(f, offset, length)
+            _, headers = s3.send("PUT", key, query={"partNumber": str(number), "uploadId": upload_id},
+                                 body=_Part(f, offset, length), length=length, payload_hash=digest)
+            if not headers.get("ETag"):
+                raise S3Error(f"PUT {key} part {number}: the answer has no ETag")
+            parts.append((number, headers["ETag"]))
+        done = ("<CompleteMultipartUpload>" + "".join(
+            f"<Part><PartNumber>{n}</PartNumber><ETag>{escape(etag)}</ETag></Part>" for n, etag in parts)
+            + "</CompleteMultipartUpload>").encode()
+        answer = s3.request("POST", key, query={"uploadId": upload_id}, body=io.BytesIO(done), length=len(done),
+                            payload_hash=hashlib.sha256(done).hexdigest())
+        # S3 may answer 200 and an <Error> body when it fails while assembling (CompleteMultipartUpload docs).
+        if _root(answer, f"POST {key}?uploadId").tag.rsplit("}", 1)[-1] != "CompleteMultipartUploadResult":
+            raise S3Error(f"POST {key}?uploadId: {_s3_error(answer)}")
+        return len(parts)
+    except BaseException:
+        try:
+            s3.request("DELETE", key, query={"uploadId": upload_id})
+            print(f"aborted the multipart upload of {key}", file=sys.stderr)
+        except S3Error as exc:
+            print(f"gpu-cluster-etcd-s3: could not abort the multipart upload {upload_id} of {key} ({exc}); its parts "
+                  "stay billed until a lifecycle rule AbortIncompleteMultipartUpload removes them", file=sys.stderr)
+        raise
+
+
+def put_file(s3: Bucket, key: str, path: str, part_bytes: int = PART_BYTES) -> str:
+    """One PUT up to one part's size, else a multipart upload; what was done, for the log."""
+    size = os.path.getsize(path)
+    if size > MAX_OBJECT_BYTES:
+        raise S3Error(f"{path} is {size} bytes, over S3's largest object ({MAX_OBJECT_BYTES})")
+    with open(path, "rb") as f:
+        if size > part_bytes:
+            return f"{size} bytes in {put_multipart(s3, key, f, size, part_bytes)} parts"
+        digest = _sha256(f, 0, size)
+        f.seek(0)
+        s3.request("PUT", key, body=f, length=size, payload_hash=digest)
+    return f"{size} bytes"
+
+
 def upload(cfg: Mapping[str, Any], snapshot: str) -> None:
     s3 = Bucket(cfg)
     name = os.path.basename(snapshot) + ".enc"
@@ -184,19 +324,11 @@ def upload(cfg: Mapping[str, Any], snapshot: str) -> None:
     part = os.path.join(os.path.dirname(snapshot), f".{name}.part")
     try:
         _openssl(cfg, "-salt", "-in", snapshot, "-out", part)
-        size = os.path.getsize(part)
-        if size > MAX_PUT_BYTES:
-            raise S3Error(f"{name} is {size} bytes, over S3's {MAX_PUT_BYTES} for one upload")
-        digest = hashlib.sha256()
-        with open(part, "rb") as f:
-            while chunk := f.read(1 << 20):
-                digest.update(chunk)
-        with open(part, "rb") as f:
-            s3.request("PUT", s3.prefix + name, body=f, length=size, payload_hash=digest.hexdigest())
+        sent = put_file(s3, s3.prefix + name, part, int(cfg.get("partBytes") or PART_BYTES))
     finally:
         if os.path.exists(part):
             os.unlink(part)
-    print(f"uploaded s3://{s3.bucket}/{s3.prefix}{name} ({size} bytes, encrypted)")
+    print(f"uploaded s3://{s3.bucket}/{s3.prefix}{name} ({sent}, encrypted)")
     names = [key[len(s3.prefix):] for key, _, _ in s3.keys()]
     now = datetime.datetime.now(datetime.timezone.utc)  # noqa: UP017
     for old in expired(names, cfg["node"], int(cfg["retain"]), cfg.get("retainDays"), now):
@@ -220,8 +352,15 @@ def fetch(cfg: Mapping[str, Any], key: str, out: str) -> None:
     print(f"fetched s3://{s3.bucket}/{key} into {out} (decrypted)")
 
 
+def _stop(signum: int, _frame: object) -> None:
+    """A signal ends the run through the `finally`s and excepts: the multipart upload is aborted."""
+    raise SystemExit(128 + signum)
+
+
 def main(argv: list[str]) -> int:
     usage = "usage: gpu-cluster-etcd-s3 upload SNAPSHOT | list | fetch KEY OUT | check"
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _stop)
     with open(os.environ.get("GPU_CLUSTER_ETCD_S3_CONFIG", CONFIG), encoding="utf-8") as f:
         cfg = json.load(f)
     try:

@@ -3,6 +3,7 @@ before anything is registered, and the three secrets required with it, refused w
 
 from __future__ import annotations
 
+import subprocess
 from typing import Any
 
 import pytest
@@ -73,3 +74,46 @@ def test_the_secrets_without_s3_are_refused_and_never_parsed_as_plaintext() -> N
 def test_a_dev_stack_refuses_them_as_lab_keys() -> None:
     raw = {"platform": "dev", "kubeContext": "kind-dev"}
     reported(raw, "etcdBackupEncryptionKey", "lab key", secrets={"etcdBackupEncryptionKey"})
+
+
+@pytest.fixture(scope="module")
+def pem(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """A CA certificate and its key, made by openssl."""
+    root = tmp_path_factory.mktemp("ca")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+                    "-keyout", "ca.key", "-out", "ca.crt", "-subj", "/CN=lab-s3-ca", "-days", "2"], cwd=root,
+                   capture_output=True, check=True, timeout=60)
+    return {"cert": (root / "ca.crt").read_text(), "key": (root / "ca.key").read_text()}
+
+
+def test_a_ca_bundle_of_certificates_is_accepted(pem: dict[str, str]) -> None:
+    bundle = f"# Issuer: CN=lab-s3-ca\n{pem['cert']}\n{pem['cert']}"
+    cfg = accepted(_raw(caBundle=bundle, addressing="virtual"), SECRETS)
+    assert isinstance(cfg, config.LabStack) and cfg.etcd_backup.s3 is not None
+    assert cfg.etcd_backup.s3.ca_bundle == pem["cert"] * 2  # the blocks alone, each ending in a newline
+    assert cfg.etcd_backup.s3.addressing == "virtual"
+
+
+@pytest.mark.parametrize(("bundle", "words"), [
+    ("{cert}{key}", ("private key",)),
+    ("not a certificate", ("PEM certificates", "no PEM block")),
+    ("-----BEGIN PUBLIC KEY-----\nAAAA\n-----END PUBLIC KEY-----\n", ("found PUBLIC KEY",)),
+    ("-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n", ("certificate 1 of 1 does not parse",)),
+])
+def test_a_bad_ca_bundle_is_refused_naming_the_key(pem: dict[str, str], bundle: str, words: tuple[str, ...]) -> None:
+    reported(_raw(caBundle=bundle.format(**pem)), "etcdBackup.s3.caBundle", *words, secrets=SECRETS)
+
+
+def test_a_ca_bundle_needs_https(pem: dict[str, str]) -> None:
+    reported(_raw(endpoint="http://127.0.0.1:9000", caBundle=pem["cert"]), "etcdBackup.s3.caBundle", "http",
+             secrets=SECRETS)
+
+
+@pytest.mark.parametrize(("s3", "words"), [
+    ({"addressing": "vhost"}, ("'path' or 'virtual'",)),
+    ({"addressing": "virtual", "endpoint": "https://10.0.0.5:9000"}, ("DNS name",)),
+    ({"addressing": "virtual", "endpoint": "http://localhost:9000"}, ("DNS name",)),
+    ({"addressing": "virtual", "bucket": "lab.backups"}, ("'.'", "wildcard certificate")),
+])
+def test_virtual_addressing_is_refused_where_it_cannot_work(s3: dict[str, Any], words: tuple[str, ...]) -> None:
+    reported(_raw(**s3), "etcdBackup.s3.addressing", *words, secrets=SECRETS)

@@ -3,7 +3,8 @@ as installed) against a real etcd (etcd_rehearsal.py) and a real S3-compatible s
 gofakes3 v1.2.0 from the toolchain (tools/toolchain/build.sh gofakes3). Upload (the object is
 ciphertext, not a snapshot), list, retention (only this member's own old objects under the prefix),
 download, decrypt, and `etcdutl snapshot restore` of the downloaded copy into etcd that then serves
-the keys. What gofakes3 does not check, the request signature, test_etcd_s3_signature.py holds to
+the keys; a snapshot over one part as a multipart upload, restored the same way. What gofakes3 does not
+check, the request signature, test_etcd_s3_signature.py holds to
 AWS's published examples.
 """
 
@@ -14,7 +15,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import time
 import urllib.request
@@ -23,11 +23,10 @@ from pathlib import Path
 
 import pytest
 
-from components import toolchain_versions as tv
 from components.lab import etcd_backup, etcd_backup_s3
 from config.etcd_backup_s3 import EtcdBackupS3Config
 from tests.components.lab.etcd_rehearsal import ETCD_BIN, RehearsalHost, free_port, make_pki, members
-from tests.toolchain import toolchain_binary
+from tests.components.lab.s3_servers import gofakes3, open_uploads
 
 NODE = "cp-1"
 BUCKET = "etcd-backups"
@@ -40,27 +39,8 @@ pytestmark = pytest.mark.skipif(not (ETCD_BIN / "etcdutl").exists() or shutil.wh
 
 @pytest.fixture(scope="module")
 def endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """gofakes3 on 127.0.0.1 (a free port), its bucket in memory."""
-    binary = toolchain_binary(tv.GOFAKES3, "gofakes3")
-    port = free_port()
-    log = tmp_path_factory.mktemp("gofakes3") / "log"
-    with log.open("wb") as out:
-        server = subprocess.Popen([str(binary), "-backend", "mem", "-host", f"127.0.0.1:{port}",
-                                   "-initialbucket", BUCKET], stdout=out, stderr=out)
-    try:
-        for _ in range(100):  # 10 s
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                assert server.poll() is None, log.read_text()
-                time.sleep(0.1)
-        else:
-            raise AssertionError(f"gofakes3 did not listen on {port}: {log.read_text()}")
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
+    with gofakes3(tmp_path_factory.mktemp("gofakes3") / "log", BUCKET) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
@@ -82,13 +62,15 @@ def host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RehearsalHost]:
 
 
 def _config(h: RehearsalHost, endpoint: str, *, retain: int = 3, retain_days: int | None = None,
-            key: str = "correct horse battery staple", name: str = "s3.json") -> Path:
-    """The client's config as the install step writes it (etcd_backup_s3.client_config)."""
+            key: str = "correct horse battery staple", name: str = "s3.json", part_bytes: int | None = None) -> Path:
+    """The client's config as the install step writes it (etcd_backup_s3.client_config); `part_bytes`
+    (tests only) makes a small snapshot a multipart upload."""
     s3 = EtcdBackupS3Config(endpoint=endpoint, bucket=BUCKET, prefix=PREFIX, retain=retain, retain_days=retain_days)
     path = h.root / name
-    path.write_text(etcd_backup_s3.client_config(s3, NODE, {
+    written = json.loads(etcd_backup_s3.client_config(s3, NODE, {
         "etcdBackupS3AccessKeyId": "AKIAEXAMPLE", "etcdBackupS3SecretAccessKey": "secret/with+chars",
         "etcdBackupEncryptionKey": key}))
+    path.write_text(json.dumps({**written, "partBytes": part_bytes} if part_bytes else written))
     path.chmod(0o600)
     return path
 
@@ -246,3 +228,31 @@ def test_check_names_a_missing_bucket(host: RehearsalHost, endpoint: str) -> Non
     result = _client(host, config, "check")
     assert result.returncode == 1 and "HTTP 404" in result.stderr and "NoSuchBucket" in result.stderr, result.stderr
     assert "secret/with+chars" not in result.stderr + result.stdout
+
+
+def test_a_snapshot_over_one_part_goes_up_in_parts_and_restores(host: RehearsalHost, endpoint: str) -> None:
+    """Small parts (partBytes, tests only) make a ~1 MiB snapshot a multipart upload: gofakes3 assembles
+    the parts, and the object fetched back is the snapshot, byte for byte, that restores into etcd."""
+    h = host
+    config = _config(h, endpoint, retain=10, name="parts.json", part_bytes=256 * 1024)
+    values = {f"/registry/parts/key-{i}": os.urandom(30 * 1024).hex() for i in range(16)}  # ~1 MiB, incompressible
+    for key, value in values.items():
+        h.etcdctl("put", key, value)
+    result = _snapshot(h, config)
+    assert result.returncode == 0, result.stderr + result.stdout
+    local = sorted(h.backups.glob(f"etcd-{NODE}-*.db"))[-1]
+    parts = re.search(rf"uploaded s3://{BUCKET}/{re.escape(PREFIX + local.name)}\.enc \(\d+ bytes in (\d+) parts",
+                      result.stdout)
+    encrypted = 16 + 16 * (local.stat().st_size // 16 + 1)  # openssl enc: "Salted__" and salt, CBC's padding
+    assert parts and int(parts.group(1)) == -(-encrypted // (256 * 1024)), result.stdout
+    assert open_uploads(endpoint, BUCKET) == []  # completed, none left open
+    fetched = h.root / "from-parts.db"
+    got = _client(h, config, "fetch", f"{local.name}.enc", str(fetched))
+    assert got.returncode == 0, got.stderr
+    assert fetched.read_bytes() == local.read_bytes()
+    h.etcdctl("put", "/registry/parts/after", "late")  # taken back by the restore
+    restore = h.run(etcd_backup.restore_script(_settings()), str(fetched))
+    assert restore.returncode == 0, restore.stderr + restore.stdout
+    h.wait_healthy()
+    kvs = json.loads(h.etcdctl("get", "/registry/parts/", "--prefix", "-w", "json").stdout)["kvs"]
+    assert {base64.b64decode(kv["key"]).decode(): base64.b64decode(kv["value"]).decode() for kv in kvs} == values
