@@ -183,8 +183,12 @@ class GpuDirectKubernetes(pulumi.ComponentResource):
         super().__init__("gpucluster:gke:GpuDirectKubernetes", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         self.ready: list[pulumi.Resource] = []
+        named: set[str] = set()  # TCPX and TCPXO pools share vpc1..vpc4 (gpudirect_networks.py)
         for attached, _ in args.families.values():
             for a in attached:
+                if a.k8s_name in named:
+                    continue
+                named.add(a.k8s_name)
                 for obj in network_objects(a):
                     self.ready.append(k8s.apiextensions.CustomResource(
                         f"{name}-{obj['kind'].lower()}-{a.k8s_name}", api_version=obj["apiVersion"], kind=obj["kind"],

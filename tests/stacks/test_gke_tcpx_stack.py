@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 from components import versions
-from render import cluster
-from tests.stacks.test_gke_gpudirect_stack import _job_pod, _of, _pool, plan
+from render import cluster, program
+from tests.conftest import stack_config_with
+from tests.stacks.test_gke_gpudirect_stack import MEGA, _job_pod, _of, _pool, plan
 
 HIGH = {"name": "h100", "machineType": "a3-highgpu-8g", "accelerator": {"type": "nvidia-h100-80gb", "count": 8},
         "zones": ["us-central1-a"], "autoscaling": {"minNodes": 0, "maxNodes": 2}}
@@ -82,3 +83,22 @@ def test_a_multi_node_job_on_an_a3_high_pool_without_tcpx_exits_3(upstream_dir: 
     for job in ("Job training/nccl-acceptance", "Job training/train"):
         assert any(x.startswith(job) and "a3-highgpu-8g, 4 GPU NICs" in x and "gpuDirect auto" in x
                    for x in problems), problems
+
+
+def test_tcpx_and_tcpxo_pools_in_one_stack_share_the_first_four_gpu_vpcs(upstream_dir: Path):
+    """Both families name their VPCs <cluster>-gpunet-<i> and their networks vpc1.. (the blueprints):
+    the A3 High pool attaches to the A3 Mega pool's first four, each made once, one device injector.
+    Single-node jobs: a multi-node job over both families is refused (config/gke_gpudirect.py)."""
+    gke = json.loads(program.stack_config("gke")[0]["gpu-cluster:gke"])
+    gke["gpuPools"] = [MEGA, HIGH]
+    p = program.run("gke", config=stack_config_with("gke", gke=gke))
+    assert sorted(n["name"] for n in _of(p, "gcp:compute/network:Network")) == [f"gpu-cluster-gpunet-{i}" for i in range(8)]
+    assert len(_of(p, "gcp:compute/firewall:Firewall")) == 8
+    mega, high = (_pool(p, n)["networkConfig"]["additionalNodeNetworkConfigs"] for n in ("h100-mega", "h100"))
+    assert high == mega[:4] and len(mega) == 8
+    names = [o["metadata"]["name"] for o in _of(p, "kubernetes:networking.gke.io/v1:Network")]
+    assert sorted(names) == [f"vpc{i}" for i in range(1, 9)]
+    ds = [d["metadata"]["name"] for d in _of(p, "kubernetes:apps/v1:DaemonSet")]
+    assert ds.count("device-injector") == 1 and {"nccl-tcpx-installer", "nccl-tcpxo-installer"} <= set(ds)
+    report = cluster.check(p, p.config, upstream_dir)
+    assert report.ok, report.problems
