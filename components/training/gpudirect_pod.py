@@ -30,7 +30,10 @@ script, sourced by the pod's shell before it starts (launch.LaunchSpec.prelude).
   trainer's /tmp stays its own. The trainer's NCCL settings are the run-nccl.sh ones of
   nccl-config.yaml (no profile script ships for TCPX). Google's sample pods run `sleep infinity` and
   signal nothing: the daemon is a native sidecar here as for TCPXO, so it is up before the trainer
-  starts and the Job completes when the trainer exits.
+  starts and the Job completes when the trainer exits. The injector matches the annotation by
+  container name alone, with no init-container exception (nri_device_injector/nri_device_injector.go
+  CreateContainer -> getDevices(container.Name, ...) at 992db81); that containerd hands it the
+  native sidecar's creation like any container's is not checked on a real node here.
 - RDMA (gpudirect-rdma/nccl-test.yaml; Cluster Toolkit examples/gke-a3-ultragpu/nccl-jobset-example.yaml):
   /home/kubernetes/bin/gib at /usr/local/gib, NCCL_NET=gIB, and set_nccl_env.sh sourced.
 LD_LIBRARY_PATH gets /usr/local/nvidia/lib64 put in front (Google's manifests set it to that alone;
