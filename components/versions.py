@@ -222,3 +222,11 @@ GKE_NRI_DEVICE_INJECTOR_IMAGE = (
 # The TCPXO installer's host-preparation init container: Google's manifest says "ubuntu" with no tag;
 # pinned here to the LTS tag (it runs nsenter into the host, so only util-linux of the image is used).
 GKE_TCPXO_PREPARE_IMAGE = "ubuntu:24.04"
+# GPUDirect-TCPX (a3-highgpu-8g), from GoogleCloudPlatform/container-engine-accelerators at
+# 992db81257553607f1477945f1b3219632991829: gpudirect-tcpx/nccl-tcpx-installer.yaml (NCCL plugin v3.1.9)
+# and gpudirect-tcpx/nccl-test-latest.yaml (its tcpx-daemon, tcpgpudmarxd v2.0.12). Cluster Toolkit
+# (1047080375afbb44da4b596be314634e7486af4a) modules/compute/gke-node-pool/gpu_direct.tf pins the same
+# pair ("rxdm_version v2.0.12 matching nccl-tcpx-installer version v3.1.9"); examples/gke-a3-highgpu
+# nccl_tcpx_version v3.1.9. Google pins them by tag, not digest.
+GKE_TCPX_NCCL_PLUGIN_IMAGE = "us-docker.pkg.dev/gce-ai-infra/gpudirect-tcpx/nccl-plugin-gpudirecttcpx-dev:v3.1.9"
+GKE_TCPX_DAEMON_IMAGE = "us-docker.pkg.dev/gce-ai-infra/gpudirect-tcpx/tcpgpudmarxd-dev:v2.0.12"

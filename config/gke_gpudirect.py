@@ -2,8 +2,8 @@
 the facts in config/gcp/gpudirect.py), which network the multi-node jobs use, the bandwidth their
 NCCL acceptance follows, and what is refused before any resource is registered.
 
-Refused (exit 2): TCPX (a3-highgpu-8g) with gpuDirect auto (not built yet, the reason is in the
-table); GPUDirect pools with gke.dataplane legacy (GKE multi-networking needs Dataplane V2); an RDMA
+Refused (exit 2): a family the table marks unsupported (none now: TCPX, TCPXO and RDMA are built);
+GPUDirect pools with gke.dataplane legacy (GKE multi-networking needs Dataplane V2); an RDMA
 pool over several zones, or RDMA pools in different zones (the RoCE VPC's network profile is one
 zone's); multi-node jobs with GPUDirect pools of two families (a pod attaches to one family's
 networks); a declared network.linkGbps above the machine's documented GPU network.
@@ -82,7 +82,8 @@ def jobs_gpudirect(stack: _Stack) -> JobGpuDirect | None:
 
 def acceptance_link_gbps(declared: float | None, stack: _Stack) -> float | None:
     """network.linkGbps where declared, else the GPU network Google documents for the machine the
-    jobs attach to (8 x 200 Gbps on A3 Mega, 8 x 400 Gbps on A3 Ultra and A4: BANDWIDTH_PAGE)."""
+    jobs attach to (4 x 200 Gbps on A3 High, 8 x 200 Gbps on A3 Mega, 8 x 400 Gbps on A3 Ultra and A4:
+    BANDWIDTH_PAGE)."""
     job = jobs_gpudirect(stack)
     if declared is not None or job is None:
         return declared

@@ -136,7 +136,7 @@ class GpuPool(Model):
 
     gpu_direct: GkeGpuDirect = Field(
         default=GkeGpuDirect.AUTO,
-        description="auto: the machine family's GPUDirect network where it has one (TCPXO on a3-megagpu-8g, "
+        description="auto: the machine family's GPUDirect network where it has one (TCPX on a3-highgpu-8g, TCPXO on a3-megagpu-8g, "
                     "RDMA on a3-ultragpu-8g and a4-highgpu-8g: extra VPCs, GKE multi-networking, NCCL plugin); "
                     "off: none (multi-node jobs on those machines are then refused by the check).",
     )

@@ -70,4 +70,9 @@ def pod_gpudirect(cfg: GkeStack) -> PodGpuDirect | None:
         return None
     machine = next(GPU_MACHINES[p.machine_type] for p in cfg.gke.gpu_pools if p.accelerator.type in job.accelerators)
     return PodGpuDirect(job.gpudirect, job.accelerators, machine_gpus=machine.gpus,
-                        daemon_image=versions.GKE_TCPXO_DAEMON_IMAGE if job.gpudirect.kind is GpuDirectKind.TCPXO else None)
+                        daemon_image=_DAEMON_IMAGES.get(job.gpudirect.kind))
+
+
+# The receive-datapath manager sidecar of the families that have one.
+_DAEMON_IMAGES = {GpuDirectKind.TCPX: versions.GKE_TCPX_DAEMON_IMAGE,
+                  GpuDirectKind.TCPXO: versions.GKE_TCPXO_DAEMON_IMAGE}

@@ -9,6 +9,11 @@
   and NCCL copied to /home/kubernetes/bin/nvidia/lib64) and the NRI device injector
   (nri_device_injector/nri-device-injector.yaml: it adds the devices a pod's
   devices.gke.io/container.<name> annotation lists, for the tcpxo-daemon sidecar).
+- TCPX: Google's NCCL plugin installer DaemonSet (container-engine-accelerators
+  gpudirect-tcpx/nccl-tcpx-installer.yaml at 992db81: the plugin and NCCL copied to
+  /home/kubernetes/bin/nvidia/lib64) and the same NRI device injector, for the tcpx-daemon sidecar
+  (Cluster Toolkit modules/compute/gke-node-pool/gpu_direct.tf applies nri-device-injector.yaml on
+  a3-highgpu-8g too). One injector serves TCPX and TCPXO pools alike (one DaemonSet name).
 - RDMA: Google's gIB NCCL installer DaemonSet (gpudirect-rdma/nccl-rdma-installer.yaml: the gIB
   plugin to /home/kubernetes/bin/gib and its NCCL to .../nvidia/lib64).
 Each DaemonSet selects the nodes of its family's accelerators (Google's select
@@ -54,6 +59,12 @@ chmod 755 /scripts/container_entry.sh
 /scripts/container_entry.sh install --install-nccl
 mkdir -p /usr/local/nvidia/lib64
 cp -r /var/lib/tcpxo/lib64/. /usr/local/nvidia/lib64
+echo "installation finishes"
+"""
+_TCPX_INSTALL = """set -ex
+/scripts/container_entry.sh install --install-nccl
+mkdir -p /usr/local/nvidia/lib64
+cp -r /var/lib/tcpx/lib64/. /usr/local/nvidia/lib64
 echo "installation finishes"
 """
 _GIB_INSTALL = """set -ex
@@ -107,6 +118,21 @@ def tcpxo_installer(accelerators: tuple[str, ...]) -> dict[str, Any]:
         ]})
 
 
+def tcpx_installer(accelerators: tuple[str, ...]) -> dict[str, Any]:
+    # privileged as in Google's manifest: the installer writes the plugin into the host's
+    # /home/kubernetes/bin, which only a privileged container may on COS.
+    return _daemonset("nccl-tcpx-installer", accelerators, {
+        "volumes": [_host("var-lib", "/var/lib"), _host("tcpx", "/var/lib/tcpx"),
+                    _host("library-dir-host", "/home/kubernetes/bin")],
+        "initContainers": [
+            {"image": versions.GKE_TCPX_NCCL_PLUGIN_IMAGE, "name": "nccl-tcpx-installer",
+             "resources": {"requests": {"cpu": "150m"}}, "securityContext": {"privileged": True},
+             "volumeMounts": [{"name": "var-lib", "mountPath": "/var/lib"},
+                              {"name": "library-dir-host", "mountPath": "/usr/local"}],
+             "command": ["/bin/sh", "-c"], "args": [_TCPX_INSTALL]},
+        ]})
+
+
 def nri_device_injector(accelerators: tuple[str, ...]) -> dict[str, Any]:
     ds = _daemonset("device-injector", accelerators, {
         "volumes": [_host("root", "/"), _host("nri", "/var/run/nri"), _host("dev", "/dev")]})
@@ -130,12 +156,18 @@ def gib_installer(accelerators: tuple[str, ...]) -> dict[str, Any]:
         ]})
 
 
-def daemonsets(kind: GpuDirectKind, accelerators: tuple[str, ...]) -> list[dict[str, Any]]:
-    if kind is GpuDirectKind.TCPXO:
-        return [tcpxo_installer(accelerators), nri_device_injector(accelerators)]
-    if kind is GpuDirectKind.RDMA:
-        return [gib_installer(accelerators)]
-    raise ValueError(f"GPUDirect {kind.value} is not built (config/gcp/gpudirect.py says why)")
+_INSTALLERS = {GpuDirectKind.TCPX: tcpx_installer, GpuDirectKind.TCPXO: tcpxo_installer,
+               GpuDirectKind.RDMA: gib_installer}
+# The families whose daemon sidecar gets its GPU devices from the NRI device injector.
+_INJECTED = (GpuDirectKind.TCPX, GpuDirectKind.TCPXO)
+
+
+def daemonsets(families: dict[GpuDirectKind, tuple[str, ...]]) -> list[dict[str, Any]]:
+    """Each family's installer, then one device injector on the accelerators of the families that
+    need it (kind -> its pools' accelerator types)."""
+    out = [_INSTALLERS[kind](accelerators) for kind, accelerators in families.items()]
+    injected = tuple(dict.fromkeys(a for kind in _INJECTED for a in families.get(kind, ())))
+    return [*out, nri_device_injector(injected)] if injected else out
 
 
 @dataclass(frozen=True)
@@ -151,13 +183,17 @@ class GpuDirectKubernetes(pulumi.ComponentResource):
         super().__init__("gpucluster:gke:GpuDirectKubernetes", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         self.ready: list[pulumi.Resource] = []
-        for kind, (attached, accelerators) in args.families.items():
+        named: set[str] = set()  # TCPX and TCPXO pools share vpc1..vpc4 (gpudirect_networks.py)
+        for attached, _ in args.families.values():
             for a in attached:
+                if a.k8s_name in named:
+                    continue
+                named.add(a.k8s_name)
                 for obj in network_objects(a):
                     self.ready.append(k8s.apiextensions.CustomResource(
                         f"{name}-{obj['kind'].lower()}-{a.k8s_name}", api_version=obj["apiVersion"], kind=obj["kind"],
                         metadata=obj["metadata"], spec=obj["spec"], opts=child))
-            for ds in daemonsets(kind, accelerators):
-                self.ready.append(k8s.apps.v1.DaemonSet(
-                    f"{name}-{ds['metadata']['name']}", metadata=ds["metadata"], spec=ds["spec"], opts=child))
+        for ds in daemonsets({kind: accelerators for kind, (_, accelerators) in args.families.items()}):
+            self.ready.append(k8s.apps.v1.DaemonSet(
+                f"{name}-{ds['metadata']['name']}", metadata=ds["metadata"], spec=ds["spec"], opts=child))
         self.register_outputs({"families": [k.value for k in args.families]})

@@ -4,6 +4,9 @@ Google's Cluster Toolkit blueprints create them (config/gcp/gpudirect.py has the
 TCPXO (a3-megagpu-8g): 8 VPCs `<cluster>-gpunet-<i>`, MTU 8244, one subnet each (a /20 of
   192.168.0.0/16) and a firewall rule letting the GPU range in (tcp, udp, icmp: the GKE TCPX page's
   `gcloud compute firewall-rules create ... --source-ranges=192.168.0.0/16`; modules/network/multivpc).
+TCPX (a3-highgpu-8g): the same with 4 VPCs (examples/gke-a3-highgpu: multivpc network_count 4, MTU
+  8244). With TCPXO pools in the same stack, TCPX pools attach to TCPXO's first four VPCs: the same
+  names, k8s networks vpc1..vpc4 and ranges, so one set serves both.
 RDMA (a3-ultragpu-8g, a4-highgpu-8g): the second gVNIC's VPC `<cluster>-net-1` (192.168.64.0/18, its
   firewall rule) and one RoCE VPC `<cluster>-rdma-net` with the zone's `<zone>-vpc-roce` network
   profile, MTU 8896, regional routing, 8 subnets cut from 192.168.128.0/18 (examples/gke-a3-ultragpu,
@@ -67,7 +70,9 @@ class GpuDirectNetworks(pulumi.ComponentResource):
         # Per family, in node-pool order: each additional network's VPC and subnet.
         self.subnetworks: dict[GpuDirectKind, list[tuple[gcp.compute.Network, gcp.compute.Subnetwork]]] = {}
         self.resources: list[pulumi.Resource] = []
-        for kind in args.kinds:
+        # VPC name -> its network and subnet, so a VPC two families name alike is made once.
+        self._made: dict[str, tuple[gcp.compute.Network, gcp.compute.Subnetwork]] = {}
+        for kind in sorted(args.kinds, key=lambda k: -GPUDIRECT[k].gpu_nics):  # TCPXO's 8 before TCPX's 4
             self.subnetworks[kind] = self._family(GPUDIRECT[kind])
         self.register_outputs({"kinds": [k.value for k in args.kinds],
                                "subnets": {k.value: [a.subnet for a in self.attached(k)] for k in args.kinds}})
@@ -118,7 +123,9 @@ class GpuDirectNetworks(pulumi.ComponentResource):
             subnets += [(roce, self._subnet(a.subnet, roce, str(cidr))) for a, cidr in zip(wanted[1:], ranges, strict=True)]
             return subnets
         for a, cidr in zip(wanted, ranges, strict=True):
-            net = self._vpc(a.network, g.mtu)
-            self._firewall(a.network, net)
-            subnets.append((net, self._subnet(a.subnet, net, str(cidr))))
+            if a.network not in self._made:
+                net = self._vpc(a.network, g.mtu)
+                self._firewall(a.network, net)
+                self._made[a.network] = (net, self._subnet(a.subnet, net, str(cidr)))
+            subnets.append(self._made[a.network])
         return subnets

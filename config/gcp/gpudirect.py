@@ -15,7 +15,11 @@ Sources (each fact below names one):
   (one extra gVNIC VPC 192.168.64.0/18, one RoCE VPC with the zone's `<zone>-vpc-roce` network
   profile and 8 subnets in 192.168.128.0/18, MTU 8896: modules/network/gpu-rdma-vpc, modules/network/vpc
   defaults), modules/scheduler/gke-cluster (GKENetworkParamSet deviceMode NetDevice or RDMA; k8s network
-  names gvnic-1, rdma-0..7), modules/compute/gke-node-pool/gpu_direct.tf (TCPX: 4 networks, TCPXO: 8).
+  names gvnic-1, rdma-0..7), modules/compute/gke-node-pool/gpu_direct.tf (TCPX: 4 networks, TCPXO: 8),
+  examples/gke-a3-highgpu/gke-a3-highgpu.yaml (TCPX: 4 GPU VPCs, MTU 8244, /20 subnets; the blueprint
+  carves them from 192.169.0.0/16 because that blueprint creates its node subnet as 192.168.0.0/18;
+  here the nodes stay on gke.network (the default VPC's ranges are in 10.128.0.0/9), so TCPX keeps
+  the A3 Mega blueprint's 192.168.0.0/16 and its firewall source range).
 
 Imports only the machine table.
 """
@@ -86,13 +90,10 @@ _TCPX_RANGE = ipaddress.IPv4Network("192.168.0.0/16")
 GPUDIRECT: dict[GpuDirectKind, GpuDirect] = {
     GpuDirectKind.TCPX: GpuDirect(
         GpuDirectKind.TCPX, gpu_nics=4, nic_gbps=200, mtu=8244, gpu_range=_TCPX_RANGE,
-        k8s_networks=tuple(f"vpc{i}" for i in range(1, 5)),
-        # TCPX needs its receive-datapath manager beside every training container and NCCL's TCPX
-        # settings (gpudirect-tcpx/nccl-config.yaml): not built here yet.
-        unsupported="GPUDirect-TCPX (a3-highgpu-8g) is not built by this program yet: its pods need "
-                    "Google's receive-datapath-manager sidecar and the TCPX NCCL settings, which it does "
-                    "not set up. Use a3-megagpu-8g (TCPXO), a3-ultragpu-8g or a4-highgpu-8g (RDMA), or set "
-                    "gpuDirect: off and run single-node jobs (training.nodes 1)"),
+        # 4 GPU VPCs of MTU 8244, k8s networks vpc1..vpc4 (Cluster Toolkit examples/gke-a3-highgpu/
+        # gke-a3-highgpu.yaml: multivpc network_count 4, mtu 8244, subnetwork_cidr_suffix 20;
+        # gpu_direct.tf min_additional_networks 4); its pods' side: components/training/gpudirect_pod.py.
+        k8s_networks=tuple(f"vpc{i}" for i in range(1, 5))),
     GpuDirectKind.TCPXO: GpuDirect(
         GpuDirectKind.TCPXO, gpu_nics=8, nic_gbps=200, mtu=8244, gpu_range=_TCPX_RANGE,
         k8s_networks=tuple(f"vpc{i}" for i in range(1, 9))),

@@ -59,9 +59,16 @@ def test_a_declared_rate_above_the_machines_network_is_refused():
     assert_problem(jobs(gke_raw(MEGA), linkGbps=3200), "network.linkGbps", "1600", "8 x 200")
 
 
-def test_tcpx_is_refused_with_the_reason_until_it_is_built():
-    assert_problem(gke_raw(HIGH), "gke.gpuPools[0].gpuDirect", "not built", "gpuDirect: off")
-    config.parse(gke_raw(pool(HIGH, gpuDirect="off")))  # single-node use stays possible
+def test_a3_high_gets_tcpx_and_the_acceptance_follows_its_four_nics():
+    """Was refused ("not built"): A3 High's multi-node jobs attach to TCPX's four GPU networks, and the
+    acceptance expects Google's 4 x 200 Gbps (gpu-network-bandwidth page)."""
+    cfg = config.parse(jobs(gke_raw(HIGH)))
+    job = jobs_gpudirect(cfg)
+    assert job is not None and job.gpudirect is GPUDIRECT[MACHINE_GPUDIRECT["a3-highgpu-8g"]]
+    assert job.gpudirect.gpu_nics == 4 and job.accelerators == ("nvidia-h100-80gb",)
+    assert acceptance_args(cfg)[:2] == ("--link-gbps", "800")
+    assert_problem(jobs(gke_raw(HIGH), linkGbps=1000), "network.linkGbps", "4 x 200 = 800")
+    assert job_gpudirect(config.parse(gke_raw(pool(HIGH, gpuDirect="off"))).gke.gpu_pools) is None
 
 
 def test_gpudirect_needs_dataplane_v2():

@@ -4,8 +4,8 @@ whole-cluster check: every one must come up (exit 0), and its plan.json must hol
 documentation and Cluster Toolkit's blueprints set for that machine and option (each file's header
 names its source).
 
-Multi-node A3 High / Mega / Ultra and A4 plan today without their GPUDirect networks (TCPX, TCPXO,
-RDMA over gIB): those fields come with the GPUDirect work, and these assertions grow with it.
+Multi-node A3 High / Mega / Ultra and A4 plan with their GPUDirect networks (TCPX, TCPXO, RDMA over
+gIB: the pools' additional node networks, gVNIC, multi-networking, a Network object each).
 """
 
 from __future__ import annotations
@@ -91,8 +91,9 @@ def check_a3_high_reservation(r: Rendered) -> None:
     assert pool["nodeConfig"]["machineType"] == "a3-highgpu-8g" and _accelerator(pool) == ("nvidia-h100-80gb", 8)
     _reserved(pool, "a3-high-reservation")
     assert "consumes reservation a3-high-reservation" in r.stderr  # its size is not known offline
-    # TCPX is not built (gpuDirect off): no GPU networks, and the job stays on one node
-    assert "networkConfig" not in pool or not pool["networkConfig"]
+    _gpudirect(r, pool, 4)  # TCPX: four GPU VPCs (Cluster Toolkit's gke-a3-highgpu, multivpc network_count 4)
+    assert {"nccl-tcpx-installer", "device-injector"} <= {
+        d["metadata"]["name"] for d in r.of_type("kubernetes:apps/v1:DaemonSet")}
 
 
 def check_a3_mega(r: Rendered) -> None:
