@@ -14,7 +14,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import time
 import urllib.request
@@ -23,11 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from components import toolchain_versions as tv
 from components.lab import etcd_backup, etcd_backup_s3
 from config.etcd_backup_s3 import EtcdBackupS3Config
-from tests.components.lab.etcd_rehearsal import ETCD_BIN, RehearsalHost, free_port, make_pki, members
-from tests.toolchain import toolchain_binary
+from tests.components.lab.etcd_rehearsal import ETCD_BIN, RehearsalHost, free_port, gofakes3, make_pki, members
 
 NODE = "cp-1"
 BUCKET = "etcd-backups"
@@ -41,26 +38,8 @@ pytestmark = pytest.mark.skipif(not (ETCD_BIN / "etcdutl").exists() or shutil.wh
 @pytest.fixture(scope="module")
 def endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """gofakes3 on 127.0.0.1 (a free port), its bucket in memory."""
-    binary = toolchain_binary(tv.GOFAKES3, "gofakes3")
-    port = free_port()
-    log = tmp_path_factory.mktemp("gofakes3") / "log"
-    with log.open("wb") as out:
-        server = subprocess.Popen([str(binary), "-backend", "mem", "-host", f"127.0.0.1:{port}",
-                                   "-initialbucket", BUCKET], stdout=out, stderr=out)
-    try:
-        for _ in range(100):  # 10 s
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                assert server.poll() is None, log.read_text()
-                time.sleep(0.1)
-        else:
-            raise AssertionError(f"gofakes3 did not listen on {port}: {log.read_text()}")
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
+    with gofakes3(tmp_path_factory.mktemp("gofakes3"), BUCKET) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")

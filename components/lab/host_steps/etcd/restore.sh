@@ -191,8 +191,7 @@ problem=$(snapshot_file_problem "$snapshot")
 size=$(stat -c %s -- "$snapshot")
 expected=$(tail -c 32 -- "$snapshot" | od -An -v -tx1 | tr -d ' \n')
 echo "verified $snapshot: $size bytes, its SHA-256 matches"
-etcd_tool "$version" "$snapshot_dir:ro" -- etcdutl snapshot status "$snapshot" -w table \
-  || refuse "$snapshot is not a readable etcd snapshot (etcdutl snapshot status)"
+snapshot_status "$version" "$snapshot" || refuse "the snapshot does not verify (above)"
 
 # The restore itself, into a scratch directory beside the data directory (same filesystem: the swap
 # is a rename); the trap removes it whatever happens. Room for the database and the first WAL file

@@ -119,7 +119,7 @@ part=$backup_dir/.$name.part
 rm -f "$backup_dir"/.etcd-"$node"-*.db.part "$backup_dir"/.etcd-"$node"-*.db.enc.part
 etcd_tool "$version" "$pki:ro" "$backup_dir" -- etcdctl --endpoints="$endpoint" --cacert="$pki/ca.crt" \
   --cert="$pki/server.crt" --key="$pki/server.key" --command-timeout="$timeout" snapshot save "$part" >/dev/null
-etcd_tool "$version" "$backup_dir" -- etcdutl snapshot status "$part" -w json >/dev/null
+snapshot_status "$version" "$part" >/dev/null
 mv -f "$part" "$backup_dir/$name"
 echo "etcd snapshot: $backup_dir/$name ($(stat -c %s "$backup_dir/$name") bytes, etcd $version)"
 prune "$backup_dir"
