@@ -39,6 +39,7 @@ import pulumi
 from pulumi_command import remote
 
 from components.lab import scripts
+from components.lab.etcd_tools import etcd_tool_values
 from components.lab.host_steps import Shell, fill
 from config.lab import Host
 
@@ -87,7 +88,7 @@ def initial_cluster(members: Sequence[Host]) -> str:
 
 
 def _tool_values(s: EtcdBackupSettings) -> dict[str, str | int]:
-    return scripts.etcd_tool_values(s.kubernetes_minor)
+    return etcd_tool_values(s.kubernetes_minor)
 
 
 def snapshot_script(s: EtcdBackupSettings) -> str:

@@ -35,6 +35,7 @@ from pulumi_command import remote
 
 from components import versions
 from components.lab import scripts
+from components.lab.etcd_tools import etcd_version
 from components.lab.host_steps import Shell, fill
 from config.lab import Host, Role
 
@@ -55,7 +56,7 @@ def remove_gone_hosts_script(gone: Sequence[Host], kubernetes_minor: str) -> str
     return scripts._script(fill(  # noqa: SLF001 - the host scripts' common prelude
         "cluster/remove_gone_hosts.sh", GONE_MEMBERS=Shell(" ".join(members)),
         GONE_NODES=Shell(" ".join(h.name for h in gone)), TOOLS_REPOSITORY=versions.ETCD_TOOLS_IMAGE_REPOSITORY,
-        ETCD_VERSION=scripts.etcd_version(kubernetes_minor)))
+        ETCD_VERSION=etcd_version(kubernetes_minor)))
 
 
 def remove_gone_step(name: str, parent: pulumi.Resource, connection: remote.ConnectionArgs, gone: Sequence[Host],

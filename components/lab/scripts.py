@@ -21,6 +21,7 @@ from collections.abc import Iterable
 
 from components import versions
 from components.lab import hardening
+from components.lab.etcd_tools import etcd_tool_values
 from components.lab.host_steps import Shell, fill, read
 from components.lab.kubeadm import ETCD_METRICS_PORT, KUBELET_KERNEL_TUNABLES
 from config.control_planes import API_SERVER_PORT
@@ -326,16 +327,6 @@ def kube_packages_stage(version: str, minor: str, revision: str, verify_keys: bo
     kubectl stay where they are until the node itself is upgraded (after the control plane, drained)."""
     return _upgrade_script(fill("upgrade/kube_packages_stage.sh", VERSION=version, MINOR=minor, REVISION=revision,
                                 KEY_PINS=_key_pins("kubernetes", verify_keys)))
-
-
-def etcd_version(kubernetes_minor: str) -> str:
-    """The etcd release kubeadm runs for this minor (3.6.5 of registry.k8s.io/etcd:3.6.5-0)."""
-    return versions.ETCD_KUBEADM[kubernetes_minor].split("-")[0]
-
-
-def etcd_tool_values(kubernetes_minor: str) -> dict[str, str | int]:
-    """What host_steps/etcd/etcd_tool.sh is filled in with, for a cluster of this minor."""
-    return {"TOOLS_REPOSITORY": versions.ETCD_TOOLS_IMAGE_REPOSITORY, "ETCD_VERSION": etcd_version(kubernetes_minor)}
 
 
 def kubeadm_upgrade_apply(node: str, version: str, revision: str, slot_tries: int, s3_client: str = "") -> str:
