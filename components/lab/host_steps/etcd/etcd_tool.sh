@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
-# Shared by the etcd snapshot and restore scripts and the snapshot before an upgrade: which etcd
-# version the host runs, and its tools (etcdctl, etcdutl) from the etcd project's release image of
-# that version, run through containerd's `ctr` (on every host, works while the kubelet's pods are
-# stopped); the image is pulled when absent. One check of a snapshot for all of them (snapshot_status).
+# Shared by the etcd snapshot and restore scripts: which etcd version the host runs, and its tools
+# (etcdctl, etcdutl) from the etcd project's release image of that version, run through containerd's
+# `ctr` (on every host, works while the kubelet's pods are stopped); the image is pulled when absent.
 # Filled in: __TOOLS_REPOSITORY__ (versions.ETCD_TOOLS_IMAGE_REPOSITORY), __ETCD_VERSION__ (the
 # version kubeadm runs for kubernetesVersion, used when the manifest names none).
 
@@ -32,14 +31,4 @@ etcd_tool() {
     ctr -n k8s.io images pull "$image" >/dev/null
   fi
   ctr -n k8s.io run --rm --net-host "${mounts[@]}" "$image" "gpu-cluster-etcd-$$-$RANDOM" "$@"
-}
-
-# snapshot_status VERSION FILE: `etcdutl snapshot status` of FILE (its directory mounted read-only):
-# bbolt's consistency check of every page, then every key read (etcdutl/snapshot/v3_snapshot.go,
-# Status). Prints the status table; when FILE does not pass, says so naming FILE and returns 1.
-snapshot_status() {
-  if ! etcd_tool "$1" "$(dirname -- "$2"):ro" -- etcdutl snapshot status "$2" -w table; then
-    echo "$2 is not a readable etcd snapshot (etcdutl snapshot status)" >&2
-    return 1
-  fi
 }

@@ -38,6 +38,8 @@ quorum_tries=${ETCD_RESTORE_QUORUM_TRIES:-__QUORUM_TRIES__}
 stamp=$(date -u +%Y%m%dT%H%M%SZ)
 
 # @include etcd/etcd_tool.sh
+
+# @include etcd/snapshot_status.sh
 # @include etcd/snapshot_file.sh
 
 die() {

@@ -33,6 +33,8 @@ own="^etcd-$node-[0-9]{8}T[0-9]{6}Z\.db\$"
 
 # @include etcd/etcd_tool.sh
 
+# @include etcd/snapshot_status.sh
+
 # own_files DIR: this job's snapshots in DIR, oldest first (the names sort by time).
 own_files() {
   find "$1" -maxdepth 1 -type f -name "etcd-$node-*.db" -printf '%f\n' | grep -E "$own" | sort || true

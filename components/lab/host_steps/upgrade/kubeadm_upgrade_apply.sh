@@ -12,6 +12,8 @@
 
 # @include etcd/etcd_tool.sh
 
+# @include etcd/snapshot_status.sh
+
 node=__NODE__
 want=__VERSION__
 readonly SNAPSHOT_DIR=__SNAPSHOT_DIR__
@@ -50,7 +52,7 @@ if [ "$have" != "$want" ]; then
     install -m 0600 "$part" "$checked"
     rm -f "$part"
     # Checked as a restore checks the file (etcd/snapshot_file.sh), then as the scheduled snapshots
-    # are (snapshot_status, etcd/etcd_tool.sh): a cut or damaged file is no way back.
+    # are (etcd/snapshot_status.sh): a cut or damaged file is no way back.
     problem=$(snapshot_file_problem "$checked")
     if [ -n "$problem" ] || ! snapshot_status "$(etcd_version /etc/kubernetes/manifests/etcd.yaml)" "$checked" >&2; then
       rm -f "$checked"
