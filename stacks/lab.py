@@ -197,7 +197,8 @@ def build(cfg: LabStack, secrets: StackSecrets) -> dict[str, object]:
                          bastion=cfg.bastion, certificate_check_period=check_period(datetime.date.today()),
                          upgrade=upgrade, protect=not cfg.allow_rebuild, kube_vip=cfg.kube_vip,
                          init_host=cfg.init_identity(deployed),
-                         control_planes=tuple(h for h in cfg.control_planes if not h.gone)),
+                         control_planes=tuple(h for h in cfg.control_planes if not h.gone),
+                         etcd_s3=cfg.etcd_backup.enabled and cfg.etcd_backup.s3 is not None),
     )
     k8s_opts = pulumi.ResourceOptions(provider=cp.provider)
     cni = Cni("cni", CniArgs(kind=cfg.cni, pod_cidr=cfg.pod_cidr, charts=cfg.chart_source), opts=k8s_opts)

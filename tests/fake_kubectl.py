@@ -9,6 +9,8 @@ State (sim/state/k8s.json, written by HostSim.k8s_node / read by HostSim.k8s):
   configmaps  kube-system name -> data
   etcdMembers [{id, name, address}]: what `exec etcd-<node> -- etcdctl member list/remove` sees
   drainFails, etcdSnapshotFails   make those calls fail; etcdSnapshotDamaged: a snapshot whose SHA-256 is wrong
+  etcdSnapshotFrom   a file `exec ... etcdctl snapshot save` copies (a real snapshot); without it, pages
+                     of text with their right SHA-256 appended (no etcd database)
 `get node X` first fails (NotFound) as many times as sim/state/kubectl-get-node-failures says, as
 while a joined kubelet has not registered its Node yet.
 
@@ -201,11 +203,14 @@ def main(argv: list[str]) -> None:
             if state.get("etcdSnapshotFails"):
                 fail("Error: context deadline exceeded")
             path = Path(rest[rest.index("save") + 1])
-            # etcdctl's file layout: a database of whole pages, then its SHA-256 (a wrong one with
-            # etcdSnapshotDamaged, as after a bit flip on the way to the disk).
-            database = f"fake etcd snapshot taken in {words[1]}\n".encode().ljust(4 * 4096, b"\0")
-            digest = hashlib.sha256(database + (b"!" if state.get("etcdSnapshotDamaged") else b"")).digest()
-            path.write_bytes(database + digest)
+            if state.get("etcdSnapshotFrom") and not state.get("etcdSnapshotDamaged"):
+                path.write_bytes(Path(state["etcdSnapshotFrom"]).read_bytes())
+            else:
+                # etcdctl's file layout: a database of whole pages, then its SHA-256 (a wrong one with
+                # etcdSnapshotDamaged, as after a bit flip on the way to the disk).
+                database = f"fake etcd snapshot taken in {words[1]}\n".encode().ljust(4 * 4096, b"\0")
+                digest = hashlib.sha256(database + (b"!" if state.get("etcdSnapshotDamaged") else b"")).digest()
+                path.write_bytes(database + digest)
             print(f"Snapshot saved at {path}")
         elif rest[:1] == ["etcdctl"] and "member" in rest:
             members = state.setdefault("etcdMembers", [])

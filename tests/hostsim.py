@@ -524,8 +524,8 @@ class HostSim:
         state["etcdMembers"] = [{"id": i, "name": n, "address": a} for i, n, a in members]
         self._save_k8s(state)
 
-    def k8s_flag(self, name: str, on: bool = True) -> None:
-        """drainFails, etcdSnapshotFails."""
+    def k8s_flag(self, name: str, on: bool | str = True) -> None:
+        """drainFails, etcdSnapshotFails, etcdSnapshotDamaged; etcdSnapshotFrom (a path: tests/fake_kubectl.py)."""
         state = self.k8s()
         state[name] = on
         self._save_k8s(state)

@@ -49,6 +49,7 @@ from pulumi_command import remote
 from components import versions
 from components.lab import kubeadm, scripts, ssh
 from components.lab.certificates import certificate_check, renewal_script
+from components.lab.etcd_backup import S3_CLIENT_PATH
 from components.lab.kube_vip import kube_vip_step
 from components.lab.upgrade import UpgradePolicy
 from config.control_planes import KubeVip
@@ -73,6 +74,8 @@ class ControlPlaneArgs:
     init_host: tuple[str, str] | None = None
     # Every control plane, this one among them: the certificate renewal checks their etcd members first.
     control_planes: tuple[Host, ...] = ()
+    # etcdBackup.s3 is set: the snapshot before an upgrade is uploaded too, before kubeadm runs.
+    etcd_s3: bool = False
 
 
 class ControlPlane(pulumi.ComponentResource):
@@ -97,7 +100,8 @@ class ControlPlane(pulumi.ComponentResource):
             connection=self.connection,
             create=scripts.as_root(scripts.kubeadm_init()),
             update=scripts.as_root(scripts.kubeadm_upgrade_apply(
-                first.name, cluster.kubernetes_version, versions.KUBE_PACKAGE_REVISION, args.upgrade.slot_tries
+                first.name, cluster.kubernetes_version, versions.KUBE_PACKAGE_REVISION, args.upgrade.slot_tries,
+                s3_client=S3_CLIENT_PATH if args.etcd_s3 else "",
             )),
             delete=scripts.as_root(scripts.kubeadm_reset()),
             # The kubeadm config, version included: a change is an update (upgrade.py).

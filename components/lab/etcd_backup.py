@@ -38,8 +38,8 @@ from dataclasses import dataclass
 import pulumi
 from pulumi_command import remote
 
-from components import versions
 from components.lab import scripts
+from components.lab.etcd_tools import etcd_tool_values
 from components.lab.host_steps import Shell, fill
 from config.lab import Host
 
@@ -81,11 +81,6 @@ class EtcdBackupSettings:
     member_index: int = 0  # its place among the control planes: the schedule's offset (STAGGER_SECONDS each)
 
 
-def etcd_version(kubernetes_minor: str) -> str:
-    """The etcd release kubeadm runs for this minor (3.6.5 of registry.k8s.io/etcd:3.6.5-0)."""
-    return versions.ETCD_KUBEADM[kubernetes_minor].split("-")[0]
-
-
 def initial_cluster(members: Sequence[Host]) -> str:
     """etcd's --initial-cluster as kubeadm writes it: member name = node name, peer URL on the
     node's advertise address."""
@@ -93,7 +88,7 @@ def initial_cluster(members: Sequence[Host]) -> str:
 
 
 def _tool_values(s: EtcdBackupSettings) -> dict[str, str | int]:
-    return {"TOOLS_REPOSITORY": versions.ETCD_TOOLS_IMAGE_REPOSITORY, "ETCD_VERSION": etcd_version(s.kubernetes_minor)}
+    return etcd_tool_values(s.kubernetes_minor)
 
 
 def snapshot_script(s: EtcdBackupSettings) -> str:

@@ -6,6 +6,9 @@ One step per control plane installs the client (components/lab/etcd_s3_client.py
 and the encryption key, so it travels on stdin as a Pulumi secret and the step logs nothing. The
 snapshot script (host_steps/etcd/snapshot.sh) runs `gpu-cluster-etcd-s3 upload` after each snapshot; a
 failed upload fails the run (etcd_backup_last_run_success 0, the alert).
+The snapshot the first control plane takes before a Kubernetes upgrade goes up through the same
+client (`upload-pre-upgrade`, host_steps/upgrade/kubeadm_upgrade_apply.sh), before kubeadm runs;
+ControlPlaneArgs.etcd_s3 tells that step the client is there.
 
 Why every control plane uploads its own snapshots: a cluster that lost its first control plane still
 has the others' copies, and each member's names carry its node name, so their retentions never meet.

@@ -30,7 +30,8 @@ from pulumi_command import remote
 
 from components import versions
 from components.lab import scripts
-from components.lab.etcd_backup import TEXTFILE_DIR, cron_entry, etcd_version, here_document
+from components.lab.etcd_backup import TEXTFILE_DIR, cron_entry, here_document
+from components.lab.etcd_tools import etcd_version
 from components.lab.host_steps import fill
 
 DEFRAG_SCRIPT = "/usr/local/sbin/gpu-cluster-etcd-defrag"

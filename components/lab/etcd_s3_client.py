@@ -6,6 +6,9 @@ and run as root by the snapshot script; a person runs `list` and `fetch` to rest
 etcd-backup.md). Python 3 standard library only (Ubuntu's python3, 3.10 on 22.04) plus openssl:
 
   upload SNAPSHOT   encrypt SNAPSHOT, put it as <prefix><name>.enc, then apply the retention
+  upload-pre-upgrade SNAPSHOT FROM TO
+                    the same for the snapshot taken before a Kubernetes upgrade (kubeadm_upgrade_apply.sh),
+                    put as <prefix>etcd-<node>-pre-upgrade-<UTC time>-v<FROM>-to-v<TO>.db.enc
   list              every snapshot under the prefix (all members): key, size, time
   fetch KEY OUT     download KEY (with or without the prefix), decrypt it into OUT (0600)
   check             the bucket answers a listing with these credentials
@@ -21,8 +24,11 @@ environment (never argv). CBC has no MAC: a changed object decrypts to garbage t
 snapshot hash (checked by `etcdutl snapshot status` and `restore`) refuses.
 
 Retention touches only this member's own names, <prefix>etcd-<node>-<UTC time>.db.enc: the newest
-`retain` are kept, and with `retainDays` older ones go too, never the newest. Nothing else under
-the prefix (other members', other files) is deleted.
+`retain` are kept, and with `retainDays` older ones go too, never the newest. Its pre-upgrade objects
+are not counted against `retain` (scheduled snapshots would push one out within a day; there are a
+few a year): they go only by age, with `retainDays` (a snapshot holds every Secret, so that is also
+how long an old Secret may stay in the bucket), never the newest of them. Nothing else under the
+prefix (other members', other files) is deleted.
 
 Large snapshots: an encrypted snapshot over one part (PART_BYTES) goes up as a multipart upload
 (docs.aws.amazon.com/AmazonS3/latest/userguide/qfacts.html: one PUT at most 5 GiB, parts 5 MiB to 5 GiB,
@@ -204,23 +210,41 @@ def _openssl(cfg: Mapping[str, Any], *args: str) -> None:
         raise S3Error(f"openssl enc {' '.join(args[:1])} failed: {result.stderr.strip()[:300]}")
 
 
+_TIME = "([0-9]{8}T[0-9]{6}Z)"
+_VERSION = r"[0-9]+\.[0-9]+\.[0-9]+"
+
+
 def own_pattern(node: str) -> re.Pattern[str]:
-    return re.compile(rf"etcd-{re.escape(node)}-([0-9]{{8}}T[0-9]{{6}}Z)\.db\.enc")
+    """This member's scheduled snapshots (host_steps/etcd/snapshot.sh): group 1 the time."""
+    return re.compile(rf"etcd-{re.escape(node)}-{_TIME}\.db\.enc")
+
+
+def pre_upgrade_pattern(node: str) -> re.Pattern[str]:
+    """This member's snapshots taken before an upgrade: group 1 the time. Never one of own_pattern's
+    (a node name has no dot)."""
+    return re.compile(rf"etcd-{re.escape(node)}-pre-upgrade-{_TIME}-v{_VERSION}-to-v{_VERSION}\.db\.enc")
+
+
+def _older(names: list[str], pattern: re.Pattern[str], cutoff: datetime.datetime) -> list[str]:
+    """Of `names` (sorted, each a match of `pattern`), those taken before `cutoff`, never the newest."""
+    old = []
+    for name in names[:-1]:
+        match = pattern.fullmatch(name)
+        assert match is not None
+        if datetime.datetime.strptime(match.group(1), "%Y%m%dT%H%M%SZ").replace(tzinfo=cutoff.tzinfo) < cutoff:
+            old.append(name)
+    return old
 
 
 def expired(names: list[str], node: str, retain: int, retain_days: int | None, now: datetime.datetime) -> list[str]:
     """This member's names (without the prefix) that the retention deletes, oldest first."""
-    pattern = own_pattern(node)
+    pattern, before = own_pattern(node), pre_upgrade_pattern(node)
     own = sorted(n for n in names if pattern.fullmatch(n))
-    doomed = own[:max(len(own) - retain, 0)]
+    doomed = set(own[:max(len(own) - retain, 0)])
     if retain_days is not None:
         cutoff = now - datetime.timedelta(days=retain_days)
-        for name in own[:-1]:
-            match = pattern.fullmatch(name)
-            assert match is not None
-            taken = datetime.datetime.strptime(match.group(1), "%Y%m%dT%H%M%SZ").replace(tzinfo=cutoff.tzinfo)
-            if taken < cutoff and name not in doomed:
-                doomed.append(name)
+        doomed.update(_older(own, pattern, cutoff))
+        doomed.update(_older(sorted(n for n in names if before.fullmatch(n)), before, cutoff))
     return sorted(doomed)
 
 
@@ -316,10 +340,11 @@ def put_file(s3: Bucket, key: str, path: str, part_bytes: int = PART_BYTES) -> s
     return f"{size} bytes"
 
 
-def upload(cfg: Mapping[str, Any], snapshot: str) -> None:
+def upload(cfg: Mapping[str, Any], snapshot: str, name: str | None = None) -> None:
+    """SNAPSHOT encrypted as <prefix>`name` (default: its own name and .enc), then the retention."""
     s3 = Bucket(cfg)
-    name = os.path.basename(snapshot) + ".enc"
-    if not own_pattern(cfg["node"]).fullmatch(name):
+    name = name or os.path.basename(snapshot) + ".enc"
+    if not (own_pattern(cfg["node"]).fullmatch(name) or pre_upgrade_pattern(cfg["node"]).fullmatch(name)):
         raise S3Error(f"{snapshot} is not named etcd-{cfg['node']}-<UTC time>.db")
     part = os.path.join(os.path.dirname(snapshot), f".{name}.part")
     try:
@@ -334,6 +359,14 @@ def upload(cfg: Mapping[str, Any], snapshot: str) -> None:
     for old in expired(names, cfg["node"], int(cfg["retain"]), cfg.get("retainDays"), now):
         s3.request("DELETE", s3.prefix + old)
         print(f"deleted s3://{s3.bucket}/{s3.prefix}{old}")
+
+
+def upload_pre_upgrade(cfg: Mapping[str, Any], snapshot: str, have: str, want: str) -> None:
+    for version in (have, want):
+        if not re.fullmatch(_VERSION, version):
+            raise S3Error(f"{version!r} is not a Kubernetes version such as 1.34.2")
+    now = datetime.datetime.now(datetime.timezone.utc)  # noqa: UP017
+    upload(cfg, snapshot, f"etcd-{cfg['node']}-pre-upgrade-{now:%Y%m%dT%H%M%SZ}-v{have}-to-v{want}.db.enc")
 
 
 def fetch(cfg: Mapping[str, Any], key: str, out: str) -> None:
@@ -358,7 +391,8 @@ def _stop(signum: int, _frame: object) -> None:
 
 
 def main(argv: list[str]) -> int:
-    usage = "usage: gpu-cluster-etcd-s3 upload SNAPSHOT | list | fetch KEY OUT | check"
+    usage = ("usage: gpu-cluster-etcd-s3 upload SNAPSHOT | upload-pre-upgrade SNAPSHOT FROM TO | list | fetch KEY OUT"
+             " | check")
     for signum in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, _stop)
     with open(os.environ.get("GPU_CLUSTER_ETCD_S3_CONFIG", CONFIG), encoding="utf-8") as f:
@@ -366,6 +400,8 @@ def main(argv: list[str]) -> int:
     try:
         if argv[:1] == ["upload"] and len(argv) == 2:
             upload(cfg, argv[1])
+        elif argv[:1] == ["upload-pre-upgrade"] and len(argv) == 4:
+            upload_pre_upgrade(cfg, *argv[1:])
         elif argv == ["list"]:
             for key, size, modified in sorted(Bucket(cfg).keys()):
                 print(f"{key}\t{size}\t{modified}")

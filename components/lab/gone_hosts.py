@@ -35,7 +35,7 @@ from pulumi_command import remote
 
 from components import versions
 from components.lab import scripts
-from components.lab.etcd_backup import etcd_version
+from components.lab.etcd_tools import etcd_version
 from components.lab.host_steps import Shell, fill
 from config.lab import Host, Role
 

@@ -21,6 +21,7 @@ from collections.abc import Iterable
 
 from components import versions
 from components.lab import hardening
+from components.lab.etcd_tools import etcd_tool_values
 from components.lab.host_steps import Shell, fill, read
 from components.lab.kubeadm import ETCD_METRICS_PORT, KUBELET_KERNEL_TUNABLES
 from config.control_planes import API_SERVER_PORT
@@ -328,12 +329,18 @@ def kube_packages_stage(version: str, minor: str, revision: str, verify_keys: bo
                                 KEY_PINS=_key_pins("kubernetes", verify_keys)))
 
 
-def kubeadm_upgrade_apply(node: str, version: str, revision: str, slot_tries: int) -> str:
+def kubeadm_upgrade_apply(node: str, version: str, revision: str, slot_tries: int, s3_client: str = "") -> str:
     """The first control plane's init step, updated (stdin: the new kubeadm config, kept for
-    reference): an etcd snapshot kept on the host, `kubeadm upgrade apply`, then this node's
-    kubelet and kubectl, drained. Prints `etcd snapshot: <path>` (the stack output etcdSnapshot)."""
+    reference): an etcd snapshot verified as the scheduled ones are (etcdutl snapshot status) and
+    kept on the host, with `s3_client` (etcdBackup.s3's client on the host; "": none) also
+    uploaded, encrypted, before `kubeadm upgrade apply`; then this node's kubelet and kubectl,
+    drained. Prints `etcd snapshot: <path>` (the stack output etcdSnapshot)."""
+    minor = ".".join(version.split(".")[:2])
+    if minor not in versions.ETCD_KUBEADM:  # refused by the config, and by the script on the host
+        minor = max(versions.ETCD_KUBEADM, key=lambda m: tuple(int(n) for n in m.split(".")))
     return _upgrade_script(fill("upgrade/kubeadm_upgrade_apply.sh", NODE=node, VERSION=version, REVISION=revision,
-                                SNAPSHOT_DIR=ETCD_SNAPSHOT_DIR, SLOT_TRIES=slot_tries))
+                                SNAPSHOT_DIR=ETCD_SNAPSHOT_DIR, SLOT_TRIES=slot_tries, S3_CLIENT=s3_client,
+                                **etcd_tool_values(minor)))
 
 
 def _drain(node: str, version: str, *, control_plane: bool, driver: Driver | None, slots: int, slot_tries: int) -> str:

@@ -21,7 +21,15 @@ from tests.components.lab.test_host_scripts import (  # the fixture is used by n
     needs_isolation,
     real_machine_untouched,  # noqa: F401
 )
-from tests.components.lab.test_upgrade_scripts import JOIN_STDIN, KUBEADM_CONFIG, control_plane, joined, kubectl
+from tests.components.lab.test_upgrade_scripts import (
+    JOIN_STDIN,
+    KUBEADM_CONFIG,
+    control_plane,
+    etcd_snapshot,  # noqa: F401 - the fixture, used by name
+    etcd_tools,
+    joined,
+    kubectl,
+)
 from tests.hostsim import HostSim
 
 REV = versions.KUBE_PACKAGE_REVISION
@@ -100,11 +108,14 @@ def test_every_drain_in_the_plan_is_recognised() -> None:
 @needs_isolation
 @pytest.mark.usefixtures("real_machine_untouched")
 @pytest.mark.parametrize(("host_version", "drained"), [("1.34.2", False), ("1.34.1", True)], ids=["same", "behind"])
-def test_the_init_update_drains_only_a_control_plane_behind(tmp_path: Path, host_version: str, drained: bool) -> None:
+def test_the_init_update_drains_only_a_control_plane_behind(
+    tmp_path: Path, host_version: str, drained: bool, etcd_snapshot: Path,  # noqa: F811
+) -> None:
     script = _plan_script("control-plane-init", "update")
     assert drain_guards.version_values(script) == {"want": "1.34.2", "revision": REV}
     sim = HostSim(tmp_path)
     control_plane(sim, host_version)
+    etcd_tools(sim, etcd_snapshot)  # behind, it snapshots etcd first (verified by the real etcdutl)
     result = sim.run(script, stdin=KUBEADM_CONFIG)
     assert result.returncode == 0, result.stderr
     assert bool(kubectl(sim.calls(), "drain", "cp-1")) is drained

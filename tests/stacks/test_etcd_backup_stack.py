@@ -26,6 +26,12 @@ def _installs(plan: program.Plan) -> dict[str, program.Registration]:
             if r.name.endswith(f"-{etcd_backup.INSTALL_STEP}")}
 
 
+def _init_update(plan: program.Plan) -> str:
+    """The first control plane's upgrade script (its init step's update)."""
+    (init,) = [r for r in plan.of_type(COMMAND) if r.name == "control-plane-init"]
+    return str(init.inputs["update"])
+
+
 @pytest.fixture(scope="module")
 def rendered(tmp_path_factory: pytest.TempPathFactory) -> tuple[program.Plan, Path]:
     plan = program.run("lab")
@@ -123,12 +129,15 @@ def test_s3_installs_the_client_with_its_secrets_before_each_backup() -> None:
     assert entries["cp-2"].startswith(f"23 */6 * * * root sleep {etcd_backup.STAGGER_SECONDS} && flock -n ")
     assert entries["cp-3"].startswith(f"23 */6 * * * root sleep {2 * etcd_backup.STAGGER_SECONDS} && flock -n ")
     assert plan.outputs["etcdBackup"]["s3"] == "https://s3.example.com/lab-backups/lab-a/etcd/ (encrypted)"
+    # The snapshot before an upgrade goes up too, through the same client, before kubeadm runs.
+    assert f"s3_client={etcd_backup.S3_CLIENT_PATH}\n" in _init_update(plan)
 
 
 def test_without_s3_no_client_and_no_upload() -> None:
     plan = program.run("lab")
     assert not [r for r in plan.of_type(COMMAND) if r.name.endswith("-etcd-backup-s3-install")]
     assert "s3_client=${ETCD_BACKUP_S3_CLIENT-''}" in _installs(plan)["cp-1"].inputs["create"]
+    assert "s3_client=''\n" in _init_update(plan)
 
 
 def _exports(create: str) -> dict[str, set[str]]:

@@ -20,6 +20,10 @@ its peer URL, port 2380, for real: the members of a cluster talk to each other.
 
 The scripts run are the rendered ones, unchanged; their ETCD_* variables point them at the
 temporary paths (cron and a person restoring set none).
+
+Also here, for the other tests that need them: fake_ctr (the same `ctr` for a sandbox that passes no
+environment, tests/hostsim.py), real_snapshot (a file `etcdctl snapshot save` wrote from a real etcd),
+and gofakes3 (a real S3-compatible server on loopback, from the toolchain).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import ipaddress
 import os
 import random
 import re
+import shlex
 import signal
 import socket
 import subprocess
@@ -93,6 +98,13 @@ tool=$1
 shift
 exec "$FAKE_BIN/$tool" "$@"
 """
+
+def fake_ctr(log: Path, image: str) -> str:
+    """FAKE_CTR with its settings written in: for a sandbox that runs scripts with no environment
+    (tests/hostsim.py runs them under `env -i`)."""
+    settings = f"FAKE_LOG={shlex.quote(str(log))} FAKE_BIN={shlex.quote(str(ETCD_BIN))} FAKE_IMAGE={shlex.quote(image)}"
+    return FAKE_CTR.replace("set -euo pipefail\n", f"set -euo pipefail\n{settings}\n", 1)
+
 
 FAKE_CRICTL = r"""#!/usr/bin/env bash
 # crictl ps -q --name ^NAME$, for the test: the "kubelet" thread's running etcd, and an API server
@@ -277,3 +289,32 @@ def tree_digest(top: Path) -> dict[str, str]:
             detail += f" {st.st_size} {hashlib.sha256(path.read_bytes()).hexdigest()}"
         out[str(path.relative_to(top))] = detail
     return out
+
+
+def real_snapshot(directory: Path, keys: dict[str, str]) -> Path:
+    """directory/snapshot.db, written by `etcdctl snapshot save` from a real etcd (plain HTTP on
+    loopback, stopped after) that holds `keys`."""
+    client, peer = f"http://127.0.0.1:{free_port()}", f"http://127.0.0.1:{free_port()}"
+    ctl = [str(ETCD_BIN / "etcdctl"), f"--endpoints={client}", "--command-timeout=5s"]
+    with (directory / "etcd.log").open("wb") as out:
+        proc = subprocess.Popen([str(ETCD_BIN / "etcd"), "--name", "snap", "--data-dir", str(directory / "etcd-data"),
+                                 "--listen-client-urls", client, "--advertise-client-urls", client,
+                                 "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+                                 "--initial-cluster", f"snap={peer}"], stdout=out, stderr=out)
+    try:
+        for _ in range(150):  # 30 s
+            if subprocess.run([*ctl, "endpoint", "health"], capture_output=True, timeout=TIMEOUT).returncode == 0:
+                break
+            assert proc.poll() is None, (directory / "etcd.log").read_text()
+            time.sleep(0.2)
+        else:
+            raise AssertionError("etcd for the snapshot did not become healthy")
+        for key, value in keys.items():
+            subprocess.run([*ctl, "put", key, value], capture_output=True, timeout=TIMEOUT, check=True)
+        snapshot = directory / "snapshot.db"
+        subprocess.run([*ctl, "snapshot", "save", str(snapshot)], capture_output=True, timeout=TIMEOUT, check=True)
+        return snapshot
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+

@@ -39,6 +39,7 @@ pytestmark = pytest.mark.skipif(not (ETCD_BIN / "etcdutl").exists() or shutil.wh
 
 @pytest.fixture(scope="module")
 def endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """gofakes3 on 127.0.0.1 (a free port), its bucket in memory."""
     with gofakes3(tmp_path_factory.mktemp("gofakes3") / "log", BUCKET) as url:
         yield url
 

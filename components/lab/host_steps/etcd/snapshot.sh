@@ -33,6 +33,8 @@ own="^etcd-$node-[0-9]{8}T[0-9]{6}Z\.db\$"
 
 # @include etcd/etcd_tool.sh
 
+# @include etcd/snapshot_status.sh
+
 # own_files DIR: this job's snapshots in DIR, oldest first (the names sort by time).
 own_files() {
   find "$1" -maxdepth 1 -type f -name "etcd-$node-*.db" -printf '%f\n' | grep -E "$own" | sort || true
@@ -119,7 +121,7 @@ part=$backup_dir/.$name.part
 rm -f "$backup_dir"/.etcd-"$node"-*.db.part "$backup_dir"/.etcd-"$node"-*.db.enc.part
 etcd_tool "$version" "$pki:ro" "$backup_dir" -- etcdctl --endpoints="$endpoint" --cacert="$pki/ca.crt" \
   --cert="$pki/server.crt" --key="$pki/server.key" --command-timeout="$timeout" snapshot save "$part" >/dev/null
-etcd_tool "$version" "$backup_dir" -- etcdutl snapshot status "$part" -w json >/dev/null
+snapshot_status "$version" "$part" >/dev/null
 mv -f "$part" "$backup_dir/$name"
 echo "etcd snapshot: $backup_dir/$name ($(stat -c %s "$backup_dir/$name") bytes, etcd $version)"
 prune "$backup_dir"

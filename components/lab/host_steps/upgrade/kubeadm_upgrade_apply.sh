@@ -1,11 +1,18 @@
 #!/usr/bin/env bash
 # The first control plane's init step, updated (stdin: the new kubeadm config, kept for reference):
-# an etcd snapshot (its size and SHA-256 verified) kept on the host, `kubeadm upgrade apply`, then
+# an etcd snapshot, verified as every snapshot is (its size and SHA-256, then `etcdutl snapshot
+# status`) and kept on the host; with etcdBackup.s3 also uploaded, encrypted, as
+# etcd-<node>-pre-upgrade-<UTC time>-v<from>-to-v<to>.db.enc; only then `kubeadm upgrade apply`, then
 # this node's kubelet and kubectl, drained. Prints `etcd snapshot: <path>` (the stack output etcdSnapshot).
 # Filled in: __NODE__, __VERSION__ (kubernetesVersion), __REVISION__ (the package revision),
-# __SNAPSHOT_DIR__ (scripts.ETCD_SNAPSHOT_DIR), __SLOT_TRIES__ (10 s each).
+# __SNAPSHOT_DIR__ (scripts.ETCD_SNAPSHOT_DIR), __SLOT_TRIES__ (10 s each), __S3_CLIENT__ (etcdBackup.s3's
+# client; empty: none), and etcd_tool's values.
 
 # @include etcd/snapshot_file.sh
+
+# @include etcd/etcd_tool.sh
+
+# @include etcd/snapshot_status.sh
 
 node=__NODE__
 want=__VERSION__
@@ -40,16 +47,43 @@ if [ "$have" != "$want" ]; then
       echo "the etcd snapshot $part is missing or empty; not upgrading" >&2
       exit 1
     fi
-    # Checked as a restore checks it (etcd/snapshot_file.sh): a cut or damaged file is no way back.
-    problem=$(snapshot_file_problem "$part")
-    if [ -n "$problem" ]; then
-      rm -f "$part"
-      echo "$problem; not upgrading" >&2
+    install -d -m 0700 "$SNAPSHOT_DIR"
+    checked=$SNAPSHOT_DIR/.${snapshot##*/}.part
+    install -m 0600 "$part" "$checked"
+    rm -f "$part"
+    # Checked as a restore checks the file (etcd/snapshot_file.sh), then as the scheduled snapshots
+    # are (etcd/snapshot_status.sh): a cut or damaged file is no way back.
+    problem=$(snapshot_file_problem "$checked")
+    if [ -n "$problem" ] || ! snapshot_status "$(etcd_version /etc/kubernetes/manifests/etcd.yaml)" "$checked" >&2; then
+      rm -f "$checked"
+      echo "${problem:-the etcd snapshot $checked does not verify (above)}; removed it; not upgrading" >&2
       exit 1
     fi
-    install -d -m 0700 "$SNAPSHOT_DIR"
-    install -m 0600 "$part" "$snapshot"
-    rm -f "$part"
+    mv -f "$checked" "$snapshot"
+  fi
+  # etcdBackup.s3: the copy off the host exists before kubeadm changes anything. `<snapshot>.s3`
+  # records the upload (a person may write it to skip one: docs/operations/upgrading.md).
+  s3_client=__S3_CLIENT__
+  if [ -n "$s3_client" ] && [ ! -s "$snapshot.s3" ]; then
+    if [ ! -x "$s3_client" ]; then
+      echo "etcdBackup.s3 is set but its client $s3_client is not on $node yet (the etcd-backup-s3 step installs" \
+        "it after this one): run \`pulumi up\` once with the old kubernetesVersion, then again; not upgrading" >&2
+      exit 1
+    fi
+    rc=0
+    "$s3_client" upload-pre-upgrade "$snapshot" "$have" "$want" >"$snapshot.s3.part" || rc=$?
+    if [ "$rc" -ne 0 ]; then
+      rm -f "$snapshot.s3.part"
+      if [ "$rc" -eq 2 ]; then
+        echo "the S3 client $s3_client on $node predates pre-upgrade uploads: run \`pulumi up\` once with the" \
+          "old kubernetesVersion (it installs the new client), then again" >&2
+      fi
+      echo "the etcd snapshot $snapshot was not uploaded to etcdBackup.s3 (above); not upgrading: the copy off" \
+        "the host must exist before kubeadm changes the cluster (docs/operations/upgrading.md says how to skip it)" >&2
+      exit 1
+    fi
+    mv -f "$snapshot.s3.part" "$snapshot.s3"
+    cat "$snapshot.s3"
   fi
   log=/var/log/gpu-cluster/kubeadm-upgrade.log
   if ! { kubeadm upgrade plan "v$want" && kubeadm upgrade apply "v$want" --yes; } >>"$log" 2>&1; then
