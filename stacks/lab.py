@@ -19,7 +19,7 @@ from components.cni import Cni, CniArgs
 from components.gpu_stack import DriverSource
 from components.lab import certificates, ssh
 from components.lab.certificates import check_period
-from components.lab.control_plane import ControlPlane, ControlPlaneArgs
+from components.lab.control_plane import ControlPlane, ControlPlaneArgs, init_host_reset
 from components.lab.etcd_backup import EtcdBackup, EtcdBackupArgs, EtcdBackupSettings, shared_dir
 from components.lab.etcd_backup_s3 import EtcdBackupS3, EtcdBackupS3Args
 from components.lab.etcd_defrag import EtcdDefrag, EtcdDefragArgs, EtcdDefragSettings
@@ -222,6 +222,8 @@ def build(cfg: LabStack, secrets: StackSecrets) -> dict[str, object]:
     # Every host joins but the one kubeadm init ran on (recorded): the entry point keeps its own
     # join when it takes over (dropping it would run its delete, `kubeadm reset`, on it).
     init_name = cfg.init_identity(deployed)[0]
+    if (init_host := next((h for h in cfg.control_planes if h.name == init_name), None)) is not None:
+        init_host_reset(cp, init_host, key, cfg.bastion, spared(init_host))  # `kubeadm reset` when it leaves
     members = tuple(h for h in cfg.hosts if h.name != init_name)
     membership = Membership(
         "membership",
