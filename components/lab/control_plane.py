@@ -22,7 +22,8 @@ No special first server (issue 34): this component runs on the entry point, the 
 plane in config order that is not gone (LabStack.entry_point). When that host is removed or marked
 gone, the next one takes over in the same `up`: these steps' connection moves to it (an update: the
 upgrade script, the certificate check and the kubeconfig read run there and find the cluster as it
-is), and the old one is drained and removed from etcd like any other control plane.
+is), and the old one is drained, removed from etcd and, alive, reset like any other control plane
+(init_host_reset: the init host has no join whose delete would reset it).
 
 More than one control plane (docs/operations/high-availability.md): on a new cluster this is where
 `kubeadm init --upload-certs` runs; the others join as control planes (node_join.py) through the
