@@ -102,7 +102,7 @@ class KubeletConfigRollout(pulumi.ComponentResource):
             f"{name}-configmap", connection=args.entry, create=scripts.as_root(merge_script(args.cluster)),
             triggers=[wanted],
             opts=pulumi.ResourceOptions(parent=self, depends_on=list(args.after), delete_before_replace=True))
-        upgrader = pulumi.Output.secret(pulumi.Output.concat("upgrader-token: ", args.upgrader_token, "\n"))
+        upgrader: pulumi.Output[str] = pulumi.Output.secret(pulumi.Output.concat("upgrader-token: ", args.upgrader_token, "\n"))
         # Side by side in the graph (an `up` waits for the slowest node, not for their sum); the
         # restarts go one at a time through the slot each takes on the host.
         for host, connection, joined in args.hosts:

@@ -147,6 +147,8 @@ def test_a_node_whose_file_changes_restarts_its_kubelet_and_waits_for_ready(tmp_
     restart = calls.index(["systemctl", "restart", "kubelet"])
     assert took < restart < freed
     assert sim.k8s()["configmaps"] == {}
+    # the copy of the old file and the upgrader's kubeconfig (it holds the token) are gone
+    assert list((tmp_path / "root" / "tmp").iterdir()) == []
     # again: the file is what the cluster says, so nothing restarts
     mark = sim.mark()
     again = node_run(sim)

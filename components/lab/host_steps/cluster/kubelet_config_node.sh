@@ -39,6 +39,8 @@ if cmp -s "$before" "$config"; then
 fi
 if [ ! -f /etc/kubernetes/admin.conf ]; then
   use_upgrader_credential
+  # Its EXIT trap (the kubeconfig holding the token) replaced this script's: remove both.
+  trap 'rm -f "$before"; rm -rf "${KUBE_CREDENTIAL%/*}"' EXIT
 fi
 acquire_slot __NODE__ 1 __SLOT_TRIES__
 systemctl restart kubelet
