@@ -19,13 +19,14 @@ from components.cni import Cni, CniArgs
 from components.gpu_stack import DriverSource
 from components.lab import certificates, ssh
 from components.lab.certificates import check_period
-from components.lab.control_plane import ControlPlane, ControlPlaneArgs
+from components.lab.control_plane import ControlPlane, ControlPlaneArgs, init_host_reset
 from components.lab.etcd_backup import EtcdBackup, EtcdBackupArgs, EtcdBackupSettings, shared_dir
 from components.lab.etcd_backup_s3 import EtcdBackupS3, EtcdBackupS3Args
 from components.lab.etcd_defrag import EtcdDefrag, EtcdDefragArgs, EtcdDefragSettings
 from components.lab.gone_hosts import spare_gone_host
 from components.lab.hardening_files import ControlPlaneFiles, ControlPlaneFilesArgs
 from components.lab.kubeadm import KubeadmSettings
+from components.lab.kubelet_config import KubeletConfigRollout, KubeletConfigRolloutArgs
 from components.lab.kubelet_serving import KubeletServingApprover, KubeletServingApproverArgs
 from components.lab.nfs_storage import NfsServerArgs, NfsSharedStorage, NfsSharedStorageArgs
 from components.lab.node_join import Membership, MembershipArgs, NodeJoin, NodeJoinArgs, join_token_id
@@ -149,6 +150,19 @@ def control_plane_certificates(cfg: LabStack, cp: ControlPlane, joins: dict[str,
 
 
 
+def kubelet_config(cfg: LabStack, cp: ControlPlane, joins: dict[str, NodeJoin], key: pulumi.Output[str],
+                   approver: KubeletServingApprover, membership: Membership) -> None:
+    """The kubelet-config ConfigMap brought to the program's fields (a cluster initialised by an older
+    version lacks some), then every host not gone, one kubelet restart at a time
+    (components/lab/kubelet_config.py)."""
+    ordered = [cp.host, *(h for h in cfg.hosts if h is not cp.host and not h.gone)]
+    hosts = [(h, cp.connection if h is cp.host else ssh.connection(h, key, cfg.bastion),
+              joins[h.name].ready if h.name in joins else cp.init) for h in ordered]
+    KubeletConfigRollout("kubelet-config", KubeletConfigRolloutArgs(
+        cluster=kubeadm_settings(cfg), entry=cp.connection, hosts=hosts, upgrader_token=membership.upgrader_token,
+        slot_tries=upgrade_policy(cfg).slot_tries, after=[cp.init, hosts[0][2], approver.deployment]))
+
+
 def deployed_before() -> DeployedLab | None:
     """What this stack's last successful `up` deployed: its own stack output `deployed`.
 
@@ -203,12 +217,14 @@ def build(cfg: LabStack, secrets: StackSecrets) -> dict[str, object]:
     k8s_opts = pulumi.ResourceOptions(provider=cp.provider)
     cni = Cni("cni", CniArgs(kind=cfg.cni, pod_cidr=cfg.pod_cidr, charts=cfg.chart_source), opts=k8s_opts)
     # Approves the kubelets' serving-certificate requests (serverTLSBootstrap, components/lab/kubeadm.py).
-    KubeletServingApprover("kubelet-serving", KubeletServingApproverArgs(hosts=tuple(cfg.hosts)),
+    approver = KubeletServingApprover("kubelet-serving", KubeletServingApproverArgs(hosts=tuple(cfg.hosts)),
                            opts=pulumi.ResourceOptions(provider=cp.provider, depends_on=[cni]))
     # The cluster's side of every join: one token (through the API), one CA hash, one drain step.
     # Every host joins but the one kubeadm init ran on (recorded): the entry point keeps its own
     # join when it takes over (dropping it would run its delete, `kubeadm reset`, on it).
     init_name = cfg.init_identity(deployed)[0]
+    if (init_host := next((h for h in cfg.control_planes if h.name == init_name), None)) is not None:
+        init_host_reset(cp, init_host, key, cfg.bastion, spared(init_host))  # `kubeadm reset` when it leaves
     members = tuple(h for h in cfg.hosts if h.name != init_name)
     membership = Membership(
         "membership",
@@ -272,6 +288,7 @@ def build(cfg: LabStack, secrets: StackSecrets) -> dict[str, object]:
         claim = storage.claim
 
     etcd_defrags(cfg, cp, {h.name: j for h, j in zip(members, joins, strict=True)}, key)
+    kubelet_config(cfg, cp, {h.name: j for h, j in zip(members, joins, strict=True)}, key, approver, membership)
     control_plane_certificates(cfg, cp, {h.name: j for h, j in zip(members, joins, strict=True)}, key)
     operator_driver = cfg.gpu.stack is GpuStack.OPERATOR and not cfg.nvidia_driver.preinstalled
     contract = Cluster(

@@ -6,7 +6,7 @@ snapshot can be run for real against something that remembers.
 State (sim/state/k8s.json, written by HostSim.k8s_node / read by HostSim.k8s):
   nodes       name -> {kubeletVersion, unschedulable, annotations, labels, bootID, allocatable,
                        ready, deleted}; a node the file does not name exists with empty fields
-  configmaps  kube-system name -> data
+  configmaps  kube-system name -> data (configmapVersions: name -> resourceVersion, 1 if unset)
   etcdMembers [{id, name, address}]: what `exec etcd-<node> -- etcdctl member list/remove` sees
   drainFails, etcdSnapshotFails   make those calls fail; etcdSnapshotDamaged: a snapshot whose SHA-256 is wrong
   etcdSnapshotFrom   a file `exec ... etcdctl snapshot save` copies (a real snapshot); without it, pages
@@ -156,6 +156,24 @@ def main(argv: list[str]) -> None:
             print(jsonpath(as_object(name, node), output[len("jsonpath="):]), end="")
         else:
             print(f"{name}   Ready   <none>   1d   {node.get('kubeletVersion', '')}")
+    elif verb == "get" and words[1:2] == ["configmap"] and len(words) == 3 and output == "json":
+        name = words[2]
+        if name not in state["configmaps"]:
+            fail(f'Error from server (NotFound): configmaps "{name}" not found')
+        print(json.dumps({"apiVersion": "v1", "kind": "ConfigMap", "data": state["configmaps"][name],
+                          "metadata": {"name": name, "namespace": "kube-system",
+                                       "resourceVersion": str(state.get("configmapVersions", {}).get(name, 1))}}))
+    elif verb == "patch" and words[1:2] == ["configmap"] and "merge" in words:
+        # A JSON merge patch of data; a resourceVersion other than the stored one is a conflict.
+        name, patch = words[2], json.loads(argv[argv.index("-p") + 1])
+        versions = state.setdefault("configmapVersions", {})
+        want = patch.get("metadata", {}).get("resourceVersion")
+        if want is not None and want != str(versions.get(name, 1)):
+            fail(f'Error from server (Conflict): Operation cannot be fulfilled on configmaps "{name}": '
+                 "the object has been modified; please apply your changes to the latest version and try again")
+        state["configmaps"][name].update(patch.get("data", {}))
+        versions[name] = versions.get(name, 1) + 1
+        print(f"configmap/{name} patched")
     elif verb == "get" and words[1:2] in (["configmaps"], ["configmap"], ["cm"]):
         if "range" not in output:
             fail("fake kubectl: only the configmap listing is supported")

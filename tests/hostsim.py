@@ -321,7 +321,13 @@ kubeadm)
           sed -i "s#/kube-apiserver:v[0-9.]*#/kube-apiserver:v$want#" /etc/kubernetes/manifests/kube-apiserver.yaml
           echo "[upgrade/successful] SUCCESS! Your cluster was upgraded to \"v$want\"."
           ;;
-        node) echo "[upgrade] The configuration for this node was successfully updated!" ;;
+        node)
+          # `phase kubelet-config`: the kubelet's file from the cluster's ConfigMap (state/kubelet-config).
+          if [ "${3:-}" = phase ] && [ "${4:-}" = kubelet-config ] && [ -f "$STATE/kubelet-config" ]; then
+            install -D -m 0644 "$STATE/kubelet-config" /var/lib/kubelet/config.yaml
+          fi
+          echo "[upgrade] The configuration for this node was successfully updated!"
+          ;;
       esac
       ;;
     token) echo "abcdef.0123456789abcdef" ;;
@@ -331,8 +337,14 @@ kubeadm)
 openssl)
   case "$*" in *dgst*) echo "SHA2-256(stdin)= 00ff" ;; esac
   ;;
+sysctl)
+  # `sysctl -n NAME`: the value in state/sysctl/NAME (none: the key is unknown); anything else is logged only.
+  if [ "${1:-}" = -n ]; then
+    cat "$STATE/sysctl/$2" 2>/dev/null || { echo "sysctl: cannot stat /proc/sys/${2//.//}: No such file or directory" >&2; exit 255; }
+  fi
+  ;;
 *)
-  # sysctl, swapoff, swapon, systemctl, systemd-run, update-initramfs, reboot, sleep:
+  # swapoff, swapon, systemctl, systemd-run, update-initramfs, reboot, sleep:
   # logging the call is all they do.
   ;;
 esac

@@ -22,7 +22,8 @@ No special first server (issue 34): this component runs on the entry point, the 
 plane in config order that is not gone (LabStack.entry_point). When that host is removed or marked
 gone, the next one takes over in the same `up`: these steps' connection moves to it (an update: the
 upgrade script, the certificate check and the kubeconfig read run there and find the cluster as it
-is), and the old one is drained and removed from etcd like any other control plane.
+is), and the old one is drained, removed from etcd and, alive, reset like any other control plane
+(init_host_reset: the init host has no join whose delete would reset it).
 
 More than one control plane (docs/operations/high-availability.md): on a new cluster this is where
 `kubeadm init --upload-certs` runs; the others join as control planes (node_join.py) through the
@@ -79,6 +80,7 @@ class ControlPlaneArgs:
 
 
 class ControlPlane(pulumi.ComponentResource):
+    name: str  # the component's name: its steps' names start with it
     init: remote.Command
     kubeconfig: pulumi.Output[str]
     provider: k8s.Provider
@@ -86,6 +88,7 @@ class ControlPlane(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: ControlPlaneArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gpucluster:lab:ControlPlane", name, None, opts)
+        self.name = name
         first = args.host
         self.host = first
         self.connection = ssh.connection(first, args.private_key, args.bastion)
@@ -156,3 +159,22 @@ def _snapshot_path(stdout: str | None) -> str | None:
     found = [line.removeprefix("etcd snapshot: ") for line in (stdout or "").splitlines()
              if line.startswith("etcd snapshot: ")]
     return found[-1] if found else None
+
+
+def init_host_reset(cp: ControlPlane, host: Host, private_key: pulumi.Output[str], bastion: Bastion | None,
+                    opts: pulumi.ResourceOptions | None = None) -> remote.Command:
+    """On the host `kubeadm init` ran on, while the config lists it: nothing at create (no session
+    opens), `kubeadm reset` at delete. Every other host is reset by its join step's delete when it
+    leaves the config (node_join.py); the init host has no join, and its init step stays (it moves to
+    the next entry point), so without this step a control plane removed alive would keep its
+    kubelet, static pods and certificates. Removed resources are deleted after every other step, so
+    the drain step has removed its etcd member and deleted its Node first. A gone host's step is
+    retained on delete (stacks/lab.py gives it spare_gone_host): nothing connects to a dead host."""
+    return remote.Command(
+        f"{cp.name}-init-host-reset",
+        connection=ssh.connection(host, private_key, bastion),
+        delete=scripts.as_root(scripts.kubeadm_reset()),
+        triggers=[host.name, str(host.address)],
+        opts=pulumi.ResourceOptions.merge(pulumi.ResourceOptions(parent=cp, depends_on=[cp.init], delete_before_replace=True),
+                                          opts),
+    )

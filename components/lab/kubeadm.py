@@ -108,6 +108,22 @@ def _dump(docs: list[dict[str, Any]]) -> str:
     return yaml.safe_dump_all(docs, sort_keys=False, explicit_start=True)
 
 
+def kubelet_configuration(cluster: KubeadmSettings) -> dict[str, Any]:
+    """The KubeletConfiguration of every node: in the init file, and merged into the kubelet-config
+    ConfigMap of a cluster initialised before a field was added (components/lab/kubelet_config.py)."""
+    return {
+        "apiVersion": "kubelet.config.k8s.io/v1beta1",
+        "kind": "KubeletConfiguration",
+        "cgroupDriver": "systemd",
+        # The kernel settings are node prep's to set (KUBELET_KERNEL_TUNABLES), not the kubelet's to change.
+        "protectKernelDefaults": True,
+        # A serving certificate from the cluster CA, requested and rotated by the kubelet, approved by
+        # kubelet-csr-approver (components/lab/kubelet_serving.py), instead of a self-signed one.
+        "serverTLSBootstrap": True,
+        **hardening.kubelet_access(cluster.hardening.kubelet),
+    }
+
+
 def init_config(cluster: KubeadmSettings, first: Host) -> str:
     """The init file of the first control plane, `first`."""
     init = {
@@ -137,17 +153,7 @@ def init_config(cluster: KubeadmSettings, first: Host) -> str:
         # Merged, not assigned: other apiServer fields (certSANs) may be set beside these.
         cluster_doc.setdefault("apiServer", {}).update(api_server)
     # kubeadm uploads this to the cluster (ConfigMap kubelet-config): every node that joins gets it.
-    kubelet = {
-        "apiVersion": "kubelet.config.k8s.io/v1beta1",
-        "kind": "KubeletConfiguration",
-        "cgroupDriver": "systemd",
-        # The kernel settings are node prep's to set (KUBELET_KERNEL_TUNABLES), not the kubelet's to change.
-        "protectKernelDefaults": True,
-        # A serving certificate from the cluster CA, requested and rotated by the kubelet, approved by
-        # kubelet-csr-approver (components/lab/kubelet_serving.py), instead of a self-signed one.
-        "serverTLSBootstrap": True,
-        **hardening.kubelet_access(cluster.hardening.kubelet),
-    }
+    kubelet = kubelet_configuration(cluster)
     return _dump([init, cluster_doc, kubelet])
 
 

@@ -23,8 +23,8 @@ host names need not resolve in the cluster's DNS, and the addresses are checked 
 instead. What it cannot check: that an address is the requesting node's own rather than another
 host's of the cluster (a node could obtain a serving certificate naming another host's address).
 
-Does not manage: nodes initialised before serverTLSBootstrap was set (docs/operations/certificates.md
-says how to move one), the kubelet's client certificate (rotated by the kubelet and approved by
+Does not manage: the move of nodes initialised before serverTLSBootstrap was set (components/lab/
+kubelet_config.py does it), the kubelet's client certificate (rotated by the kubelet and approved by
 kube-controller-manager's own approver).
 """
 

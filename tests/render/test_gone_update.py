@@ -40,17 +40,26 @@ def _on_cp3(step: update.Step) -> bool:
     return step.resource.type == COMMAND and (step.resource.inputs.get("connection") or {}).get("host") == CP3
 
 
+# A gone host gets no kubelet-config step (components/lab/kubelet_config.py): the one it had leaves at
+# once, and it has no delete command, so nothing connects to the host (pulumi-command's Delete runs
+# nothing without one).
+KUBELET_CONFIG_CP3 = "kubelet-config-node-cp-3"
+
+
 def test_a_dead_control_plane_is_forgotten_without_connecting_to_it() -> None:
     deployed, gone, replaced = _plan(lambda hosts: hosts), _plan(_cp3_gone), _plan(_cp3_replaced)
 
     mark = update.compare(Resource.from_plan(deployed), Resource.from_plan(gone), "lab-ha", "cp-3 gone")
-    on_cp3 = [s for s in mark.steps if _on_cp3(s)]
+    (kubelet,) = [s for s in mark.steps if s.resource.name == KUBELET_CONFIG_CP3]
+    assert kubelet.action is Action.DELETE and kubelet.runs == "nothing runs (no delete command)", kubelet.runs
+    assert kubelet.old is not None and not kubelet.old.inputs.get("delete")
+    on_cp3 = [s for s in mark.steps if _on_cp3(s) and s is not kubelet]
     assert len(on_cp3) >= 8 and {s.label for s in on_cp3} == {"same"}, mark.text()
     assert all(s.new is not None and s.new.option("retainOnDelete", False) for s in on_cp3)
     (removal,) = [s for s in mark.steps if s.resource.name == "membership-remove-gone"]
     assert removal.action is Action.CREATE and removal.resource.inputs["connection"]["host"] == "192.0.2.10"
     assert "gone_members=(cp-3)" in removal.resource.inputs["create"]
-    assert not [s for s in mark.steps if s.action in (Action.REPLACE, Action.DELETE)], mark.text()
+    assert not [s for s in mark.steps if s.action in (Action.REPLACE, Action.DELETE) and s is not kubelet], mark.text()
     assert not refusals(plan_side(deployed), gone.config)
 
     swap = update.compare(Resource.from_plan(gone), Resource.from_plan(replaced), "lab-ha", "cp-3 -> cp-4")

@@ -139,3 +139,9 @@ def test_the_first_control_plane_leaves_in_one_up_without_a_rebuild(tmp_path, ca
     assert not [line for line in loud if any(h in line.split(":")[0] for h in stay)], loud
     if change != "gone":
         assert any(line.startswith("!! control planes removed (gpu-cluster:hosts): cp-1 192.0.2.10") for line in loud)
+        # Removed alive, cp-1 is reset like any other control plane (its init step moved; this step's
+        # delete, components/lab/control_plane.py init_host_reset), after the drain step's etcd removal.
+        assert rows.get("control-plane-init-host-reset") == "delete", out
+        assert "!! DELETE control-plane-init-host-reset: its delete resets a node (kubeadm reset) on 192.0.2.10" in loud
+    else:
+        assert "control-plane-init-host-reset" not in rows, out  # gone: retained, nothing connects to it

@@ -84,6 +84,9 @@ _MONITORING = {"enabled": True, "retention": "15d", "storageSize": "50Gi", "stor
 _REBUILD_STEPS = {
     INIT: DBR, KUBECONFIG: DBR, K8S: DBR, "control-plane-certificates": DBR, "membership-ca-hash": DBR, DRAIN: DBR,
     **{f"gpu-{i}-{s}": DBR for i in (1, 2) for s in ("join", "ready")},
+    # each node's kubelet-config step (components/lab/kubelet_config.py) runs again on the new cluster and
+    # finds its file as the new init wrote it; the ConfigMap's step stays (init writes every field)
+    **{f"kubelet-config-node-{h}": DBR for h in ("cp-1", "gpu-1", "gpu-2")},
 }
 _REBUILD_LOUD = (INIT, "gpu-1-join", "gpu-2-join")
 
@@ -116,7 +119,7 @@ SCENARIOS: dict[str, Scenario] = {
         new={"hosts": [*_hosts(), GPU3]},
         steps={"gpu-3": "create", **{f"gpu-3-{s}": "create" for s in GPU3_STEPS},
                NFS_SERVER: "update", "gpu-ready": DBR, DRAIN: "update", **_gpu3_diagnostic("create"),
-               APPROVER: "update"},
+               APPROVER: "update", "kubelet-config-node-gpu-3": "create"},
         # the drain step runs again with the new host list: it drains only hosts that left the
         # older list (render/drain_guards.py), none here, so it is quiet
         loud=(),
@@ -126,7 +129,7 @@ SCENARIOS: dict[str, Scenario] = {
         new={},
         steps={"gpu-3": "delete", **{f"gpu-3-{s}": "delete" for s in GPU3_STEPS},
                NFS_SERVER: "update", "gpu-ready": DBR, DRAIN: "update", **_gpu3_diagnostic("delete"),
-               APPROVER: "update"},
+               APPROVER: "update", "kubelet-config-node-gpu-3": "delete"},
         # gpu-3 is drained and deleted by the drain step's update, then reset by its join's delete
         loud=(DRAIN, "gpu-3-join", "gpu-3-kube-packages", "gpu-3-containerd"),
     ),
@@ -135,7 +138,8 @@ SCENARIOS: dict[str, Scenario] = {
     "worker-address": Scenario(
         old={},
         new={"hosts": [h if h["name"] != "gpu-2" else {**h, "address": "192.0.2.22"} for h in _hosts()]},
-        steps={**{f"gpu-2-{s}": DBR for s in GPU3_STEPS}, NFS_SERVER: "update", DRAIN: "update", APPROVER: "update"},
+        steps={**{f"gpu-2-{s}": DBR for s in GPU3_STEPS}, NFS_SERVER: "update", DRAIN: "update", APPROVER: "update",
+               "kubelet-config-node-gpu-2": DBR},
         loud=(DRAIN, "gpu-2-join", "gpu-2-kube-packages", "gpu-2-containerd"),
     ),
     "helm-value": Scenario(

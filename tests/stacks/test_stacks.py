@@ -333,6 +333,8 @@ def test_the_control_plane_opens_as_many_ssh_sessions_for_32_workers_as_for_2():
     two, many = program.run("lab", config=gpu_lab(2)), program.run("lab", config=gpu_lab(32))
     assert on_control_plane(two) == on_control_plane(many) == sorted([
         "control-plane-init", "control-plane-certificates", "control-plane-kubeconfig", "membership-ca-hash", "membership-drain",
+        "kubelet-config-configmap", "kubelet-config-node-cp-1",
+        "control-plane-init-host-reset",  # no create: a session opens only for its delete, when cp-1 leaves
         "control-plane-files-cp-1", *(f"cp-1-{s}" for s in ("kernel", "containerd", "kube-packages", "etcd-backup-install", "etcd-defrag-install",
                                               "certificates-expiry")),
     ])
@@ -362,6 +364,7 @@ def test_changing_one_address_changes_only_that_hosts_triggers():
     assert old.keys() == new.keys()
     gpu2 = {short(u) for u in owned_commands(before, NODE_PREP, "gpu-2") | owned_commands(before, NODE_JOIN, "gpu-2")}
     assert len(gpu2) == 8
+    gpu2.add("kubelet-config-node-gpu-2")  # the host's kubelet-config step (components/lab/kubelet_config.py)
     for name in old:
         if name == "membership-drain":
             # The moved host is drained (and so re-joined cleanly): its entry in the member list changes.

@@ -214,7 +214,7 @@ def test_adding_a_worker_changes_no_other_hosts_steps(deployed):
     assert changed == {"shared-storage-nfs-server", "membership-drain"}
     assert {r.name for urn, r in new.items() if urn not in old} == {
         f"gpu-3-{s}" for s in ("kernel", "nvidia-driver", "driver-ready", "nvidia-toolkit", "containerd",
-                               "kube-packages", "join", "ready")}
+                               "kube-packages", "join", "ready")} | {"kubelet-config-node-gpu-3"}
 
 
 def test_upgrading_the_program_keeps_the_init_triggers(deployed):

@@ -31,7 +31,7 @@ import pytest
 import yaml
 
 from components import versions
-from components.lab import gone_hosts, kubeadm, nfs_storage, scripts
+from components.lab import gone_hosts, kubeadm, kubelet_config, nfs_storage, scripts
 from config import LabStack
 from config.lab import Host, Role
 from render import program
@@ -135,6 +135,9 @@ def _script_cases() -> dict[str, str]:
              Host.model_construct(name="gpu-9", role=Role.WORKER, gone=True)], cfg.kubernetes_minor),
         # certificates on every control plane (components/lab/certificates.py; test_certificates.py runs them)
         **certificate_cases(cfg),
+        # kubelet-config on older clusters (components/lab/kubelet_config.py; test_kubelet_config_rollout.py runs them)
+        "kubelet_config_merge": kubelet_config.merge_script(kubeadm_settings(cfg)),
+        "kubelet_config_node": kubelet_config.node_script("gpu-1", 180),
     }
 
 
