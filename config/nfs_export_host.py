@@ -35,12 +35,10 @@ def export_host(hosts: Sequence[Host], server: str | None, recorded: str | None,
 
 
 def server_problems(hosts: Sequence[Host], server: str | None, provision: bool) -> Problems:
-    """storage.server names a host of `hosts` that is not gone, and only with storage.provision."""
-    if server is None:
+    """storage.server names a host of `hosts` that is not gone (without storage.provision it does
+    nothing: config/inert_keys.py says so)."""
+    if server is None or not provision:
         return []
-    if not provision:
-        return [("storage.server", "is the host of the NFS export this program sets up: set storage.provision: true, "
-                                   "or drop storage.server (an existing export is storage.nfs)")]
     names = [h.name for h in hosts if not h.gone]
     if server not in names:
         why = "is marked gone" if any(h.name == server for h in hosts) else "is not a host"
