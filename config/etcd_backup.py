@@ -43,7 +43,7 @@ class EtcdBackupConfig(Model):
     )
     copy_to_shared: bool = Field(
         default=True,
-        description="With storage.provision: also copy each snapshot of the first control plane to "
+        description="With storage.provision: also copy each snapshot of the control plane serving the export (storage.server) to "
                     "<storage.exportPath>-etcd-backups, beside the export (not in it) and exported to the control "
                     "planes only; on the same host as the export, so not an off-host copy (etcdBackup.s3 is).",
     )

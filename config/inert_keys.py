@@ -16,6 +16,7 @@ What is inert where, and why (each from the wiring in stacks/ that ignores it):
 * lab nvidiaDriver.branch/version with gpu.stack operator (not preinstalled): the operator's driver
   container installs the driver; node prep installs none (LabStack.host_installs_driver).
 * lab storage.exportPath without storage.provision: only the NFS server the program sets up exports it.
+* lab storage.server without storage.provision: the host of that server.
 * dev kubeContext with the kubeconfig secret: the provider is given the kubeconfig alone
   (components/dev/existing_cluster.py).
 * gke gke.privateNodes.masterCidr with privateNodes.enabled false: a public cluster has no private
@@ -110,6 +111,9 @@ def inert_lab_problems(cfg: Addons, hosts: Sequence[Host], drv: NvidiaDriver, st
     if not st.provision and st.export_path != type(st)().export_path:
         problems.append(("storage.exportPath", "does nothing without storage.provision: true (it is the directory the "
                                                "program's own NFS server exports)"))
+    if not st.provision and st.server is not None:
+        problems.append(("storage.server", "does nothing without storage.provision: true (it is the host of the "
+                                           "program's own NFS server; an existing export is storage.nfs)"))
     return problems
 
 

@@ -60,6 +60,7 @@ from config.lab_parts import Bastion as Bastion  # re-exported: components impor
 from config.lab_parts import NfsExport as NfsExport
 from config.network_policy_enforcement import Cni as Cni  # re-exported
 from config.network_policy_enforcement import lab_unenforced_warning
+from config.nfs_export_host import export_host, export_host_problems, recorded_export_host, server_problems
 from config.roce_interface import lab_roce_interface_problems, unknown_interface_warning
 
 
@@ -200,6 +201,13 @@ class LabStack(Addons):
         name, _, address = deployed.control_plane.partition(" ")
         return name, address
 
+    def export_host(self, deployed: DeployedLab | None) -> Host | None:
+        """The host of the provisioned NFS export (None: storage.provision off, or its recorded host
+        left with no storage.server, which change_problems refuses): config/nfs_export_host.py."""
+        if not self.storage.provision:
+            return None
+        return export_host(self.hosts, self.storage.server, _recorded_export(deployed), self.entry_point)
+
     def deployed_record(self, deployed: DeployedLab | None = None) -> dict[str, str]:
         """What this config deploys that a later `up` cannot change in place: exported as the stack
         output `deployed` (stacks/lab.py) and compared with the next config by change_problems.
@@ -211,6 +219,7 @@ class LabStack(Addons):
             control_plane_endpoint=self.api_endpoint,
             control_plane=" ".join(self.init_identity(deployed)),
             control_planes=", ".join(f"{h.name} {h.address}" for h in self.control_planes),
+            nfs_server=f"{export.name} {export.address}" if (export := self.export_host(deployed)) else "",
         ).as_output()
 
     def change_problems(self, deployed: DeployedLab | None) -> Problems:
@@ -231,6 +240,9 @@ class LabStack(Addons):
             problems.append(("kubernetesVersion",
                              f"{deployed.kubernetes_version} -> {self.kubernetes_version} skips minor {step}: "
                              f"kubeadm upgrades one minor at a time; deploy {step}.x first, then {self.kubernetes_version}"))
+        if self.storage.provision:  # a rebuild keeps the export's data: refused the same
+            problems += export_host_problems(self.hosts, self.storage.server, _recorded_export(deployed),
+                                             self.storage.export_path)
         # etcd membership: etcd itself refuses a removal that cannot commit (config/control_planes.py).
         if self.allow_rebuild:
             return problems
@@ -343,6 +355,7 @@ class LabStack(Addons):
             problems.append(("storage.exportPath", problem))
         if st.nfs and st.provision:
             problems.append(("storage.provision", "choose one: an existing export (storage.nfs) or provision: true"))
+        problems += server_problems(self.hosts, st.server, st.provision)
         if self.runs_jobs and not st.configured:
             problems.append(("storage", "training needs shared storage: set storage.nfs {server, path} or storage.provision: true"))
         return problems
@@ -374,9 +387,17 @@ class DeployedLab(BaseModel):
     control_plane_endpoint: str
     control_plane: str  # "name address" of the host kubeadm init ran on
     control_planes: str = ""  # "name address, ..." of every control plane ("": recorded by an older version)
+    # "name address" of the provisioned NFS export's host ("": none; None: recorded by an older version)
+    nfs_server: str | None = None
 
     def as_output(self) -> dict[str, str]:
-        return {k: str(v) for k, v in self.model_dump(by_alias=True).items()}
+        return {k: str(v) for k, v in self.model_dump(by_alias=True, exclude_none=True).items()}
+
+
+def _recorded_export(deployed: DeployedLab | None) -> str | None:
+    """The deployed export's host name (None: nothing deployed, or no provisioned export then)."""
+    return None if deployed is None else recorded_export_host(deployed.nfs_server, members_of(deployed.control_planes)
+                                                               or [deployed.control_plane])
 
 
 def _version(v: str) -> tuple[int, int, int]:

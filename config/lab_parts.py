@@ -94,8 +94,14 @@ class LabStorage(Storage):
         description="provision: the exported directory (kept on destroy), at least two levels deep and outside "
                     "system directories, /tmp, /var/tmp, /run and /dev/shm.",
     )
+    server: str | None = Field(
+        default=None,
+        description="provision: the host (a hosts[].name, any role, not gone) that serves the export. Unset: the host "
+                    "the deployed export is on, or the first control plane for a new one; it never moves by itself. "
+                    "Set it to move the export, after copying the data there.",
+    )
 
-    _optional = field_validator("nfs", mode="before")(classmethod(lambda cls, v: empty_to_none(v)))
+    _optional = field_validator("nfs", "server", mode="before")(classmethod(lambda cls, v: empty_to_none(v)))
     # Syntax here; which directories are refused (host_dir_problem) is a stack check, so that a
     # refused directory is reported together with the other storage problems.
     _abs = field_validator("export_path")(classmethod(lambda cls, v: check_abs_path(v)))

@@ -69,14 +69,13 @@ def upgrade_policy(cfg: LabStack) -> UpgradePolicy:
     return UpgradePolicy(max_unavailable=cfg.max_unavailable)
 
 
-def etcd_backup_settings(cfg: LabStack, host: Host) -> EtcdBackupSettings | None:
-    """etcdBackup on control plane `host` (None: off). With storage.provision the first control
-    plane, which serves the export, also copies its snapshots there."""
+def etcd_backup_settings(cfg: LabStack, host: Host, deployed: DeployedLab | None = None) -> EtcdBackupSettings | None:
+    """etcdBackup on control plane `host` (None: off). With storage.provision the control plane that
+    serves the export (LabStack.export_host), if one does, also copies its snapshots there."""
     backup = cfg.etcd_backup
     if not backup.enabled:
         return None
-    first = cfg.entry_point
-    shared = backup.copy_to_shared and cfg.storage.provision and host is first
+    shared = bool(nfs_backup_dir(cfg, deployed)) and host is cfg.export_host(deployed)
     return EtcdBackupSettings(node=host.name, schedule=backup.schedule, retain=backup.retain,
                               host_path=backup.host_path, kubernetes_minor=cfg.kubernetes_minor,
                               members=tuple(h for h in cfg.control_planes if not h.gone),  # a restore leaves out the dead
@@ -90,19 +89,22 @@ def spared(h: Host) -> pulumi.ResourceOptions | None:
     return pulumi.ResourceOptions(transformations=[spare_gone_host()]) if h.gone else None
 
 
-def nfs_backup_dir(cfg: LabStack) -> str:
+def nfs_backup_dir(cfg: LabStack, deployed: DeployedLab | None) -> str:
     """The etcd snapshots' shared copy on the provisioned NFS server ("": none), which it exports to
-    the control planes only (beside storage.exportPath, not in it: etcd_backup.shared_dir)."""
-    return shared_dir(cfg.storage.export_path) if cfg.etcd_backup.enabled and cfg.etcd_backup.copy_to_shared else ""
+    the control planes only (beside storage.exportPath, not in it: etcd_backup.shared_dir). Only a
+    control plane takes snapshots: an export on a worker gets none."""
+    export = cfg.export_host(deployed)
+    wanted = cfg.etcd_backup.enabled and cfg.etcd_backup.copy_to_shared
+    return shared_dir(cfg.storage.export_path) if wanted and export is not None and export.role is Role.CONTROL_PLANE else ""
 
 
 def etcd_backups(cfg: LabStack, cp: ControlPlane, joins: dict[str, NodeJoin], key: pulumi.Output[str],
-                 s3_secrets: dict[str, pulumi.Output[str]]) -> object:
+                 s3_secrets: dict[str, pulumi.Output[str]], deployed: DeployedLab | None) -> object:
     """etcdBackup: the snapshot job on every control plane, once its etcd runs (with etcdBackup.s3,
     after the S3 client is installed); the stack output."""
     latest = []
     for h in cfg.control_planes:
-        settings = etcd_backup_settings(cfg, h)
+        settings = etcd_backup_settings(cfg, h, deployed)
         if settings is None:
             return "off: etcdBackup.enabled is false"
         connection = cp.connection if h is cp.host else ssh.connection(h, key, cfg.bastion)
@@ -271,17 +273,24 @@ def build(cfg: LabStack, secrets: StackSecrets) -> dict[str, object]:
         namespace = training_namespace(cp.provider, depends_on=[cni], rdma=cfg.network.roce is not None)
     if st.configured:
         assert namespace is not None
-        # An existing export (storage.nfs), or one set up on the first control plane once that
-        # host's package installs are finished (storage.provision).
-        server, share = (st.nfs.server, st.nfs.path) if st.nfs else (str(first.address), st.export_path)
+        # An existing export (storage.nfs), or one set up on its own host (storage.server, else where
+        # the last `up` put it: it never follows the entry point) once that host's package installs
+        # are finished (storage.provision).
+        export = cfg.export_host(deployed)
+        if st.nfs:
+            server, share = st.nfs.server, st.nfs.path
+        else:
+            assert export is not None  # change_problems refused a provisioned export whose host left
+            server, share = str(export.address), st.export_path
         storage = NfsSharedStorage(
             "shared-storage",
             NfsSharedStorageArgs(
                 namespace=namespace, server=server, share=share, size=st.size, charts=cfg.chart_source,
-                provision=NfsServerArgs(connection=cp.connection, clients=tuple(str(h.address) for h in cfg.hosts),
-                                        after=prep[first.name].done, backup_dir=nfs_backup_dir(cfg),
+                provision=NfsServerArgs(connection=cp.connection if export is cp.host else ssh.connection(export, key, cfg.bastion),
+                                        clients=tuple(str(h.address) for h in cfg.hosts),
+                                        after=prep[export.name].done, backup_dir=nfs_backup_dir(cfg, deployed),
                                         backup_clients=tuple(str(h.address) for h in cfg.control_planes))
-                if st.provision else None,
+                if export is not None else None,
             ),
             opts=pulumi.ResourceOptions(provider=cp.provider, depends_on=[cni]),
         )
@@ -325,5 +334,5 @@ def build(cfg: LabStack, secrets: StackSecrets) -> dict[str, object]:
         # On the first control plane: the etcd snapshot taken before the last kubeadm upgrade apply.
         "etcdSnapshot": cp.etcd_snapshot.apply(lambda path: {"host": first.name, "path": path} if path else None),
         "etcdBackup": etcd_backups(cfg, cp, {h.name: j for h, j in zip(members, joins, strict=True)}, key,
-                                   secrets.etcd_backup),
+                                   secrets.etcd_backup, deployed),
     }

@@ -15,6 +15,7 @@ from tests.conftest import host, lab_config
 DEPLOYED = {
     "kubernetesVersion": "1.34.2", "podCidr": "10.244.0.0/16", "serviceCidr": "10.96.0.0/12",
     "controlPlaneEndpoint": "192.0.2.10:6443", "controlPlane": "cp-1 192.0.2.10", "controlPlanes": "cp-1 192.0.2.10",
+    "nfsServer": "",  # no provisioned export (storage.provision off)
 }
 
 

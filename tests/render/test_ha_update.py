@@ -113,8 +113,13 @@ def test_the_first_control_plane_leaves_in_one_up_without_a_rebuild(tmp_path, ca
     newer = {"removed": [h for h in _hosts() if h["name"] not in ("cp-1", "cp-2")],  # 3 -> 1: cp-3 alone
              "replaced": [h for h in _hosts() if h["name"] != "cp-1"] + [cp4],
              "gone": [{**h, "gone": True} if h["name"] == "cp-1" else h for h in _hosts()]}[change]
-    path = tmp_path / "new-Pulumi.lab-ha.yaml"
+    # The export on cp-3 on both sides: cp-1 serving it could not leave without storage.server
+    # naming its next host (tests/render/test_nfs_export_update.py).
     data = yaml.safe_load(STACK_FILE.read_text())
+    data["config"]["gpu-cluster:storage"]["server"] = "cp-3"
+    older = tmp_path / "old-Pulumi.lab-ha.yaml"
+    older.write_text(yaml.safe_dump(data))
+    path = tmp_path / "new-Pulumi.lab-ha.yaml"
     data["config"]["gpu-cluster:hosts"] = newer
     path.write_text(yaml.safe_dump(data))
     real = program.stack_config
@@ -125,7 +130,7 @@ def test_the_first_control_plane_leaves_in_one_up_without_a_rebuild(tmp_path, ca
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(program, "stack_config", stack_config)
-        rc, out, err = _against(tmp_path, capsys, STACK_FILE)
+        rc, out, err = _against(tmp_path, capsys, older)
     assert rc == 4, out + err
     assert "REFUSED" not in out
     rows = {line.split()[0]: line.split()[1] for line in out.splitlines()

@@ -169,3 +169,17 @@ def test_the_shared_snapshot_copy_is_exported_to_the_control_planes_only() -> No
         if shared == path or shared.startswith(path.rstrip("/") + "/"):
             assert clients <= planes, f"{path} opens the snapshots to {clients - planes}"
     assert "mv -n -t" in nfs.inputs["create"]  # the old copy inside the export is moved out
+
+
+@pytest.mark.parametrize(("server", "copier"), [("cp-2", "cp-2"), ("gpu-1", None)])
+def test_the_shared_copy_follows_the_export_host(server: str, copier: str | None) -> None:
+    """Issue 34: the snapshot copy goes where the export is local (storage.server), not to the entry
+    point; an export on a worker, where no snapshot is taken, gets no snapshot folder at all."""
+    plan = program.run("lab", config=stack_config_with(
+        "lab", hosts=json.dumps(HA_HOSTS), controlPlaneEndpoint="k8s-api.lab.example:6443",
+        storage={"server": server}))
+    shared = "${ETCD_BACKUP_SHARED_DIR-/srv/gpu-cluster/shared-etcd-backups}"
+    assert [n for n, i in _installs(plan).items() if shared in i.inputs["create"]] == ([copier] if copier else [])
+    (nfs,) = [r for r in plan.of_type(COMMAND) if r.name.endswith("-nfs-server")]
+    assert nfs.inputs["connection"]["host"] == next(h["address"] for h in HA_HOSTS if h["name"] == server)
+    assert ("/srv/gpu-cluster/shared-etcd-backups" in _exports(nfs.inputs["create"])) == (copier is not None)
