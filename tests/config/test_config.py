@@ -431,7 +431,7 @@ def test_each_platform_type_holds_only_its_keys():
     assert gke - shared == {"gke", "gcp:project", "gcp:region"}
     # The two storage sections share the size and an existing NFS export.
     assert set(config.LabStack.model_fields["storage"].annotation.model_fields) == {
-        "size", "nfs", "provision", "export_path"}
+        "size", "nfs", "provision", "export_path", "server"}
     assert set(config.DevStack.model_fields["storage"].annotation.model_fields) == {
         "size", "host_path", "use_default_class", "nfs"}
 
