@@ -208,6 +208,17 @@ class LabStack(Addons):
             return None
         return export_host(self.hosts, self.storage.server, _recorded_export(deployed), self.entry_point)
 
+    def init_host(self, deployed: DeployedLab | None) -> Host | None:
+        """The host `kubeadm init` ran on, as this config lists it, or None: it must have the
+        recorded name and address and have been a control plane when the last `up` ended. A host
+        of that name at another address, or one that left and comes back, is a new machine (or a
+        reset one): it joins like any other (stacks/lab.py)."""
+        name, address = self.init_identity(deployed)
+        if deployed is not None and not self._rebuild_problems(deployed):
+            if f"{name} {address}" not in deployed.planes():
+                return None
+        return next((h for h in self.control_planes if (h.name, str(h.address)) == (name, address)), None)
+
     def deployed_record(self, deployed: DeployedLab | None = None) -> dict[str, str]:
         """What this config deploys that a later `up` cannot change in place: exported as the stack
         output `deployed` (stacks/lab.py) and compared with the next config by change_problems.
@@ -246,7 +257,21 @@ class LabStack(Addons):
         # etcd membership: etcd itself refuses a removal that cannot commit (config/control_planes.py).
         if self.allow_rebuild:
             return problems
-        return problems + self._rebuild_problems(deployed)
+        rebuild = self._rebuild_problems(deployed)
+        return problems + (rebuild or self._entry_point_problems(deployed))
+
+    def _entry_point_problems(self, deployed: DeployedLab) -> Problems:
+        """The entry point's steps (the init step's upgrade script, the kubeconfig read) run before
+        any join: on a host that was not a control plane of the cluster they find no admin.conf."""
+        first = self.entry_point
+        deployed_planes = deployed.planes()
+        if f"{first.name} {first.address}" in deployed_planes:
+            return []
+        return [(f"hosts[{self.hosts.index(first)}]",
+                 f"{first.name} {first.address} would be the first control plane (the entry point the cluster's "
+                 f"steps run on) but is not one of the deployed control planes ({', '.join(deployed_planes)}): "
+                 "list a deployed control plane first for this `up`; the new host joins, and may move first in a "
+                 "later one")]
 
     def _rebuild_problems(self, deployed: DeployedLab) -> Problems:
         """The changes that need a new cluster: podCidr, serviceCidr, the endpoint, or no deployed
@@ -263,8 +288,7 @@ class LabStack(Addons):
                 fixed.append((key, f"{was} -> {now} {rebuild}"))
         first = self.entry_point
         staying = {f"{h.name} {h.address}" for h in self.control_planes if not h.gone}
-        # An older record lists no control planes: only the host kubeadm init ran on is known.
-        deployed_planes = members_of(deployed.control_planes) or [deployed.control_plane]
+        deployed_planes = deployed.planes()
         if not staying & set(deployed_planes):
             i = self.hosts.index(first)
             name_was = deployed.control_plane.split(" ")[0]
@@ -393,12 +417,15 @@ class DeployedLab(BaseModel):
     def as_output(self) -> dict[str, str]:
         return {k: str(v) for k, v in self.model_dump(by_alias=True, exclude_none=True).items()}
 
+    def planes(self) -> list[str]:
+        """"name address" of every deployed control plane; an older record lists none, and then
+        only the host kubeadm init ran on is known."""
+        return members_of(self.control_planes) or [self.control_plane]
+
 
 def _recorded_export(deployed: DeployedLab | None) -> str | None:
     """The deployed export's host name (None: nothing deployed, or no provisioned export then)."""
-    return None if deployed is None else recorded_export_host(deployed.nfs_server, members_of(deployed.control_planes)
-                                                               or [deployed.control_plane])
-
+    return None if deployed is None else recorded_export_host(deployed.nfs_server, deployed.planes())
 
 def _version(v: str) -> tuple[int, int, int]:
     """'1.34.2' or 'v1.34.2' -> (1, 34, 2); both sides of the comparison come from validated config."""

@@ -224,10 +224,9 @@ def build(cfg: LabStack, secrets: StackSecrets) -> dict[str, object]:
     # The cluster's side of every join: one token (through the API), one CA hash, one drain step.
     # Every host joins but the one kubeadm init ran on (recorded): the entry point keeps its own
     # join when it takes over (dropping it would run its delete, `kubeadm reset`, on it).
-    init_name = cfg.init_identity(deployed)[0]
-    if (init_host := next((h for h in cfg.control_planes if h.name == init_name), None)) is not None:
+    if (init_host := cfg.init_host(deployed)) is not None:
         init_host_reset(cp, init_host, key, cfg.bastion, spared(init_host))  # `kubeadm reset` when it leaves
-    members = tuple(h for h in cfg.hosts if h.name != init_name)
+    members = tuple(h for h in cfg.hosts if h is not init_host)
     membership = Membership(
         "membership",
         MembershipArgs(control_plane=cp, members=members,

@@ -40,7 +40,8 @@ the lifecycle rule that cleans them up.
 
 TLS: with caBundle (PEM) its certificates are the only trust anchors (a private CA); without it the
 system store. Addressing: path-style <endpoint>/<bucket>/<key> (MinIO, Ceph RGW, Garage) or
-virtual-hosted <bucket>.<endpoint host>/<key> (AWS's preferred form).
+virtual-hosted <bucket>.<endpoint host>/<key> (AWS's preferred form). A redirect (a bucket in another
+region) is reported, never followed.
 
 Config: a JSON file, root only (GPU_CLUSTER_ETCD_S3_CONFIG, default /etc/gpu-cluster/etcd-backup-s3.json):
 endpoint, bucket, prefix, region, node, retain, retainDays, accessKeyId, secretAccessKey, encryptionKey,
@@ -122,6 +123,15 @@ def tls_context(ca_bundle: str | None) -> ssl.SSLContext:
     return ssl.create_default_context(cadata=ca_bundle) if ca_bundle else ssl.create_default_context()
 
 
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """A redirect (S3's 301 or 307: the bucket lives in another region or behind another endpoint)
+    is an error to read, not to follow: the followed request would carry this one's signature and
+    Host header to a server the config does not name."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
 class Bucket:
     def __init__(self, cfg: Mapping[str, Any]):
         self.cfg = cfg
@@ -129,6 +139,8 @@ class Bucket:
         self.bucket, self.prefix = cfg["bucket"], cfg["prefix"]
         self.virtual = cfg.get("addressing", "path") == "virtual"
         self.tls = tls_context(cfg.get("caBundle")) if self.endpoint.scheme == "https" else None
+        self.opener = urllib.request.build_opener(
+            _NoRedirect(), *([urllib.request.HTTPSHandler(context=self.tls)] if self.tls else []))
 
     def address(self, key: str) -> tuple[str, str]:
         """(host, path not yet URI-encoded): path-style <endpoint>/<bucket>/<key>, or virtual-hosted
@@ -160,14 +172,16 @@ class Bucket:
         req = urllib.request.Request(url, data=body, method=method, headers=headers)
         where = f"{method} {self.address(key)[1]}" + ("?" + "&".join(sorted(query)) if query else "")
         try:
-            with urllib.request.urlopen(req, timeout=TIMEOUT, context=self.tls) as resp:  # noqa: S310 - http(s) only
+            with self.opener.open(req, timeout=TIMEOUT) as resp:
                 if out is None:
                     return bytes(resp.read()), resp.headers
                 while chunk := resp.read(1 << 20):
                     out.write(chunk)
                 return b"", resp.headers
         except urllib.error.HTTPError as exc:
-            raise S3Error(f"{where}: HTTP {exc.code} {_s3_error(exc.read())}") from None
+            moved = (f" (redirected to {exc.headers.get('Location') or 'another endpoint'}: check endpoint, region and "
+                     "addressing)") if 300 <= exc.code < 400 else ""
+            raise S3Error(f"{where}: HTTP {exc.code} {_s3_error(exc.read())}{moved}") from None
         except (urllib.error.URLError, OSError) as exc:
             raise S3Error(f"{where}: {exc}") from None
 

@@ -39,6 +39,29 @@ def _against(tmp_path: Path, capsys: pytest.CaptureFixture[str], old: Path) -> t
     return rc, out.out, out.err
 
 
+def _update_to(tmp_path: Path, capsys: pytest.CaptureFixture[str], hosts: list[dict[str, Any]],
+               export_on: str | None = None) -> tuple[int, str, str]:
+    """The committed lab-ha as deployed, updated to `hosts`; `export_on`: storage.server on both sides."""
+    older = STACK_FILE
+    path = tmp_path / "new-Pulumi.lab-ha.yaml"
+    data = yaml.safe_load(STACK_FILE.read_text())
+    if export_on:
+        data["config"]["gpu-cluster:storage"]["server"] = export_on
+        older = tmp_path / "old-Pulumi.lab-ha.yaml"
+        older.write_text(yaml.safe_dump(data))
+    data["config"]["gpu-cluster:hosts"] = hosts
+    path.write_text(yaml.safe_dump(data))
+    real = program.stack_config
+    new_config = real("lab-ha", stack_file=path)
+
+    def stack_config(stack, *a, **k):
+        return new_config if stack == "lab-ha" and not k.get("stack_file") else real(stack, *a, **k)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(program, "stack_config", stack_config)
+        return _against(tmp_path, capsys, older)
+
+
 def test_a_replaced_control_plane_is_shown_as_one_removal_and_one_addition(tmp_path, capsys):
     # the older side ran cp-4 where the committed file has cp-3
     hosts = [h if h["name"] != "cp-3" else _control_plane("cp-4", "192.0.2.40") for h in _hosts()]
@@ -115,22 +138,7 @@ def test_the_first_control_plane_leaves_in_one_up_without_a_rebuild(tmp_path, ca
              "gone": [{**h, "gone": True} if h["name"] == "cp-1" else h for h in _hosts()]}[change]
     # The export on cp-3 on both sides: cp-1 serving it could not leave without storage.server
     # naming its next host (tests/render/test_nfs_export_update.py).
-    data = yaml.safe_load(STACK_FILE.read_text())
-    data["config"]["gpu-cluster:storage"]["server"] = "cp-3"
-    older = tmp_path / "old-Pulumi.lab-ha.yaml"
-    older.write_text(yaml.safe_dump(data))
-    path = tmp_path / "new-Pulumi.lab-ha.yaml"
-    data["config"]["gpu-cluster:hosts"] = newer
-    path.write_text(yaml.safe_dump(data))
-    real = program.stack_config
-    new_config = real("lab-ha", stack_file=path)
-
-    def stack_config(stack, *a, **k):
-        return new_config if stack == "lab-ha" and not k.get("stack_file") else real(stack, *a, **k)
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(program, "stack_config", stack_config)
-        rc, out, err = _against(tmp_path, capsys, older)
+    rc, out, err = _update_to(tmp_path, capsys, newer, export_on="cp-3")
     assert rc == 4, out + err
     assert "REFUSED" not in out
     rows = {line.split()[0]: line.split()[1] for line in out.splitlines()
@@ -150,3 +158,35 @@ def test_the_first_control_plane_leaves_in_one_up_without_a_rebuild(tmp_path, ca
         assert "!! DELETE control-plane-init-host-reset: its delete resets a node (kubeadm reset) on 192.0.2.10" in loud
     else:
         assert "control-plane-init-host-reset" not in rows, out  # gone: retained, nothing connects to it
+
+
+def _rows(out: str) -> dict[str, str]:
+    return {line.split()[0]: line.split()[1] for line in out.splitlines()
+            if line.startswith("  ") and len(line.split()) > 2 and not line.split()[0].startswith(("runs", "changed"))}
+
+
+def test_the_init_host_at_a_new_address_joins_and_its_old_address_is_reset(tmp_path, capsys):
+    """cp-1 (where kubeadm init ran) at another address is another machine, or a renumbered one whose
+    certificates and etcd peer URL name the old address: like any control plane whose address
+    changes, the old one is drained and reset and the new one joins. It used to be taken for the
+    init host by its name alone: no join, and the reset step replaced (kubeadm reset on the old
+    address, nothing rejoining)."""
+    hosts = _hosts()
+    moved = [{**hosts[0], "address": "192.0.2.40"}]
+    rc, out, err = _update_to(tmp_path, capsys, [hosts[1], *moved, *hosts[2:]])  # cp-2 first: deployed
+    assert rc == 4, out + err
+    assert "REFUSED" not in out
+    rows = _rows(out)
+    assert rows.get("cp-1-join") == "create", out
+    assert rows.get("control-plane-init-host-reset") == "delete", out
+    assert "!! DELETE control-plane-init-host-reset: its delete resets a node (kubeadm reset) on 192.0.2.10" in out
+
+
+def test_a_first_control_plane_not_yet_in_the_cluster_is_refused(tmp_path, capsys):
+    """The entry point's steps (the init step's update, the kubeconfig) run before any join: a host
+    listed first that was no control plane of the cluster would find no admin.conf there."""
+    hosts = _hosts()
+    rc, out, err = _update_to(tmp_path, capsys, [{**hosts[0], "address": "192.0.2.40"}, *hosts[1:]])
+    assert rc == 2, out + err
+    assert "REFUSED gpu-cluster:hosts[0]: cp-1 192.0.2.40 would be the first control plane" in out, out
+    assert "list a deployed control plane first" in out

@@ -67,14 +67,15 @@ class S3Front(ThreadingHTTPServer):
     """Forwards to `upstream` (http://host:port); `fail_part` answers that UploadPart 500, `hold_part`
     sets `arrived` and waits for `release` (at most HOLD_SECONDS) before answering it 500;
     `fail_complete` answers CompleteMultipartUpload 200 with an <Error> body, as S3 may when it fails
-    while assembling the parts (its CompleteMultipartUpload docs)."""
+    while assembling the parts (its CompleteMultipartUpload docs); `redirect_to` (a base URL) answers
+    every request 307 TemporaryRedirect to it, as S3 does for a bucket in another region."""
 
     daemon_threads = True
 
     def __init__(self, upstream: str, tls: ssl.SSLContext | None = None, fail_part: int | None = None,
-                 hold_part: int | None = None, fail_complete: bool = False):
+                 hold_part: int | None = None, fail_complete: bool = False, redirect_to: str | None = None):
         super().__init__(("127.0.0.1", 0), _Forward)
-        self.upstream = urlsplit(upstream).netloc
+        self.upstream, self.redirect_to = urlsplit(upstream).netloc, redirect_to
         self.fail_part, self.hold_part, self.fail_complete = fail_part, hold_part, fail_complete
         self.arrived, self.release = threading.Event(), threading.Event()
         self.seen: list[str] = []
@@ -113,6 +114,15 @@ class _Forward(BaseHTTPRequestHandler):
         query = parse_qs(target.query, keep_blank_values=True)
         part = int(query["partNumber"][0]) if "partNumber" in query else None
         completing = self.command == "POST" and "uploadId" in query
+        if self.server.redirect_to:
+            moved = (b"<Error><Code>TemporaryRedirect</Code><Message>Please re-send this request to the specified "
+                     b"temporary endpoint.</Message></Error>")
+            self.send_response(307)
+            self.send_header("Location", self.server.redirect_to + path)
+            self.send_header("Content-Length", str(len(moved)))
+            self.end_headers()
+            self.wfile.write(moved)
+            return
         if completing and self.server.fail_complete or part is not None and part in (self.server.fail_part,
                                                                                      self.server.hold_part):
             if part is not None and part == self.server.hold_part:

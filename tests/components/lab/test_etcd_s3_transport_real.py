@@ -92,6 +92,18 @@ def test_a_failed_part_aborts_the_upload(upstream: str, snapshot: Path, tmp_path
     assert not list(tmp_path.glob(".*.part")), "the encrypted copy was left on the host"
 
 
+def test_a_redirect_is_an_error_and_is_not_followed(upstream: str, tmp_path: Path) -> None:
+    """S3 answers 307 for a bucket in another region: the client says so and sends nothing (no
+    signature, no Host header of this endpoint) to the server the redirect names."""
+    with S3Front(upstream).running() as elsewhere, \
+            S3Front(upstream, redirect_to=elsewhere.endpoint).running() as front:
+        result = _run(_config(tmp_path, front.endpoint), "check")
+    assert result.returncode == 1, result.stderr + result.stdout
+    assert f"HTTP 307 TemporaryRedirect: Please re-send this request to the specified temporary endpoint. " \
+           f"(redirected to {elsewhere.endpoint}/{BUCKET}" in result.stderr, result.stderr
+    assert front.seen and elsewhere.seen == [], elsewhere.seen
+
+
 def test_a_completion_answered_200_with_an_error_fails_and_aborts(upstream: str, snapshot: Path,
                                                                   tmp_path: Path) -> None:
     with S3Front(upstream, fail_complete=True).running() as front:

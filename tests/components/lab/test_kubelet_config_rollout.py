@@ -183,7 +183,8 @@ def test_a_kubelet_that_does_not_become_ready_gets_its_old_file_back(tmp_path: P
 
 def test_a_node_waits_for_the_slot_another_node_holds_and_gives_up_bounded(tmp_path: Path) -> None:
     """One kubelet restart at a time: while gpu-2 holds the slot (restarting, or upgrading), gpu-1
-    does not restart its kubelet; after SLOT_TRIES it stops and says who holds it."""
+    does not restart its kubelet; after SLOT_TRIES it stops and says who holds it, its old file in
+    place, so that the next run, the slot free, restarts it with the new one."""
     sim = _node(tmp_path)
     sim.k8s_configmap("gpu-cluster-upgrade-slot-0", node="gpu-2")
     sim.k8s_node("gpu-2", kubeletVersion="v1.34.2")
@@ -192,3 +193,13 @@ def test_a_node_waits_for_the_slot_another_node_holds_and_gives_up_bounded(tmp_p
     result = node_run(sim)
     assert result.returncode != 0 and "no upgrade slot came free after 3 tries" in result.stderr
     assert _restarts(sim, mark) == []
+    # the old file stays while the kubelet runs it, so the next run still sees the change
+    assert sim.path("/var/lib/kubelet/config.yaml").read_text() == OLD_DOCUMENT
+    state = sim.k8s()
+    del state["configmaps"]["gpu-cluster-upgrade-slot-0"]
+    sim._save_k8s(state)  # noqa: SLF001 - gpu-2 is done: its slot is free
+    mark = sim.mark()
+    again = node_run(sim)
+    assert again.returncode == 0, again.stderr
+    assert len(_restarts(sim, mark)) == 1
+    assert sim.path("/var/lib/kubelet/config.yaml").read_text() == OLD_DOCUMENT + "protectKernelDefaults: true\n"

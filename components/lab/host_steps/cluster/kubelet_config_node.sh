@@ -30,19 +30,26 @@ if [ ${#wrong[@]} -gt 0 ]; then
   exit 1
 fi
 before=$(mktemp)
-trap 'rm -f "$before"' EXIT
+wanted=$(mktemp)
+trap 'rm -f "$before" "$wanted"' EXIT
 cp "$config" "$before" 2>/dev/null || : >"$before"
 kubeadm upgrade node phase kubelet-config
 if cmp -s "$before" "$config"; then
   echo "__NODE__: kubelet configuration unchanged"
   exit 0
 fi
+# The old file stays in place until this node holds the slot: a step that stops before the restart
+# (no slot, no credential) must leave a file that differs, or the next run would find it "unchanged"
+# while the kubelet still runs the old configuration.
+cp "$config" "$wanted"
+cp "$before" "$config"
 if [ ! -f /etc/kubernetes/admin.conf ]; then
   use_upgrader_credential
-  # Its EXIT trap (the kubeconfig holding the token) replaced this script's: remove both.
-  trap 'rm -f "$before"; rm -rf "${KUBE_CREDENTIAL%/*}"' EXIT
+  # Its EXIT trap (the kubeconfig holding the token) replaced this script's: remove all three.
+  trap 'rm -f "$before" "$wanted"; rm -rf "${KUBE_CREDENTIAL%/*}"' EXIT
 fi
 acquire_slot __NODE__ 1 __SLOT_TRIES__
+cp "$wanted" "$config"
 systemctl restart kubelet
 up=
 for _ in $(seq 1 __TRIES__); do
