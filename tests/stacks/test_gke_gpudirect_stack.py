@@ -24,6 +24,8 @@ MEGA = {"name": "h100-mega", "machineType": "a3-megagpu-8g", "accelerator": {"ty
         "zones": ["us-central1-a"], "autoscaling": {"minNodes": 0, "maxNodes": 2}}
 ULTRA = {"name": "h200", "machineType": "a3-ultragpu-8g", "accelerator": {"type": "nvidia-h200-141gb", "count": 8},
          "zones": ["us-central1-b"], "autoscaling": {"minNodes": 0, "maxNodes": 2}}
+HIGH = {"name": "h100", "machineType": "a3-highgpu-8g", "accelerator": {"type": "nvidia-h100-80gb", "count": 8},
+        "zones": ["us-central1-a"], "autoscaling": {"minNodes": 0, "maxNodes": 2}}
 
 
 @functools.cache
@@ -134,8 +136,10 @@ def test_a3_ultra_gets_a_gvnic_vpc_and_one_roce_vpc_with_eight_rdma_subnets():
     assert {"name": "NCCL_NET", "value": "gIB"} in pod["spec"]["containers"][0]["env"]
 
 
-def test_both_families_come_up_in_the_check(upstream_dir: Path):
-    for pool in (MEGA, ULTRA):
+def test_every_family_comes_up_in_the_check(upstream_dir: Path):
+    """TCPXO, RDMA over gIB and TCPX (the installer DaemonSets, the Jobs with their native sidecar
+    strictly valid, the Network objects against Google's CRDs): no GPUDirect problem."""
+    for pool in (MEGA, ULTRA, HIGH):
         p = plan(pool)
         report = cluster.check(p, p.config, upstream_dir)
         assert report.ok, report.problems
@@ -144,12 +148,14 @@ def test_both_families_come_up_in_the_check(upstream_dir: Path):
 
 
 @pytest.mark.would_not_come_up
-def test_a_multi_node_job_on_a_mega_pool_without_gpudirect_exits_3(upstream_dir: Path):
-    p = plan({**MEGA, "gpuDirect": "off"}, linkGbps=200)
-    assert not _of(p, "gcp:compute/network:Network") and "networkConfig" not in _pool(p, "h100-mega")
+@pytest.mark.parametrize(("pool", "says"), [(MEGA, ("gke.gpuPools[1]", "8 GPU NICs")),
+                                            (HIGH, ("a3-highgpu-8g, 4 GPU NICs",))], ids=["tcpxo", "tcpx"])
+def test_a_multi_node_job_on_a_gpu_nic_pool_without_gpudirect_exits_3(upstream_dir: Path, pool, says):
+    p = plan({**pool, "gpuDirect": "off"}, linkGbps=200)
+    assert not _of(p, "gcp:compute/network:Network") and "networkConfig" not in _pool(p, pool["name"])
     problems = cluster.check(p, p.config, upstream_dir).problems
     for job in ("Job training/nccl-acceptance", "Job training/train"):
-        assert any(x.startswith(job) and "gke.gpuPools[1]" in x and "8 GPU NICs" in x and "gpuDirect auto" in x
+        assert any(x.startswith(job) and all(s in x for s in says) and "gpuDirect auto" in x
                    for x in problems), problems
 
 

@@ -1,7 +1,7 @@
 """GPUDirect-TCPX on the gke stack, evaluated by the real program under the recording mocks: an A3
 High pool gets the four GPU VPCs of Cluster Toolkit's examples/gke-a3-highgpu blueprint, its
 multi-node jobs the tcpx-daemon sidecar, Google's annotations and NCCL environment, and the whole
-cluster comes up in the check (every object strictly valid); with gpuDirect off, exit 3 material.
+cluster comes up in the check and exit 3 without it (test_gke_gpudirect_stack, with the other families).
 The pod side is held to Google's manifests in tests/components/gke/test_gke_tcpx.py.
 """
 
@@ -12,15 +12,10 @@ import json
 import subprocess
 from pathlib import Path
 
-import pytest
-
 from components import versions
 from render import cluster, program
 from tests.conftest import stack_config_with
-from tests.stacks.test_gke_gpudirect_stack import MEGA, _job_pod, _of, _pool, plan
-
-HIGH = {"name": "h100", "machineType": "a3-highgpu-8g", "accelerator": {"type": "nvidia-h100-80gb", "count": 8},
-        "zones": ["us-central1-a"], "autoscaling": {"minNodes": 0, "maxNodes": 2}}
+from tests.stacks.test_gke_gpudirect_stack import HIGH, MEGA, _job_pod, _of, _pool, plan
 
 
 def test_a3_high_gets_four_tcpx_vpcs_as_the_toolkit_blueprint():
@@ -63,26 +58,6 @@ def test_both_jobs_carry_the_tcpx_daemon_and_the_four_networks():
     script = _job_pod(p, "nccl-acceptance")["spec"]["containers"][0]["command"][2]
     assert "--link-gbps 800" in script  # 4 x 200 Gbps, Google's A3 High figure
     subprocess.run(["sh", "-n", "-c", script], check=True, timeout=30)
-
-
-def test_a3_high_with_tcpx_comes_up_in_the_check(upstream_dir: Path):
-    """Every object strictly valid for the stack's minor (the installer DaemonSet, the Jobs with their
-    native sidecar), the Network objects against Google's CRDs, and no GPUDirect problem."""
-    p = plan(HIGH)
-    report = cluster.check(p, p.config, upstream_dir)
-    assert report.ok, report.problems
-    (ns,) = [n for n in _of(p, "kubernetes:core/v1:Namespace") if n["metadata"]["name"] == "training"]
-    assert ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
-
-
-@pytest.mark.would_not_come_up
-def test_a_multi_node_job_on_an_a3_high_pool_without_tcpx_exits_3(upstream_dir: Path):
-    p = plan({**HIGH, "gpuDirect": "off"}, linkGbps=200)
-    assert not _of(p, "gcp:compute/network:Network") and "networkConfig" not in _pool(p, "h100")
-    problems = cluster.check(p, p.config, upstream_dir).problems
-    for job in ("Job training/nccl-acceptance", "Job training/train"):
-        assert any(x.startswith(job) and "a3-highgpu-8g, 4 GPU NICs" in x and "gpuDirect auto" in x
-                   for x in problems), problems
 
 
 def test_tcpx_and_tcpxo_pools_in_one_stack_share_the_first_four_gpu_vpcs(upstream_dir: Path):
