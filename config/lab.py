@@ -427,6 +427,7 @@ def _recorded_export(deployed: DeployedLab | None) -> str | None:
     """The deployed export's host name (None: nothing deployed, or no provisioned export then)."""
     return None if deployed is None else recorded_export_host(deployed.nfs_server, deployed.planes())
 
+
 def _version(v: str) -> tuple[int, int, int]:
     """'1.34.2' or 'v1.34.2' -> (1, 34, 2); both sides of the comparison come from validated config."""
     major, minor, patch = v.lstrip("v").split(".")

@@ -220,7 +220,7 @@ def build(cfg: LabStack, secrets: StackSecrets) -> dict[str, object]:
     cni = Cni("cni", CniArgs(kind=cfg.cni, pod_cidr=cfg.pod_cidr, charts=cfg.chart_source), opts=k8s_opts)
     # Approves the kubelets' serving-certificate requests (serverTLSBootstrap, components/lab/kubeadm.py).
     approver = KubeletServingApprover("kubelet-serving", KubeletServingApproverArgs(hosts=tuple(cfg.hosts)),
-                           opts=pulumi.ResourceOptions(provider=cp.provider, depends_on=[cni]))
+                                      opts=pulumi.ResourceOptions(provider=cp.provider, depends_on=[cni]))
     # The cluster's side of every join: one token (through the API), one CA hash, one drain step.
     # Every host joins but the one kubeadm init ran on (recorded): the entry point keeps its own
     # join when it takes over (dropping it would run its delete, `kubeadm reset`, on it).
@@ -295,9 +295,10 @@ def build(cfg: LabStack, secrets: StackSecrets) -> dict[str, object]:
         )
         claim = storage.claim
 
-    etcd_defrags(cfg, cp, {h.name: j for h, j in zip(members, joins, strict=True)}, key)
-    kubelet_config(cfg, cp, {h.name: j for h, j in zip(members, joins, strict=True)}, key, approver, membership)
-    control_plane_certificates(cfg, cp, {h.name: j for h, j in zip(members, joins, strict=True)}, key)
+    joins_by_name = {h.name: j for h, j in zip(members, joins, strict=True)}
+    etcd_defrags(cfg, cp, joins_by_name, key)
+    kubelet_config(cfg, cp, joins_by_name, key, approver, membership)
+    control_plane_certificates(cfg, cp, joins_by_name, key)
     operator_driver = cfg.gpu.stack is GpuStack.OPERATOR and not cfg.nvidia_driver.preinstalled
     contract = Cluster(
         provider=cp.provider,
@@ -332,6 +333,5 @@ def build(cfg: LabStack, secrets: StackSecrets) -> dict[str, object]:
         ),
         # On the first control plane: the etcd snapshot taken before the last kubeadm upgrade apply.
         "etcdSnapshot": cp.etcd_snapshot.apply(lambda path: {"host": first.name, "path": path} if path else None),
-        "etcdBackup": etcd_backups(cfg, cp, {h.name: j for h, j in zip(members, joins, strict=True)}, key,
-                                   secrets.etcd_backup, deployed),
+        "etcdBackup": etcd_backups(cfg, cp, joins_by_name, key, secrets.etcd_backup, deployed),
     }

@@ -3,12 +3,12 @@ before anything is registered, and the three secrets required with it, refused w
 
 from __future__ import annotations
 
-import subprocess
 from typing import Any
 
 import pytest
 
 import config
+from tests.components.lab.etcd_rehearsal import make_pki
 from tests.config.refusals import accepted, problems, reported
 from tests.conftest import lab_raw
 
@@ -78,11 +78,9 @@ def test_a_dev_stack_refuses_them_as_lab_keys() -> None:
 
 @pytest.fixture(scope="module")
 def pem(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    """A CA certificate and its key, made by openssl."""
-    root = tmp_path_factory.mktemp("ca")
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-                    "-keyout", "ca.key", "-out", "ca.crt", "-subj", "/CN=lab-s3-ca", "-days", "2"], cwd=root,
-                   capture_output=True, check=True, timeout=60)
+    """A CA certificate and its key, made by openssl (the etcd rehearsal's PKI)."""
+    root = tmp_path_factory.mktemp("ca") / "pki"
+    make_pki(root, [])
     return {"cert": (root / "ca.crt").read_text(), "key": (root / "ca.key").read_text()}
 
 
